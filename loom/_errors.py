@@ -1,0 +1,73 @@
+"""The error hierarchy: one base, each subclass also its matching builtin.
+
+Messages name the object and the reason; callers can catch either the loom class
+or the builtin it extends.
+"""
+
+from __future__ import annotations
+
+
+class LoomError(Exception):
+    """Base of every error loom raises on purpose."""
+
+
+class InvalidRequest(LoomError, ValueError):
+    """Bad input: a malformed event, a bad argument. Nothing was changed."""
+
+
+class ConfigError(InvalidRequest):
+    """A configuration was refused; the previous generation stays in force."""
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None) -> None:
+        where = ": ".join(part for part in (file, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.file = file
+        self.key = key
+        self.reason = message
+
+
+class NotFound(LoomError, LookupError):
+    """An unknown id."""
+
+
+class Conflict(LoomError, RuntimeError):
+    """A revision or ownership conflict; rereading and retrying may succeed."""
+
+
+class StaleAuthority(LoomError, PermissionError):
+    """A stale lease token, epoch or attempt: the caller lost its authority."""
+
+
+class CausalRefused(LoomError, PermissionError):
+    """Derived acceptance refused by the causal bounds (depth or per-minute rate).
+
+    The refusal's redacted diagnostic was committed before this was raised.
+    """
+
+    def __init__(self, message: str, *, rejection: object | None = None) -> None:
+        super().__init__(message)
+        self.rejection = rejection
+
+
+class NotAdoptable(LoomError, RuntimeError):
+    """An executor could not verify a detached execution during recovery."""
+
+
+class NotAccepting(LoomError, RuntimeError):
+    """An executor definitely did not accept an injected input."""
+
+
+class StorageError(LoomError, OSError):
+    """The store failed (I/O error, disk full, a failed commit).
+
+    Raised to every caller whose request was in the failed batch: none of their
+    effects committed.
+    """
+
+
+class SchemaTooNew(StorageError):
+    """The database was written by a newer loom; it was opened without writing."""
+
+
+class StorageClosed(StorageError):
+    """The storage actor is not running (stopped, or crashed at a fault point)."""

@@ -1,0 +1,165 @@
+"""Frozen records and enums shared by every layer (DESIGN section 1, "records").
+
+Records are pure data: ``@attrs.frozen(kw_only=True)``; change one with ``attrs.evolve``.
+Validation of untrusted input lives here too, as plain functions that raise
+`InvalidRequest` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._errors import InvalidRequest
+
+JSONObject = dict[str, Any]
+
+MAX_ID_LEN = 200
+MAX_PAYLOAD_BYTES = 1_048_576
+CORE_PREFIX = "core."
+
+_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
+_SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$")
+
+
+class RejectionReason(enum.StrEnum):
+    DEPTH_LIMIT = "depth_limit"
+    RATE_LIMIT = "rate_limit"
+
+
+@attrs.frozen(kw_only=True)
+class EventIn:
+    """An Event as offered to acceptance (untrusted until validated)."""
+
+    source: str
+    delivery_id: str
+    type: str
+    scope: str
+    key: str | None = None
+    work_id: str | None = None
+    payload: JSONObject = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """An accepted, immutable Event with its durable sequence and causal position."""
+
+    id: str
+    seq: int
+    source: str
+    delivery_id: str
+    type: str
+    scope: str
+    key: str | None
+    work_id: str | None
+    execution_id: str | None
+    payload: JSONObject = attrs.field(hash=False)
+    parent_id: str | None
+    cause_id: str | None
+    root_id: str
+    depth: int
+    accepted_at_ms: int
+    duplicate: bool = False
+    """True when this acceptance found an earlier Event with the same (source, delivery_id)."""
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None
+
+
+@attrs.frozen(kw_only=True)
+class CausalRejection:
+    """The redacted diagnostic a causal refusal commits (never the payload)."""
+
+    reason: RejectionReason
+    root_id: str
+    depth: int
+    limit: int
+    budget: int
+    minute: int
+    source: str
+    delivery_id: str
+    type: str
+    parent_id: str
+    cause_id: str | None
+    work_id: str | None
+    execution_id: str | None
+    at_ms: int
+
+    def describe(self) -> str:
+        if self.reason is RejectionReason.DEPTH_LIMIT:
+            return (
+                f"causal bounds refused {self.source}/{self.delivery_id}: its chain would reach depth "
+                f"{self.depth}, over the limit of {self.limit} (depth_limit, root {self.root_id})"
+            )
+        return (
+            f"causal bounds refused {self.source}/{self.delivery_id}: root {self.root_id} already "
+            f"accepted {self.budget} derived events in UTC minute {self.minute} (rate_limit)"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class KVEntry:
+    namespace: str
+    key: str
+    value: JSONObject = attrs.field(hash=False)
+    updated_at_ms: int
+
+
+def _check_text(field: str, value: object, *, max_len: int = MAX_ID_LEN) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"event.{field} must be a string, got {type(value).__name__}")
+    if not value or value.strip() != value:
+        raise InvalidRequest(f"event.{field} must be non-empty without surrounding whitespace: {value!r}")
+    if len(value) > max_len:
+        raise InvalidRequest(f"event.{field} is longer than {max_len} characters")
+    if any(ord(c) < 32 for c in value):
+        raise InvalidRequest(f"event.{field} contains control characters: {value!r}")
+    return value
+
+
+def validate_scope(scope: object, *, field: str = "event.scope") -> str:
+    if not isinstance(scope, str) or not _SCOPE_RE.match(scope) or len(scope) > MAX_ID_LEN:
+        raise InvalidRequest(f"{field} must be a path like 'org/team/repo', got {scope!r}")
+    return scope
+
+
+def payload_json(payload: object, *, field: str = "event.payload") -> str:
+    """Serialise a payload, refusing anything that is not a JSON object of bounded size."""
+    if not isinstance(payload, Mapping):
+        raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}")
+    try:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest(f"{field} is not JSON-serialisable: {exc}") from None
+    if len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidRequest(f"{field} is larger than {MAX_PAYLOAD_BYTES} bytes")
+    return text
+
+
+def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
+    """Check an offered Event; raise `InvalidRequest` naming the first bad field.
+
+    ``allow_core`` is for trusted control paths: external ingress may not publish the
+    privileged ``core.*`` family.
+    """
+    if not isinstance(event, EventIn):
+        raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
+    _check_text("source", event.source)
+    _check_text("delivery_id", event.delivery_id)
+    if not isinstance(event.type, str) or not _TYPE_RE.match(event.type) or len(event.type) > MAX_ID_LEN:
+        raise InvalidRequest(f"event.type must be a dotted name like 'pr.opened', got {event.type!r}")
+    if event.type.startswith(CORE_PREFIX) and not allow_core:
+        raise InvalidRequest(f"event.type {event.type!r} is in the privileged core.* family")
+    validate_scope(event.scope)
+    if event.key is not None:
+        _check_text("key", event.key, max_len=500)
+    if event.work_id is not None:
+        _check_text("work_id", event.work_id)
+    payload_json(event.payload)
+    return event

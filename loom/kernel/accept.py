@@ -1,0 +1,118 @@
+"""Acceptance: durable, deduplicated Events with a strictly increasing sequence
+(seed 003, "Routing and ownership": acceptance and dedup; "Cited causation").
+
+An acknowledgement means committed: the caller hears back only after the batch that
+holds these procedures commits.
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from .._config import CausalLimits
+from .._errors import InvalidRequest, NotFound
+from .._ids import event_id
+from .._notices import EventAccepted
+from .._records import CausalRejection, Event, EventIn, payload_json, validate_event_in
+from ..store import Tx
+from .causal import check_and_charge_in_tx
+
+
+def accept_in_tx(
+    tx: Tx, now_ms: int, event: EventIn, limits: CausalLimits, *, trusted: bool = False
+) -> Event:
+    """Accept an external root Event, or return the original (marked duplicate).
+
+    ``trusted`` admits the privileged ``core.*`` family (operator and control paths).
+    A new root pins the causal limits in force for its whole chain.
+    """
+    validate_event_in(event, allow_core=trusted)
+    existing = tx.event_by_delivery(event.source, event.delivery_id)
+    if existing is not None:
+        return attrs.evolve(existing, duplicate=True)
+    new_id = event_id(event.source, event.delivery_id)
+    tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
+    return _insert(tx, now_ms, event, new_id, parent_id=None, cause_id=None, root_id=new_id, depth=0,
+                   execution_id=None)
+
+
+def accept_derived_in_tx(
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    parent_id: str,
+    limits: CausalLimits,
+    *,
+    cause_id: str | None = None,
+    execution_id: str | None = None,
+) -> Event | CausalRejection:
+    """Accept an Event derived from trusted authority ``parent_id``.
+
+    Dedup comes before charging, so a replay costs nothing. Over the depth limit or a
+    root's per-minute budget, a redacted rejection is committed instead of the Event
+    and returned; the caller raises `CausalRefused` after the commit.
+    """
+    validate_event_in(event, allow_core=True)
+    parent = tx.event(parent_id)
+    if parent is None:
+        raise NotFound(f"derived event {event.source}/{event.delivery_id}: parent event {parent_id!r} does not exist")
+    cause = None
+    if cause_id is not None and cause_id != parent_id:
+        cause = eligible_cause(tx, event, cause_id)
+    existing = tx.event_by_delivery(event.source, event.delivery_id)
+    if existing is not None:
+        return attrs.evolve(existing, duplicate=True)
+    checked = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
+    if isinstance(checked, CausalRejection):
+        return checked
+    return _insert(
+        tx, now_ms, event, event_id(event.source, event.delivery_id),
+        parent_id=parent.id, cause_id=cause.id if cause else None,
+        root_id=checked.root_id, depth=checked.depth, execution_id=execution_id,
+    )
+
+
+def eligible_cause(tx: Tx, event: EventIn, cause_id: str) -> Event:
+    """A cited cause must be an accepted Event in the emitting scope and source namespace."""
+    cause = tx.event(cause_id)
+    if cause is None:
+        raise InvalidRequest(f"cited cause {cause_id!r} is not an accepted event")
+    if cause.scope != event.scope:
+        raise InvalidRequest(
+            f"cited cause {cause_id!r} is in scope {cause.scope!r}, not the emitting scope {event.scope!r}"
+        )
+    if cause.source != event.source or cause.key is None:
+        raise InvalidRequest(
+            f"cited cause {cause_id!r} has no correlation key in source namespace {event.source!r}"
+        )
+    return cause
+
+
+def _insert(
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    new_id: str,
+    *,
+    parent_id: str | None,
+    cause_id: str | None,
+    root_id: str,
+    depth: int,
+    execution_id: str | None,
+) -> Event:
+    payload = payload_json(event.payload)
+    seq = tx.insert_event(
+        id=new_id, source=event.source, delivery_id=event.delivery_id, type=event.type, scope=event.scope,
+        key=event.key, work_id=event.work_id, execution_id=execution_id, payload_json=payload,
+        parent_id=parent_id, cause_id=cause_id, root_id=root_id, depth=depth, accepted_at_ms=now_ms,
+    )
+    tx.notify(EventAccepted(event_id=new_id, seq=seq, type=event.type, scope=event.scope, key=event.key,
+                            work_id=event.work_id))
+    return Event(
+        id=new_id, seq=seq, source=event.source, delivery_id=event.delivery_id, type=event.type,
+        scope=event.scope, key=event.key, work_id=event.work_id, execution_id=execution_id,
+        payload=json.loads(payload), parent_id=parent_id, cause_id=cause_id, root_id=root_id, depth=depth,
+        accepted_at_ms=now_ms,
+    )

@@ -1,0 +1,37 @@
+"""The pluggy plugin manager: project ``loom``, entry-point group ``loom``."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from types import ModuleType
+
+import pluggy
+
+PROJECT_NAME = "loom"
+ENTRY_POINT_GROUP = "loom"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+BUILTIN_PLUGINS: tuple[str, ...] = ()
+"""Built-in plugins, registered exactly as third-party ones are."""
+
+
+def make_plugin_manager(
+    plugins: Iterable[object] = (), *, load_entry_points: bool = True
+) -> pluggy.PluginManager:
+    """A manager with every hookspec, the built-ins, ``plugins`` and (optionally) entry points."""
+    from . import hookspecs
+
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    for name in BUILTIN_PLUGINS:
+        module: ModuleType = importlib.import_module(name)
+        pm.register(module, name=name)
+    for plugin in plugins:
+        pm.register(plugin)
+    if load_entry_points:
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+    pm.check_pending()
+    return pm

@@ -1,0 +1,287 @@
+"""The storage actor: one write connection, group commit (DESIGN section 2).
+
+Callers ``await storage.submit(procedure, *args)``. The actor drains its mailbox into
+a batch and runs the whole batch in one worker-thread hop::
+
+    BEGIN IMMEDIATE
+      SAVEPOINT r; procedure(tx, now_ms, *args); RELEASE r      -- per request
+      (or ROLLBACK TO r: that request's own error undoes only its own effects)
+    COMMIT
+
+Only after COMMIT succeeds does it reply to every caller and publish the batch's
+notices. A storage failure (I/O error, disk full, a failed commit) fails the whole
+batch explicitly to every caller. The batch is shielded from cancellation: a caller
+cancelled while its batch runs still has its work committed or not as a unit.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import anyio
+import attrs
+import trio
+
+from .._clock import Clock
+from .._errors import StorageClosed, StorageError
+from ._sqlite import SQLiteStore
+from ._tx import Tx
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Procedure = Callable[Concatenate[Tx, int, P], R]
+FaultHook = Callable[[str, int], None]
+"""Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
+
+# Errors that mean the store itself failed, not one request's logic.
+_STORAGE_ERRORS = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
+
+
+class CrashPoint(BaseException):
+    """Raised by a fault hook to stop the storage actor as a process kill would."""
+
+
+@attrs.define(eq=False)
+class _Request:
+    proc: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    ok: bool = False
+    value: Any = None
+    error: BaseException | None = None
+
+
+@attrs.define(eq=False)
+class NoticeFeed:
+    """One subscriber's view of commit notices.
+
+    Notices are hints; durable state is the truth. A subscriber that falls more than
+    ``capacity`` notices behind is marked lagged and must resynchronise from the store.
+    """
+
+    _send: trio.MemorySendChannel[list[object]]
+    _receive: trio.MemoryReceiveChannel[list[object]]
+    lagged: bool = False
+
+    async def next_batch(self) -> list[object]:
+        """The notices of the next committed batch (an empty list means: you lagged, rescan)."""
+        if self.lagged:
+            self.lagged = False
+            return []
+        return await self._receive.receive()
+
+    def _offer(self, notices: list[object]) -> None:
+        try:
+            self._send.send_nowait(notices)
+        except trio.WouldBlock:
+            self.lagged = True
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+    def close(self) -> None:
+        self._send.close()
+        self._receive.close()
+
+
+@attrs.define(kw_only=True)
+class StorageStats:
+    batches: int = 0
+    requests: int = 0
+    largest_batch: int = 0
+    failed_batches: int = 0
+
+
+class StorageActor:
+    def __init__(
+        self,
+        store: SQLiteStore,
+        clock: Clock,
+        *,
+        max_batch: int = 512,
+        mailbox_size: int = 2048,
+        fault: FaultHook | None = None,
+    ) -> None:
+        self.store = store
+        self._clock = clock
+        self._max_batch = max_batch
+        self._send, self._receive = trio.open_memory_channel[_Request](mailbox_size)
+        self._fault = fault
+        self._conn: sqlite3.Connection | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self._feeds: list[NoticeFeed] = []
+        self._running = False
+        self.stats = StorageStats()
+
+    # -- public -----------------------------------------------------------
+
+    async def submit(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``proc(tx, now_ms, *args, **kwargs)`` in the next batch; return its result after COMMIT."""
+        if not self._running:
+            raise StorageClosed("the storage actor is not running")
+        request = _Request(proc, args, kwargs)
+        try:
+            await self._send.send(request)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise StorageClosed("the storage actor stopped") from None
+        await request.done.wait()
+        if request.ok:
+            return request.value  # type: ignore[no-any-return]
+        assert request.error is not None
+        raise request.error
+
+    def feed(self, capacity: int = 1024) -> NoticeFeed:
+        send, receive = trio.open_memory_channel[list[object]](capacity)
+        feed = NoticeFeed(send, receive)
+        self._feeds.append(feed)
+        return feed
+
+    def unsubscribe(self, feed: NoticeFeed) -> None:
+        if feed in self._feeds:
+            self._feeds.remove(feed)
+        feed.close()
+
+    # -- the actor --------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
+        self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+        self._running = True
+        batch_no = 0
+        try:
+            task_status.started(self)
+            while True:
+                batch = [await self._receive.receive()]
+                while len(batch) < self._max_batch:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                batch_no += 1
+                with trio.CancelScope(shield=True):
+                    await self._run_batch(batch, batch_no)
+        finally:
+            self._running = False
+            self._fail_pending(StorageClosed("the storage actor stopped"))
+            self._receive.close()
+            with trio.CancelScope(shield=True):
+                await self._close()
+
+    async def _run_batch(self, batch: list[_Request], batch_no: int) -> None:
+        now_ms = self._clock.now_ms()
+        try:
+            notices = await anyio.to_thread.run_sync(
+                self._execute, batch, now_ms, batch_no, limiter=self._limiter
+            )
+        except CrashPoint:
+            self._running = False
+            for request in batch:
+                request.error = StorageClosed(f"the storage actor crashed at a fault point (batch {batch_no})")
+                request.done.set()
+            raise
+        except _StorageFailure as failure:
+            self.stats.failed_batches += 1
+            for request in batch:
+                request.ok = False
+                request.value = None
+                request.error = StorageError(
+                    f"storage failed; this request and {len(batch) - 1} others in its batch were not "
+                    f"committed: {failure.cause}"
+                )
+                request.error.__cause__ = failure.cause
+                request.done.set()
+            return
+        self.stats.batches += 1
+        self.stats.requests += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        for request in batch:
+            request.done.set()
+        if notices:
+            for feed in list(self._feeds):
+                feed._offer(notices)
+
+    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+        conn = self._conn
+        assert conn is not None
+        tx = Tx(conn)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except _STORAGE_ERRORS as exc:
+            raise _StorageFailure(exc) from exc
+        try:
+            for request in batch:
+                conn.execute("SAVEPOINT request")
+                mark = len(tx.notices)
+                try:
+                    request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
+                    request.ok = True
+                except _STORAGE_ERRORS:
+                    raise
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO request")
+                    del tx.notices[mark:]
+                    request.ok = False
+                    request.error = exc
+                conn.execute("RELEASE request")
+            if self._fault is not None:
+                self._fault("before_commit", batch_no)
+            conn.execute("COMMIT")
+        except CrashPoint:
+            self._abandon()
+            raise
+        except _STORAGE_ERRORS as exc:
+            self._rollback()
+            raise _StorageFailure(exc) from exc
+        except BaseException:
+            self._rollback()
+            raise
+        if self._fault is not None:
+            try:
+                self._fault("after_commit", batch_no)
+            except CrashPoint:
+                self._abandon()
+                raise
+        return tx.notices
+
+    def _rollback(self) -> None:
+        assert self._conn is not None
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                # The connection is unusable; stop rather than run on a half state.
+                self._abandon()
+                raise
+
+    def _abandon(self) -> None:
+        """Drop the connection as a killed process would: no commit, no cleanup."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _fail_pending(self, error: BaseException) -> None:
+        while True:
+            try:
+                request = self._receive.receive_nowait()
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.EndOfChannel):
+                break
+            request.error = error
+            request.done.set()
+        for feed in self._feeds:
+            feed.close()
+        self._feeds.clear()
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
+
+
+class _StorageFailure(Exception):
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
