@@ -1,0 +1,45 @@
+"""Crash points: stop the storage actor just before or just after a commit.
+
+A `CrashAt` hook passed as ``open_runtime(fault=...)`` raises `CrashPoint` in the
+storage actor's worker thread at the chosen boundary. Before the commit the open
+transaction is dropped with the connection (as a killed process would lose it); after
+the commit the data is durable but no caller hears back. The runtime then stops with
+`CrashPoint`; tests reopen the file and check that nothing acknowledged is lost and
+nothing half-written exists.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ..store import CrashPoint
+
+__all__ = ["BEFORE_COMMIT", "AFTER_COMMIT", "CrashAt", "CrashPoint"]
+
+
+class Boundary(enum.StrEnum):
+    BEFORE_COMMIT = "before_commit"
+    AFTER_COMMIT = "after_commit"
+
+
+BEFORE_COMMIT = Boundary.BEFORE_COMMIT
+AFTER_COMMIT = Boundary.AFTER_COMMIT
+
+
+@attrs.define
+class CrashAt:
+    """Crash at ``boundary`` of the ``batch``-th batch (1-based) the storage actor runs.
+
+    Batches are counted from the actor's start; migrations at open are not batches.
+    """
+
+    boundary: Boundary
+    batch: int
+    fired: bool = False
+
+    def __call__(self, point: str, batch_no: int) -> None:
+        if not self.fired and point == self.boundary and batch_no >= self.batch:
+            self.fired = True
+            raise CrashPoint(f"crash point: {point} of batch {batch_no}")
