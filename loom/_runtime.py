@@ -59,9 +59,7 @@ class Runtime:
         """Durably accept an external root Event; a duplicate returns the original, marked."""
         return await self._ingress.publish(event)
 
-    async def publish_derived(
-        self, event: EventIn, *, parent_id: str, cause_id: str | None = None
-    ) -> Event:
+    async def publish_derived(self, event: EventIn, *, parent_id: str, cause_id: str | None = None) -> Event:
         """Accept an Event derived from ``parent_id`` under the causal bounds (trusted host call).
 
         Raises `CausalRefused` (after committing its diagnostic) when the bounds refuse it.
@@ -82,7 +80,9 @@ class Runtime:
             raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
         return found
 
-    async def events(self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None) -> list[Event]:
+    async def events(
+        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None
+    ) -> list[Event]:
         """Accepted Events in sequence order (optionally those of one causal root)."""
         if limit < 1 or limit > 100_000:
             raise InvalidRequest(f"limit must be from 1 to 100000, got {limit}")
@@ -124,7 +124,9 @@ async def open_runtime(
         await reader.open()
         try:
             ingress: IngressActor = await nursery.start(IngressActor(storage, config.causal).run)
-            yield Runtime(storage=storage, reader=reader, ingress=ingress, clock=clock, config=config, plugins=pm)
+            yield Runtime(
+                storage=storage, reader=reader, ingress=ingress, clock=clock, config=config, plugins=pm
+            )
         finally:
             with trio.CancelScope(shield=True):
                 await reader.aclose()

@@ -27,8 +27,14 @@ class _Offer:
 
 
 class IngressActor:
-    def __init__(self, storage: StorageActor, limits: CausalLimits, *, mailbox_size: int = 4096,
-                 max_in_flight: int = 4096) -> None:
+    def __init__(
+        self,
+        storage: StorageActor,
+        limits: CausalLimits,
+        *,
+        mailbox_size: int = 4096,
+        max_in_flight: int = 4096,
+    ) -> None:
         self._storage = storage
         self.limits = limits
         self._send, self._receive = trio.open_memory_channel[_Offer](mailbox_size)
@@ -43,7 +49,9 @@ class IngressActor:
 
     async def _accept(self, offer: _Offer) -> None:
         try:
-            offer.result = await self._storage.submit(accept_in_tx, offer.event, self.limits, trusted=offer.trusted)
+            offer.result = await self._storage.submit(
+                accept_in_tx, offer.event, self.limits, trusted=offer.trusted
+            )
         except Exception as exc:
             offer.error = exc
         finally:

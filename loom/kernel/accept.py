@@ -34,8 +34,9 @@ def accept_in_tx(
         return attrs.evolve(existing, duplicate=True)
     new_id = event_id(event.source, event.delivery_id)
     tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
-    return _insert(tx, now_ms, event, new_id, parent_id=None, cause_id=None, root_id=new_id, depth=0,
-                   execution_id=None)
+    return _insert(
+        tx, now_ms, event, new_id, parent_id=None, cause_id=None, root_id=new_id, depth=0, execution_id=None
+    )
 
 
 def accept_derived_in_tx(
@@ -57,7 +58,9 @@ def accept_derived_in_tx(
     validate_event_in(event, allow_core=True)
     parent = tx.event(parent_id)
     if parent is None:
-        raise NotFound(f"derived event {event.source}/{event.delivery_id}: parent event {parent_id!r} does not exist")
+        raise NotFound(
+            f"derived event {event.source}/{event.delivery_id}: parent event {parent_id!r} does not exist"
+        )
     cause = None
     if cause_id is not None and cause_id != parent_id:
         cause = eligible_cause(tx, event, cause_id)
@@ -68,9 +71,15 @@ def accept_derived_in_tx(
     if isinstance(checked, CausalRejection):
         return checked
     return _insert(
-        tx, now_ms, event, event_id(event.source, event.delivery_id),
-        parent_id=parent.id, cause_id=cause.id if cause else None,
-        root_id=checked.root_id, depth=checked.depth, execution_id=execution_id,
+        tx,
+        now_ms,
+        event,
+        event_id(event.source, event.delivery_id),
+        parent_id=parent.id,
+        cause_id=cause.id if cause else None,
+        root_id=checked.root_id,
+        depth=checked.depth,
+        execution_id=execution_id,
     )
 
 
@@ -104,15 +113,40 @@ def _insert(
 ) -> Event:
     payload = payload_json(event.payload)
     seq = tx.insert_event(
-        id=new_id, source=event.source, delivery_id=event.delivery_id, type=event.type, scope=event.scope,
-        key=event.key, work_id=event.work_id, execution_id=execution_id, payload_json=payload,
-        parent_id=parent_id, cause_id=cause_id, root_id=root_id, depth=depth, accepted_at_ms=now_ms,
+        id=new_id,
+        source=event.source,
+        delivery_id=event.delivery_id,
+        type=event.type,
+        scope=event.scope,
+        key=event.key,
+        work_id=event.work_id,
+        execution_id=execution_id,
+        payload_json=payload,
+        parent_id=parent_id,
+        cause_id=cause_id,
+        root_id=root_id,
+        depth=depth,
+        accepted_at_ms=now_ms,
     )
-    tx.notify(EventAccepted(event_id=new_id, seq=seq, type=event.type, scope=event.scope, key=event.key,
-                            work_id=event.work_id))
+    tx.notify(
+        EventAccepted(
+            event_id=new_id, seq=seq, type=event.type, scope=event.scope, key=event.key, work_id=event.work_id
+        )
+    )
     return Event(
-        id=new_id, seq=seq, source=event.source, delivery_id=event.delivery_id, type=event.type,
-        scope=event.scope, key=event.key, work_id=event.work_id, execution_id=execution_id,
-        payload=json.loads(payload), parent_id=parent_id, cause_id=cause_id, root_id=root_id, depth=depth,
+        id=new_id,
+        seq=seq,
+        source=event.source,
+        delivery_id=event.delivery_id,
+        type=event.type,
+        scope=event.scope,
+        key=event.key,
+        work_id=event.work_id,
+        execution_id=execution_id,
+        payload=json.loads(payload),
+        parent_id=parent_id,
+        cause_id=cause_id,
+        root_id=root_id,
+        depth=depth,
         accepted_at_ms=now_ms,
     )

@@ -73,15 +73,33 @@ def check_and_charge_in_tx(
     rejection: CausalRejection | None = None
     if pos.depth > max_depth:
         rejection = _rejection(
-            RejectionReason.DEPTH_LIMIT, pos.root_id, pos.depth, max_depth, per_root[pos.root_id].per_minute,
-            minute, event, parent, cause, execution_id, now_ms,
+            RejectionReason.DEPTH_LIMIT,
+            pos.root_id,
+            pos.depth,
+            max_depth,
+            per_root[pos.root_id].per_minute,
+            minute,
+            event,
+            parent,
+            cause,
+            execution_id,
+            now_ms,
         )
     else:
         for root, lim in per_root.items():
             if tx.bucket_count(root, minute) >= lim.per_minute:
                 rejection = _rejection(
-                    RejectionReason.RATE_LIMIT, root, pos.depth, max_depth, lim.per_minute,
-                    minute, event, parent, cause, execution_id, now_ms,
+                    RejectionReason.RATE_LIMIT,
+                    root,
+                    pos.depth,
+                    max_depth,
+                    lim.per_minute,
+                    minute,
+                    event,
+                    parent,
+                    cause,
+                    execution_id,
+                    now_ms,
                 )
                 break
     if rejection is not None:

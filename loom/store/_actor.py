@@ -178,7 +178,9 @@ class StorageActor:
         except CrashPoint:
             self._running = False
             for request in batch:
-                request.error = StorageClosed(f"the storage actor crashed at a fault point (batch {batch_no})")
+                request.error = StorageClosed(
+                    f"the storage actor crashed at a fault point (batch {batch_no})"
+                )
                 request.done.set()
             raise
         except _StorageFailure as failure:
@@ -283,5 +285,3 @@ class _StorageFailure(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-

@@ -61,8 +61,22 @@ class Tx:
             "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
             " parent_id, cause_id, root_id, depth, accepted_at_ms)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (id, source, delivery_id, type, scope, key, work_id, execution_id, payload_json,
-             parent_id, cause_id, root_id, depth, accepted_at_ms),
+            (
+                id,
+                source,
+                delivery_id,
+                type,
+                scope,
+                key,
+                work_id,
+                execution_id,
+                payload_json,
+                parent_id,
+                cause_id,
+                root_id,
+                depth,
+                accepted_at_ms,
+            ),
         )
         seq = cur.lastrowid
         assert seq is not None
@@ -131,7 +145,9 @@ class Tx:
 
     # -- diagnostics ------------------------------------------------------
 
-    def add_diagnostic(self, kind: str, subject: str, message: str, detail: dict[str, Any], now_ms: int) -> int:
+    def add_diagnostic(
+        self, kind: str, subject: str, message: str, detail: dict[str, Any], now_ms: int
+    ) -> int:
         cur = self._conn.execute(
             "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?)",
             (kind, subject, message, json.dumps(detail, sort_keys=True), now_ms),

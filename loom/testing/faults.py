@@ -16,7 +16,7 @@ import attrs
 
 from ..store import CrashPoint
 
-__all__ = ["BEFORE_COMMIT", "AFTER_COMMIT", "CrashAt", "CrashPoint"]
+__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint"]
 
 
 class Boundary(enum.StrEnum):

@@ -1,0 +1,13 @@
+"""Public test tools: clocks, the scenario `Driver`, fixtures, faults and the shared scenarios.
+
+``loom.testing.scenarios`` holds the shared runtime scenarios as importable async
+functions taking a driver; ``loom.testing.faults`` stops the storage actor at commit
+boundaries; ``loom.testing.pytest_plugin`` provides fixtures.
+"""
+
+from .._clock import ManualClock as ManualClock
+from .._clock import OffsetClock as OffsetClock
+from ._driver import T0_MS as T0_MS
+from ._driver import Driver as Driver
+from ._driver import RuntimeDriver as RuntimeDriver
+from ._scenario import ScenarioFailure as ScenarioFailure

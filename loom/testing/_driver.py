@@ -1,0 +1,130 @@
+"""The `Driver` protocol the shared scenarios drive, and `RuntimeDriver`, loom's own.
+
+A driver hides how a runtime is opened and reopened: the same scenario runs against
+SQLite ``:memory:`` and against a file that is closed and reopened between steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+import trio
+
+from .._clock import ManualClock
+from .._config import Config
+from .._records import CausalRejection, Event, EventIn
+from .._runtime import Runtime, open_runtime
+
+T0_MS = 1_767_225_600_000
+"""2026-01-01T00:00:00Z: where every scenario's ManualClock starts."""
+
+
+class Driver(Protocol):
+    """What a shared scenario needs from a runtime under test."""
+
+    clock: ManualClock
+
+    async def publish(self, event: EventIn) -> Event:
+        """Durably accept an external root Event."""
+        ...
+
+    async def derive(self, event: EventIn, *, parent_id: str, cause_id: str | None = None) -> Event:
+        """Accept an Event derived from trusted authority ``parent_id``; raise CausalRefused when refused."""
+        ...
+
+    async def event(self, event_id: str) -> Event: ...
+
+    async def events_of_root(self, root_id: str) -> list[Event]: ...
+
+    async def causal_rejections(self) -> list[CausalRejection]: ...
+
+    async def reopen(self) -> None:
+        """Close and reopen the store (a no-op where the store does not survive a close)."""
+        ...
+
+
+class RuntimeDriver:
+    """Drives a real `Runtime`, optionally on a file it can close and reopen.
+
+    Use as ``async with RuntimeDriver.open(path_or_memory) as driver:``; the runtime runs
+    in a background task so `reopen` can stop it and start a new one on the same file.
+    """
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        store: str,
+        *,
+        clock: ManualClock | None = None,
+        config: Config | None = None,
+        plugins: Iterable[object] = (),
+    ) -> None:
+        self._nursery = nursery
+        self.store = store
+        self.clock = clock if clock is not None else ManualClock(start_ms=T0_MS)
+        self.config = config if config is not None else Config()
+        self.plugins = tuple(plugins)
+        self._rt: Runtime | None = None
+        self._stop: trio.CancelScope | None = None
+        self._stopped: trio.Event | None = None
+        self.reopens = 0
+
+    @property
+    def reopenable(self) -> bool:
+        return self.store != ":memory:"
+
+    @property
+    def runtime(self) -> Runtime:
+        assert self._rt is not None, "the driver's runtime is not running"
+        return self._rt
+
+    async def start(self) -> None:
+        self._rt = await self._nursery.start(self._serve)
+
+    async def _serve(self, *, task_status: trio.TaskStatus[Runtime]) -> None:
+        stopped = self._stopped = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._stop = scope
+                async with open_runtime(
+                    self.store,
+                    clock=self.clock,
+                    config=self.config,
+                    plugins=self.plugins,
+                    load_entry_points=False,
+                ) as rt:
+                    task_status.started(rt)
+                    await trio.sleep_forever()
+        finally:
+            stopped.set()
+
+    async def stop(self) -> None:
+        if self._stop is not None and self._stopped is not None:
+            self._stop.cancel()
+            await self._stopped.wait()
+        self._rt = None
+
+    async def reopen(self) -> None:
+        if not self.reopenable:
+            return
+        await self.stop()
+        await self.start()
+        self.reopens += 1
+
+    # -- the Driver protocol ---------------------------------------------
+
+    async def publish(self, event: EventIn) -> Event:
+        return await self.runtime.publish(event)
+
+    async def derive(self, event: EventIn, *, parent_id: str, cause_id: str | None = None) -> Event:
+        return await self.runtime.publish_derived(event, parent_id=parent_id, cause_id=cause_id)
+
+    async def event(self, event_id: str) -> Event:
+        return await self.runtime.event(event_id)
+
+    async def events_of_root(self, root_id: str) -> list[Event]:
+        return await self.runtime.events(root_id=root_id, limit=100_000)
+
+    async def causal_rejections(self) -> list[CausalRejection]:
+        return await self.runtime.causal_rejections(limit=100_000)

@@ -1,0 +1,1 @@
+pytest_plugins = ["loom.testing.pytest_plugin"]

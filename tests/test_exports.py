@@ -1,0 +1,64 @@
+"""The public API changes only on purpose."""
+
+import loom
+import loom.testing
+
+EXPECTED = {
+    "CausalLimits",
+    "CausalRefused",
+    "CausalRejection",
+    "Clock",
+    "Config",
+    "ConfigError",
+    "Conflict",
+    "Event",
+    "EventIn",
+    "InvalidRequest",
+    "KVEntry",
+    "LoomError",
+    "ManualClock",
+    "NotAccepting",
+    "NotAdoptable",
+    "NotFound",
+    "OffsetClock",
+    "RejectionReason",
+    "Runtime",
+    "SQLiteStore",
+    "SchemaTooNew",
+    "StaleAuthority",
+    "StorageClosed",
+    "StorageError",
+    "SystemClock",
+    "hookimpl",
+    "open_runtime",
+}
+
+
+def test_loom_exports_exactly_the_public_api() -> None:
+    exported = {n for n in dir(loom) if not n.startswith("_")} - {
+        "actors",
+        "kernel",
+        "plugins",
+        "store",
+        "testing",
+        "service",
+    }
+    assert exported == EXPECTED
+
+
+def test_errors_also_subclass_their_builtins() -> None:
+    assert issubclass(loom.InvalidRequest, ValueError)
+    assert issubclass(loom.NotFound, LookupError)
+    assert issubclass(loom.StaleAuthority, PermissionError)
+    assert issubclass(loom.CausalRefused, PermissionError)
+    assert issubclass(loom.Conflict, RuntimeError)
+    assert issubclass(loom.StorageError, OSError)
+    assert all(
+        issubclass(getattr(loom, n), loom.LoomError) for n in EXPECTED if n.endswith(("Error", "Refused"))
+    )
+
+
+def test_testing_exports() -> None:
+    assert {"ManualClock", "OffsetClock", "Driver", "RuntimeDriver", "ScenarioFailure", "T0_MS"} <= set(
+        dir(loom.testing)
+    )
