@@ -17,4 +17,27 @@ class EventAccepted:
     work_id: str | None
 
 
-Notice = EventAccepted
+
+
+
+@attrs.frozen(kw_only=True)
+class WorkChanged:
+    """A Work's state, inputs or executions changed: its router may have something to do."""
+
+    work_id: str
+
+
+@attrs.frozen(kw_only=True)
+class IntentPending:
+    """An inject or interrupt intent awaits dispatch to its executor."""
+
+    intent_id: str
+    work_id: str
+
+
+@attrs.frozen(kw_only=True)
+class ExecutionFenced:
+    """An attempt lost its authority by a control (cancel): its executor should stop it."""
+
+    execution_id: str
+    work_id: str

@@ -23,8 +23,8 @@ MAX_ID_LEN = 200
 MAX_PAYLOAD_BYTES = 1_048_576
 CORE_PREFIX = "core."
 
-_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$")
-_SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$")
+_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
+_SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
 
 
 class RejectionReason(enum.StrEnum):
@@ -101,6 +101,18 @@ class CausalRejection:
             f"causal bounds refused {self.source}/{self.delivery_id}: root {self.root_id} already "
             f"accepted {self.budget} derived events in UTC minute {self.minute} (rate_limit)"
         )
+
+
+@attrs.frozen(kw_only=True)
+class Diagnostic:
+    """A durable, safe diagnostic (never a payload): what went wrong with which subject."""
+
+    id: int
+    kind: str
+    subject: str
+    message: str
+    detail: JSONObject = attrs.field(hash=False)
+    at_ms: int
 
 
 @attrs.frozen(kw_only=True)

@@ -6,23 +6,42 @@ nursery (fail fast); durable state means a restart loses nothing.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
+import attrs
 import pluggy
 import trio
 
 from ._clock import Clock, SystemClock
-from ._config import Config
-from ._errors import InvalidRequest, NotFound
-from ._records import CausalRejection, Event, EventIn, KVEntry
+from ._config import Config, ConfigHolder
+from ._errors import CausalRefused, InvalidRequest, NotFound
+from ._records import CausalRejection, Diagnostic, Event, EventIn, KVEntry
 from ._serde import structure
+from ._work import Checkpoint, Execution, Intent, Lease, Outcome, Work, WorkState
 from .actors.ingress import IngressActor
+from .actors.router import TRIGGER_SELECTORS, RouterPool, merged
+from .actors.toolbelt import RuntimeToolbelt
 from .kernel.causal import REJECTIONS_NAMESPACE
+from .kernel.executions import (
+    Authority,
+    BindingRef,
+    ClaimRequest,
+    cancel_in_tx,
+    claim_in_tx,
+    complete_in_tx,
+    hold_in_tx,
+    manual_interrupt_in_tx,
+    release_in_tx,
+    renew_in_tx,
+)
 from .plugins import make_plugin_manager
 from .store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
 
 StoreLike = str | SQLiteStore
+
+DEFAULT_LEASE_MS = 60_000
 
 
 def as_store(store: StoreLike) -> SQLiteStore:
@@ -33,6 +52,15 @@ def as_store(store: StoreLike) -> SQLiteStore:
     raise InvalidRequest(f"store must be a path, ':memory:' or a SQLiteStore, got {store!r}")
 
 
+@attrs.frozen(kw_only=True)
+class WorkHistory:
+    """A Work with its routing checkpoints and attempts, in order."""
+
+    work: Work
+    checkpoints: tuple[Checkpoint, ...]
+    executions: tuple[Execution, ...]
+
+
 class Runtime:
     """The trusted host API over a running set of actors."""
 
@@ -40,20 +68,34 @@ class Runtime:
         self,
         *,
         storage: StorageActor,
-        reader: Reader | ActorReader,
+        reader: Reader,
         ingress: IngressActor,
+        router: RouterPool,
         clock: Clock,
-        config: Config,
+        config: ConfigHolder,
         plugins: pluggy.PluginManager,
     ) -> None:
         self.storage = storage
         self._reader = reader
         self._ingress = ingress
+        self.router = router
         self.clock = clock
-        self.config = config
+        self._config = config
         self.plugins = plugins
 
-    # -- acceptance -------------------------------------------------------
+    @property
+    def config(self) -> Config:
+        return self._config.current
+
+    def reload(self, config: Config) -> Config:
+        """Validate ``config`` against the plugins and make it the next generation.
+
+        A refused config raises `ConfigError` naming file, key and reason; the old
+        generation stays in force.
+        """
+        return self._config.replace(config)
+
+    # -- acceptance -----------------------------------------------------------------
 
     async def publish(self, event: EventIn) -> Event:
         """Durably accept an external root Event; a duplicate returns the original, marked."""
@@ -66,7 +108,7 @@ class Runtime:
         """
         return await self._ingress.publish_derived(event, parent_id=parent_id, cause_id=cause_id)
 
-    # -- reads ------------------------------------------------------------
+    # -- reads ----------------------------------------------------------------------
 
     async def event(self, event_id: str) -> Event:
         found = await self._reader.event(event_id)
@@ -80,15 +122,56 @@ class Runtime:
             raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
         return found
 
-    async def events(
-        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None
-    ) -> list[Event]:
+    async def events(self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None) -> list[Event]:
         """Accepted Events in sequence order (optionally those of one causal root)."""
-        if limit < 1 or limit > 100_000:
-            raise InvalidRequest(f"limit must be from 1 to 100000, got {limit}")
+        _check_limit(limit)
         if root_id is not None:
             return await self._reader.events_of_root(root_id, after_seq, limit)
         return await self._reader.events_after(after_seq, limit)
+
+    async def checkpoint(self, event_id: str) -> Checkpoint | None:
+        """The Event's routing checkpoint (``None``: not routed yet)."""
+        await self.event(event_id)
+        return await self._reader.checkpoint(event_id)
+
+    async def work(self, work_id: str) -> Work:
+        found = await self._reader.work(work_id)
+        if found is None:
+            raise NotFound(f"no work with id {work_id!r}")
+        return found
+
+    async def work_for_key(self, key: str) -> Work:
+        owner = await self._reader.key_owner(key)
+        if owner is None:
+            raise NotFound(f"no work owns key {key!r}")
+        return await self.work(owner)
+
+    async def works(self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100) -> list[Work]:
+        _check_limit(limit)
+        return await self._reader.works(state=state.value if state else None, after_id=after_id, limit=limit)
+
+    async def history(self, work_id: str) -> WorkHistory:
+        work = await self.work(work_id)
+        return WorkHistory(
+            work=work,
+            checkpoints=tuple(await self._reader.checkpoints_of_work(work_id)),
+            executions=tuple(await self._reader.executions_of_work(work_id)),
+        )
+
+    async def execution(self, execution_id: str) -> Execution:
+        found = await self._reader.execution(execution_id)
+        if found is None:
+            raise NotFound(f"no execution with id {execution_id!r}")
+        return found
+
+    async def intents(self, execution_id: str) -> list[Intent]:
+        return await self._reader.intents_of_execution(execution_id)
+
+    async def diagnostics(
+        self, *, kind: str | None = None, subject: str | None = None, limit: int = 1000
+    ) -> list[Diagnostic]:
+        _check_limit(limit)
+        return await self._reader.diagnostics(kind, subject, limit)
 
     async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
         return await self._reader.kv_list(namespace, limit)
@@ -97,6 +180,61 @@ class Runtime:
         """The durable, redacted diagnostics of causal refusals."""
         entries = await self._reader.kv_list(REJECTIONS_NAMESPACE, limit)
         return [structure(entry.value, CausalRejection) for entry in entries]
+
+    # -- executions (for hosts that run their own executors, and tests) --------------
+
+    async def claim(
+        self, work_id: str, *, owner: str, lease_ms: int = DEFAULT_LEASE_MS, binding: BindingRef | None = None
+    ) -> Lease:
+        """Start the Work's next attempt under a fresh lease (scope capacity applies)."""
+        config = self.config
+        work = await self.work(work_id)
+        if binding is None:
+            binding = await self.router.binding_for(work, config) or BindingRef(name=None, executor=None)
+        capacity = config.scopes[work.scope].capacity if work.scope in config.scopes else None
+        request = ClaimRequest(
+            work_id=work_id, owner=owner, token=secrets.token_urlsafe(24), lease_ms=lease_ms, binding=binding,
+            kind=self.router.kind_policy(config, work.kind), capacity=capacity, generation=config.generation,
+        )  # fmt: skip
+        return await self.storage.submit(claim_in_tx, request)
+
+    async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
+        expires = await self.storage.submit(renew_in_tx, Authority.of(lease), lease_ms)
+        return attrs.evolve(lease, expires_at_ms=expires)
+
+    async def complete(self, lease: Lease, outcome: Outcome) -> Execution:
+        """Commit an attempt's outcome under its fence (`StaleAuthority` if the lease is stale)."""
+        kind = self.router.kind_policy(self.config, lease.request.kind)
+        return await self.storage.submit(complete_in_tx, Authority.of(lease), outcome, kind)
+
+    def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
+        config = self.config
+        return RuntimeToolbelt(
+            self.storage, lease, limits=config.causal, generation=config.generation, lease_ms=lease_ms
+        )
+
+    # -- operator controls ----------------------------------------------------------
+
+    async def hold(self, work_id: str, *, reason: str) -> Work:
+        return await self.storage.submit(hold_in_tx, work_id, reason)
+
+    async def release(self, work_id: str) -> Work:
+        return await self.storage.submit(release_in_tx, work_id)
+
+    async def cancel(self, work_id: str) -> Work:
+        """Cancel Work (terminal): every token of its attempts loses authority at this commit."""
+        return await self.storage.submit(cancel_in_tx, work_id)
+
+    async def interrupt(self, work_id: str, *, reason: str = "operator interrupt", request_id: str | None = None) -> Intent:
+        """Interrupt the running attempt (``core.manual.interrupt``); the Work stays ready with its input."""
+        return await self.storage.submit(
+            manual_interrupt_in_tx, work_id, request_id or secrets.token_hex(8), reason, self.config.causal
+        )
+
+
+def _check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 100_000:
+        raise InvalidRequest(f"limit must be an integer from 1 to 100000, got {limit!r}")
 
 
 @asynccontextmanager
@@ -108,6 +246,8 @@ async def open_runtime(
     plugins: Iterable[object] = (),
     load_entry_points: bool = True,
     fault: FaultHook | None = None,
+    owner: str = "loom",
+    lease_ms: int = DEFAULT_LEASE_MS,
 ) -> AsyncIterator[Runtime]:
     """Open the store, start the actors, and yield the `Runtime` handle.
 
@@ -115,19 +255,33 @@ async def open_runtime(
     """
     sqlite_store = as_store(store)
     clock = clock if clock is not None else SystemClock()
-    config = config if config is not None else Config()
     pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
-    async with trio.open_nursery() as nursery:
-        storage: StorageActor = await nursery.start(StorageActor(sqlite_store, clock, fault=fault).run)
-        reader: Reader | ActorReader
-        reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
-        await reader.open()
-        try:
-            ingress: IngressActor = await nursery.start(IngressActor(storage, config.causal).run)
-            yield Runtime(
-                storage=storage, reader=reader, ingress=ingress, clock=clock, config=config, plugins=pm
-            )
-        finally:
-            with trio.CancelScope(shield=True):
+    executors = merged(pm.hook.loom_executors())
+    holder = ConfigHolder(
+        config if config is not None else Config(),
+        executors={name: frozenset(str(c) for c in getattr(e, "capabilities", ())) for name, e in executors.items()},
+        handlers=frozenset(merged(pm.hook.loom_route_handlers())),
+        triggers=frozenset(TRIGGER_SELECTORS),
+    )
+    readers: list[Reader] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            storage: StorageActor = await nursery.start(StorageActor(sqlite_store, clock, fault=fault).run)
+            reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
+            await reader.open()
+            readers.append(reader)
+            try:
+                ingress: IngressActor = await nursery.start(IngressActor(storage, holder.current.causal).run)
+                router: RouterPool = await nursery.start(
+                    RouterPool(storage=storage, reader=reader, config=lambda: holder.current, plugins=pm,
+                               clock=clock, owner=owner, lease_ms=lease_ms).run  # fmt: skip
+                )
+                yield Runtime(storage=storage, reader=reader, ingress=ingress, router=router, clock=clock,
+                              config=holder, plugins=pm)  # fmt: skip
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        # readers close after every actor has stopped using them
+        with trio.CancelScope(shield=True):
+            for reader in readers:
                 await reader.aclose()
-            nursery.cancel_scope.cancel()

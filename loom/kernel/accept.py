@@ -32,6 +32,7 @@ def accept_in_tx(
     existing = tx.event_by_delivery(event.source, event.delivery_id)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
+    check_explicit_target_in_tx(tx, event)
     new_id = event_id(event.source, event.delivery_id)
     tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     return _insert(
@@ -150,3 +151,23 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
+
+
+def check_explicit_target_in_tx(tx: Tx, event: EventIn) -> None:
+    """An explicit Work id must name an existing Work in the same scope whose keys agree.
+
+    Contradictory identity or scope is refused, never overridden.
+    """
+    if event.work_id is None:
+        return
+    work = tx.work(event.work_id)
+    if work is None:
+        raise InvalidRequest(f"event.work_id {event.work_id!r} names no existing work")
+    if work.scope != event.scope:
+        raise InvalidRequest(
+            f"event.scope {event.scope!r} contradicts work {work.id}, which is in scope {work.scope!r}"
+        )
+    if event.key is not None:
+        owner = tx.key_owner(event.key)
+        if owner is not None and owner != work.id:
+            raise InvalidRequest(f"event.key {event.key!r} is owned by work {owner}, not by work {work.id}")

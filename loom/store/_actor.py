@@ -74,6 +74,11 @@ class NoticeFeed:
             return []
         return await self._receive.receive()
 
+    @property
+    def pending(self) -> bool:
+        """Whether committed notices wait to be read."""
+        return self.lagged or self._receive.statistics().current_buffer_used > 0
+
     def _offer(self, notices: list[object]) -> None:
         try:
             self._send.send_nowait(notices)
@@ -121,16 +126,21 @@ class StorageActor:
     async def submit(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``proc(tx, now_ms, *args, **kwargs)`` in the next batch; return its result after COMMIT."""
         if not self._running:
+            # a caller being cancelled at shutdown sees its cancellation, not a closed store
+            await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor is not running")
         request = _Request(proc, args, kwargs)
         try:
             await self._send.send(request)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
+            await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor stopped") from None
         await request.done.wait()
         if request.ok:
             return request.value  # type: ignore[no-any-return]
         assert request.error is not None
+        if isinstance(request.error, StorageClosed):
+            await trio.lowlevel.checkpoint_if_cancelled()
         raise request.error
 
     def feed(self, capacity: int = 1024) -> NoticeFeed:
@@ -175,14 +185,6 @@ class StorageActor:
             notices = await anyio.to_thread.run_sync(
                 self._execute, batch, now_ms, batch_no, limiter=self._limiter
             )
-        except CrashPoint:
-            self._running = False
-            for request in batch:
-                request.error = StorageClosed(
-                    f"the storage actor crashed at a fault point (batch {batch_no})"
-                )
-                request.done.set()
-            raise
         except _StorageFailure as failure:
             self.stats.failed_batches += 1
             for request in batch:
@@ -195,6 +197,17 @@ class StorageActor:
                 request.error.__cause__ = failure.cause
                 request.done.set()
             return
+        except BaseException as exc:
+            # A crash point, or a failure the actor cannot recover from (ROLLBACK failed, an
+            # unexpected error at COMMIT). A result set before the crash is no acknowledgement.
+            self._running = False
+            where = "at a fault point" if isinstance(exc, CrashPoint) else f"on {exc!r}"
+            for request in batch:
+                request.ok = False
+                request.value = None
+                request.error = StorageClosed(f"the storage actor crashed {where} (batch {batch_no})")
+                request.done.set()
+            raise
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))

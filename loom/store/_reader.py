@@ -2,7 +2,7 @@
 
 Reads never block the writer (WAL) and a cancelled read interrupts its query. A
 ``:memory:`` database has no second connection, so its reads go through the storage
-actor instead; both readers offer the same methods, mirroring `Tx`'s read methods.
+actor instead (`ActorReader`); both readers offer the same methods, mirroring `Tx`.
 """
 
 from __future__ import annotations
@@ -10,11 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import sqlite_anyio
+import trio
 
-from .._records import Event, KVEntry
+from .._records import Diagnostic, Event, KVEntry
+from .._work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
 from ._tx import Tx
+
+Rows = list[tuple[Any, ...]]
 
 
 class Reader:
@@ -23,6 +27,7 @@ class Reader:
     def __init__(self, uri: str) -> None:
         self._uri = uri
         self._conn: sqlite_anyio.Connection | None = None
+        self._lock = trio.Lock()
 
     async def open(self) -> None:
         self._conn = await sqlite_anyio.connect(self._uri, uri=True)
@@ -32,14 +37,34 @@ class Reader:
             conn, self._conn = self._conn, None
             await conn.close()
 
-    async def _all(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
         assert self._conn is not None, "Reader.open() was not called"
-        cursor = await self._conn.cursor()
-        try:
-            await cursor.execute(sql, params)
-            return await cursor.fetchall()
-        finally:
-            await cursor.close()
+        async with self._lock:
+            cursor = await self._conn.cursor()
+            try:
+                await cursor.execute(sql, params)
+                return await cursor.fetchall()
+            finally:
+                await cursor.close()
+
+    async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
+        """Several queries in one read transaction: one consistent snapshot."""
+        assert self._conn is not None, "Reader.open() was not called"
+        async with self._lock:
+            cursor = await self._conn.cursor()
+            try:
+                await cursor.execute("BEGIN")
+                try:
+                    out = []
+                    for sql, params in queries:
+                        await cursor.execute(sql, params)
+                        out.append(await cursor.fetchall())
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await cursor.execute("COMMIT")
+                return out
+            finally:
+                await cursor.close()
 
     async def event(self, event_id: str) -> Event | None:
         rows = await self._all(_sql.EVENT_BY_ID, (event_id,))
@@ -56,6 +81,9 @@ class Reader:
         rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, after_seq, limit))
         return [_sql.event_from_row(r) for r in rows]
 
+    async def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
+        return [_sql.event_from_row(r) for r in await self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
+
     async def kv_get(self, namespace: str, key: str) -> KVEntry | None:
         rows = await self._all(_sql.KV_GET, (namespace, key))
         return _sql.kv_from_row(rows[0]) if rows else None
@@ -67,11 +95,76 @@ class Reader:
         rows = await self._all(_sql.BUCKET_COUNT, (root_id, minute))
         return int(rows[0][0]) if rows else 0
 
+    async def work(self, work_id: str) -> Work | None:
+        row, keys, pending, live = await self._snapshot(
+            [
+                (_sql.WORK_BY_ID, (work_id,)),
+                (_sql.WORK_KEYS, (work_id,)),
+                (_sql.WORK_PENDING, (work_id,)),
+                (_sql.WORK_LIVE_EXECUTION, (work_id,)),
+            ]
+        )
+        if not row:
+            return None
+        return _sql.work_from_row(
+            row[0], tuple(r[0] for r in keys), tuple(r[0] for r in pending), live[0][0] if live else None
+        )
 
-class ActorReader:
-    """The same reads, served by the storage actor (for ``:memory:``)."""
+    async def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
+        if state is None:
+            rows = await self._all(f"{_sql.WORK_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+        else:
+            rows = await self._all(
+                f"{_sql.WORK_SELECT} WHERE state = ? AND id > ? ORDER BY id LIMIT ?", (state, after_id, limit)
+            )
+        out = []
+        for row in rows:
+            work = await self.work(row[0])
+            if work is not None:
+                out.append(work)
+        return out
+
+    async def key_owner(self, key: str) -> str | None:
+        rows = await self._all(_sql.KEY_OWNER, (key,))
+        return str(rows[0][0]) if rows else None
+
+    async def checkpoint(self, event_id: str) -> Checkpoint | None:
+        rows = await self._all(_sql.CHECKPOINT_BY_EVENT, (event_id,))
+        return _sql.checkpoint_from_row(rows[0]) if rows else None
+
+    async def checkpoints_of_work(self, work_id: str) -> list[Checkpoint]:
+        return [_sql.checkpoint_from_row(r) for r in await self._all(_sql.CHECKPOINTS_OF_WORK, (work_id,))]
+
+    async def execution(self, execution_id: str) -> Execution | None:
+        rows = await self._all(_sql.EXECUTION_BY_ID, (execution_id,))
+        return _sql.execution_from_row(rows[0]) if rows else None
+
+    async def executions_of_work(self, work_id: str) -> list[Execution]:
+        rows = await self._all(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? ORDER BY attempt", (work_id,))
+        return [_sql.execution_from_row(r) for r in rows]
+
+    async def intents_of_execution(self, execution_id: str) -> list[Intent]:
+        rows = await self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
+        return [_sql.intent_from_row(r) for r in rows]
+
+    async def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
+        rows = await self._all(
+            f"{_sql.INTENT_SELECT} WHERE (? IS NULL OR work_id = ?) AND status IN ('pending', 'dispatching')"
+            " ORDER BY id LIMIT ?",
+            (work_id, work_id, limit),
+        )
+        return [_sql.intent_from_row(r) for r in rows]
+
+    async def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
+        rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
+        return [_sql.diagnostic_from_row(r) for r in rows]
+
+
+class ActorReader(Reader):
+    """The same reads, served by the storage actor through `Tx` (for ``:memory:``)."""
 
     def __init__(self, storage: StorageActor) -> None:
+        super().__init__(":memory:")
         self._storage = storage
 
     async def open(self) -> None:
@@ -80,36 +173,14 @@ class ActorReader:
     async def aclose(self) -> None:
         return None
 
-    async def _call(self, name: str, *args: Any) -> Any:
-        def read(tx: Tx, now_ms: int, *a: Any) -> Any:
-            return getattr(tx, name)(*a)
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
+        def read(tx: Tx, now_ms: int) -> Rows:
+            return tx._all(sql, params)
 
-        return await self._storage.submit(read, *args)
+        return await self._storage.submit(read)
 
-    async def event(self, event_id: str) -> Event | None:
-        result: Event | None = await self._call("event", event_id)
-        return result
+    async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
+        def read(tx: Tx, now_ms: int) -> list[Rows]:
+            return [tx._all(sql, params) for sql, params in queries]
 
-    async def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
-        result: Event | None = await self._call("event_by_delivery", source, delivery_id)
-        return result
-
-    async def events_after(self, seq: int, limit: int) -> list[Event]:
-        result: list[Event] = await self._call("events_after", seq, limit)
-        return result
-
-    async def events_of_root(self, root_id: str, after_seq: int, limit: int) -> list[Event]:
-        result: list[Event] = await self._call("events_of_root", root_id, after_seq, limit)
-        return result
-
-    async def kv_get(self, namespace: str, key: str) -> KVEntry | None:
-        result: KVEntry | None = await self._call("kv_get", namespace, key)
-        return result
-
-    async def kv_list(self, namespace: str, limit: int = 1000) -> list[KVEntry]:
-        result: list[KVEntry] = await self._call("kv_list", namespace, limit)
-        return result
-
-    async def bucket_count(self, root_id: str, minute: int) -> int:
-        result: int = await self._call("bucket_count", root_id, minute)
-        return result
+        return await self._storage.submit(read)

@@ -58,6 +58,92 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX diagnostics_kind ON diagnostics (kind, id);
     """,
+    # 2: Work, keys, routing checkpoints, inputs, executions, intents
+    """
+    CREATE TABLE works (
+        id              TEXT PRIMARY KEY,
+        scope           TEXT NOT NULL,
+        kind            TEXT,
+        state           TEXT NOT NULL,
+        revision        INTEGER NOT NULL,
+        held            INTEGER NOT NULL DEFAULT 0,
+        hold_reason     TEXT,
+        parent_id       TEXT REFERENCES works (id),
+        predecessor_id  TEXT REFERENCES works (id),
+        generation      INTEGER NOT NULL,
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        started         INTEGER NOT NULL DEFAULT 0,
+        release_once    INTEGER NOT NULL DEFAULT 0,
+        created_at_ms   INTEGER NOT NULL,
+        updated_at_ms   INTEGER NOT NULL
+    );
+    CREATE INDEX works_state ON works (state, scope);
+    CREATE TABLE work_keys (
+        key            TEXT PRIMARY KEY,
+        work_id        TEXT NOT NULL REFERENCES works (id),
+        attached_seq   INTEGER NOT NULL,
+        attached_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX work_keys_work ON work_keys (work_id);
+    CREATE TABLE checkpoints (
+        event_id         TEXT PRIMARY KEY REFERENCES events (id),
+        seq              INTEGER NOT NULL UNIQUE,
+        status           TEXT NOT NULL,
+        work_id          TEXT REFERENCES works (id),
+        route            TEXT,
+        route_scope      TEXT,
+        policy           TEXT,
+        effective_policy TEXT,
+        fallback_reason  TEXT,
+        reason           TEXT,
+        generation       INTEGER,
+        at_ms            INTEGER NOT NULL
+    );
+    CREATE INDEX checkpoints_work ON checkpoints (work_id, seq);
+    CREATE TABLE work_inputs (
+        work_id      TEXT NOT NULL REFERENCES works (id),
+        event_id     TEXT NOT NULL REFERENCES events (id),
+        seq          INTEGER NOT NULL,
+        state        TEXT NOT NULL,
+        execution_id TEXT,
+        PRIMARY KEY (work_id, event_id)
+    );
+    CREATE INDEX work_inputs_pending ON work_inputs (work_id, state, seq);
+    CREATE TABLE executions (
+        id                 TEXT PRIMARY KEY,
+        work_id            TEXT NOT NULL REFERENCES works (id),
+        attempt            INTEGER NOT NULL,
+        state              TEXT NOT NULL,
+        epoch              INTEGER NOT NULL,
+        token              TEXT,
+        owner              TEXT,
+        expires_at_ms      INTEGER,
+        trigger_id         TEXT REFERENCES events (id),
+        inputs             TEXT NOT NULL,
+        binding            TEXT,
+        executor           TEXT,
+        capabilities       TEXT NOT NULL,
+        generation         INTEGER NOT NULL,
+        outcome            TEXT,
+        interrupt_event_id TEXT,
+        created_at_ms      INTEGER NOT NULL,
+        ended_at_ms        INTEGER,
+        UNIQUE (work_id, attempt)
+    );
+    CREATE UNIQUE INDEX executions_one_live ON executions (work_id) WHERE state IN ('running', 'stopping');
+    CREATE TABLE intents (
+        id           TEXT PRIMARY KEY,
+        kind         TEXT NOT NULL,
+        work_id      TEXT NOT NULL REFERENCES works (id),
+        event_id     TEXT NOT NULL REFERENCES events (id),
+        execution_id TEXT NOT NULL REFERENCES executions (id),
+        epoch        INTEGER NOT NULL,
+        status       TEXT NOT NULL,
+        attempts     INTEGER NOT NULL DEFAULT 0,
+        updated_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX intents_open ON intents (status, work_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -5,7 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._records import Event, KVEntry
+from .._records import Diagnostic, Event, KVEntry
+from .._work import (
+    Checkpoint,
+    CheckpointStatus,
+    Execution,
+    ExecutionState,
+    Intent,
+    IntentKind,
+    IntentStatus,
+    Policy,
+    Work,
+    WorkState,
+)
 
 EVENT_COLUMNS = (
     "id, seq, source, delivery_id, type, scope, key, work_id, execution_id, payload, "
@@ -45,3 +57,112 @@ def event_from_row(row: Row) -> Event:
 
 def kv_from_row(row: Row) -> KVEntry:
     return KVEntry(namespace=row[0], key=row[1], value=json.loads(row[2]), updated_at_ms=row[3])
+
+WORK_COLUMNS = (
+    "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
+    " started, created_at_ms, release_once"
+)
+WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
+WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
+WORK_KEYS = "SELECT key FROM work_keys WHERE work_id = ? ORDER BY attached_seq, key"
+WORK_PENDING = "SELECT event_id FROM work_inputs WHERE work_id = ? AND state = 'pending' ORDER BY seq"
+WORK_LIVE_EXECUTION = "SELECT id FROM executions WHERE work_id = ? AND state IN ('running', 'stopping')"
+CHECKPOINT_COLUMNS = (
+    "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
+    " generation, at_ms"
+)
+CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
+CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY seq"
+UNROUTED_EVENTS = (
+    f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"
+)
+EXECUTION_COLUMNS = (
+    "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
+    " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms"
+)
+EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
+EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
+INTENT_SELECT = "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts FROM intents"
+
+
+def work_from_row(row: Row, keys: tuple[str, ...], pending: tuple[str, ...], live: str | None) -> Work:
+    return Work(
+        id=row[0],
+        scope=row[1],
+        kind=row[2],
+        state=WorkState(row[3]),
+        revision=row[4],
+        held=bool(row[5]),
+        hold_reason=row[6],
+        parent_id=row[7],
+        predecessor_id=row[8],
+        generation=row[9],
+        attempts=row[10],
+        started=bool(row[11]),
+        created_at_ms=row[12],
+        released=bool(row[13]),
+        keys=keys,
+        pending_inputs=pending,
+        current_execution_id=live,
+    )
+
+
+def checkpoint_from_row(row: Row) -> Checkpoint:
+    return Checkpoint(
+        event_id=row[0],
+        seq=row[1],
+        status=CheckpointStatus(row[2]),
+        work_id=row[3],
+        route=row[4],
+        route_scope=row[5],
+        policy=Policy(row[6]) if row[6] else None,
+        effective_policy=Policy(row[7]) if row[7] else None,
+        fallback_reason=row[8],
+        reason=row[9],
+        generation=row[10],
+        at_ms=row[11],
+    )
+
+
+def execution_from_row(row: Row) -> Execution:
+    return Execution(
+        id=row[0],
+        work_id=row[1],
+        attempt=row[2],
+        state=ExecutionState(row[3]),
+        epoch=row[4],
+        owner=row[5],
+        expires_at_ms=row[6],
+        trigger_id=row[7],
+        inputs=tuple(json.loads(row[8])),
+        binding=row[9],
+        executor=row[10],
+        capabilities=frozenset(json.loads(row[11])),
+        generation=row[12],
+        outcome=json.loads(row[13]) if row[13] else None,
+        interrupt_event_id=row[14],
+        created_at_ms=row[15],
+        ended_at_ms=row[16],
+    )
+
+
+def intent_from_row(row: Row) -> Intent:
+    return Intent(
+        id=row[0],
+        kind=IntentKind(row[1]),
+        work_id=row[2],
+        event_id=row[3],
+        execution_id=row[4],
+        epoch=row[5],
+        status=IntentStatus(row[6]),
+        attempts=row[7],
+    )
+
+KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
+DIAGNOSTICS = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (? IS NULL OR kind = ?)" \
+    " AND (? IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+
+
+def diagnostic_from_row(row: Row) -> Diagnostic:
+    return Diagnostic(id=row[0], kind=row[1], subject=row[2], message=row[3], detail=json.loads(row[4]), at_ms=row[5])

@@ -12,7 +12,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from .._records import Event, KVEntry
+from .._records import Diagnostic, Event, KVEntry
+from .._work import Checkpoint, Execution, Intent, Work
 from . import _sql
 
 Params = Sequence[Any]
@@ -145,6 +146,10 @@ class Tx:
 
     # -- diagnostics ------------------------------------------------------
 
+    def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
+        rows = self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
+        return [_sql.diagnostic_from_row(r) for r in rows]
+
     def add_diagnostic(
         self, kind: str, subject: str, message: str, detail: dict[str, Any], now_ms: int
     ) -> int:
@@ -154,3 +159,240 @@ class Tx:
         )
         assert cur.lastrowid is not None
         return cur.lastrowid
+
+    # -- Work ---------------------------------------------------------------
+
+    def work(self, work_id: str) -> Work | None:
+        row = self._one(_sql.WORK_BY_ID, (work_id,))
+        return self._work_from_row(row) if row else None
+
+    def _work_from_row(self, row: tuple[Any, ...]) -> Work:
+        work_id = row[0]
+        keys = tuple(r[0] for r in self._all(_sql.WORK_KEYS, (work_id,)))
+        pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
+        live = self._one(_sql.WORK_LIVE_EXECUTION, (work_id,))
+        return _sql.work_from_row(row, keys, pending, live[0] if live else None)
+
+    def insert_work(
+        self,
+        *,
+        id: str,
+        scope: str,
+        kind: str | None,
+        parent_id: str | None,
+        predecessor_id: str | None,
+        generation: int,
+        now_ms: int,
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO works (id, scope, kind, state, revision, parent_id, predecessor_id, generation,"
+            " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
+            (id, scope, kind, parent_id, predecessor_id, generation, now_ms, now_ms),
+        )
+
+    def update_work(self, work_id: str, now_ms: int, **fields: Any) -> int:
+        """Set ``fields`` on a Work and bump its revision; return the new revision."""
+        allowed = {"state", "held", "hold_reason", "attempts", "started", "release_once"}
+        unknown = set(fields) - allowed
+        assert not unknown, f"update_work: unknown fields {unknown}"
+        sets = "".join(f"{name} = ?, " for name in fields)
+        self._conn.execute(
+            f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ?",
+            (*fields.values(), now_ms, work_id),
+        )
+        row = self._one("SELECT revision FROM works WHERE id = ?", (work_id,))
+        assert row is not None
+        return int(row[0])
+
+    def release_once(self, work_id: str) -> bool:
+        row = self._one("SELECT release_once FROM works WHERE id = ?", (work_id,))
+        return bool(row and row[0])
+
+    def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
+        if state is None:
+            rows = self._all(f"{_sql.WORK_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+        else:
+            rows = self._all(
+                f"{_sql.WORK_SELECT} WHERE state = ? AND id > ? ORDER BY id LIMIT ?", (state, after_id, limit)
+            )
+        return [self._work_from_row(r) for r in rows]
+
+    def running_in_scope(self, scope: str) -> int:
+        row = self._one(
+            "SELECT count(*) FROM executions x JOIN works w ON w.id = x.work_id"
+            " WHERE w.scope = ? AND x.state IN ('running', 'stopping')",
+            (scope,),
+        )
+        assert row is not None
+        return int(row[0])
+
+    def children_of(self, work_id: str) -> list[str]:
+        return [r[0] for r in self._all("SELECT id FROM works WHERE parent_id = ? ORDER BY id", (work_id,))]
+
+    def successor_of(self, work_id: str) -> str | None:
+        row = self._one("SELECT id FROM works WHERE predecessor_id = ? ORDER BY created_at_ms DESC, id", (work_id,))
+        return str(row[0]) if row else None
+
+    # -- keys ---------------------------------------------------------------
+
+    def key_owner(self, key: str) -> str | None:
+        row = self._one("SELECT work_id FROM work_keys WHERE key = ?", (key,))
+        return str(row[0]) if row else None
+
+    def attach_key(self, key: str, work_id: str, seq: int, now_ms: int) -> None:
+        self._conn.execute(
+            "INSERT INTO work_keys (key, work_id, attached_seq, attached_at_ms) VALUES (?, ?, ?, ?)",
+            (key, work_id, seq, now_ms),
+        )
+
+    # -- routing checkpoints --------------------------------------------------
+
+    def checkpoint(self, event_id: str) -> Checkpoint | None:
+        row = self._one(_sql.CHECKPOINT_BY_EVENT, (event_id,))
+        return _sql.checkpoint_from_row(row) if row else None
+
+    def insert_checkpoint(self, cp: Checkpoint) -> None:
+        self._conn.execute(
+            "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
+            " effective_policy, fallback_reason, reason, generation, at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                cp.event_id, cp.seq, cp.status.value, cp.work_id, cp.route, cp.route_scope,
+                cp.policy.value if cp.policy else None,
+                cp.effective_policy.value if cp.effective_policy else None,
+                cp.fallback_reason, cp.reason, cp.generation, cp.at_ms,
+            ),
+        )  # fmt: skip
+
+    def checkpoints_of_work(self, work_id: str) -> list[Checkpoint]:
+        return [_sql.checkpoint_from_row(r) for r in self._all(_sql.CHECKPOINTS_OF_WORK, (work_id,))]
+
+    def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
+        """Accepted Events with no routing checkpoint, in acceptance order."""
+        return [_sql.event_from_row(r) for r in self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
+
+    def earlier_unrouted_for(self, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
+        """Unrouted Events before ``before_seq`` that resolve to ``work_id`` (explicitly or by ``keys``)."""
+        marks = ", ".join("?" for _ in keys) or "NULL"
+        rows = self._all(
+            f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE e.seq < ?"
+            f" AND (e.work_id = ? OR e.key IN ({marks}))"
+            " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq",
+            (before_seq, work_id, *keys),
+        )
+        return [_sql.event_from_row(r) for r in rows]
+
+    # -- inputs ---------------------------------------------------------------
+
+    def add_input(self, work_id: str, event_id: str, seq: int) -> None:
+        self._conn.execute(
+            "INSERT OR IGNORE INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, 'pending')",
+            (work_id, event_id, seq),
+        )
+
+    def input_state(self, work_id: str, event_id: str) -> str | None:
+        row = self._one("SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id))
+        return str(row[0]) if row else None
+
+    def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
+        self._conn.execute(
+            "UPDATE work_inputs SET state = 'consumed', execution_id = ? WHERE work_id = ? AND event_id = ?",
+            (execution_id, work_id, event_id),
+        )
+
+    def pending_inputs(self, work_id: str) -> list[str]:
+        return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]
+
+    # -- executions -------------------------------------------------------------
+
+    def execution(self, execution_id: str) -> Execution | None:
+        row = self._one(_sql.EXECUTION_BY_ID, (execution_id,))
+        return _sql.execution_from_row(row) if row else None
+
+    def execution_token(self, execution_id: str) -> str | None:
+        row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
+        return row[0] if row else None
+
+    def live_execution(self, work_id: str) -> Execution | None:
+        row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN ('running', 'stopping')", (work_id,))
+        return _sql.execution_from_row(row) if row else None
+
+    def executions_of_work(self, work_id: str) -> list[Execution]:
+        rows = self._all(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? ORDER BY attempt", (work_id,))
+        return [_sql.execution_from_row(r) for r in rows]
+
+    def insert_execution(
+        self,
+        *,
+        id: str,
+        work_id: str,
+        attempt: int,
+        token: str,
+        owner: str,
+        expires_at_ms: int,
+        trigger_id: str | None,
+        inputs: Sequence[str],
+        binding: str | None,
+        executor: str | None,
+        capabilities: Sequence[str],
+        generation: int,
+        now_ms: int,
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
+            " inputs, binding, executor, capabilities, generation, created_at_ms)"
+            " VALUES (?, ?, ?, 'running', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                id, work_id, attempt, token, owner, expires_at_ms, trigger_id, json.dumps(list(inputs)),
+                binding, executor, json.dumps(sorted(capabilities)), generation, now_ms,
+            ),
+        )  # fmt: skip
+
+    def update_execution(self, execution_id: str, **fields: Any) -> None:
+        allowed = {
+            "state", "epoch", "token", "owner", "expires_at_ms", "outcome", "interrupt_event_id", "ended_at_ms",
+        }  # fmt: skip
+        unknown = set(fields) - allowed
+        assert not unknown, f"update_execution: unknown fields {unknown}"
+        sets = ", ".join(f"{name} = ?" for name in fields)
+        self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
+
+    # -- intents ----------------------------------------------------------------
+
+    def intent(self, intent_id: str) -> Intent | None:
+        row = self._one(f"{_sql.INTENT_SELECT} WHERE id = ?", (intent_id,))
+        return _sql.intent_from_row(row) if row else None
+
+    def insert_intent(
+        self, *, id: str, kind: str, work_id: str, event_id: str, execution_id: str, epoch: int, now_ms: int
+    ) -> None:
+        self._conn.execute(
+            "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
+            " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
+            (id, kind, work_id, event_id, execution_id, epoch, now_ms),
+        )
+
+    def update_intent(self, intent_id: str, status: str, now_ms: int, *, attempted: bool = False) -> None:
+        self._conn.execute(
+            "UPDATE intents SET status = ?, attempts = attempts + ?, updated_at_ms = ? WHERE id = ?",
+            (status, 1 if attempted else 0, now_ms, intent_id),
+        )
+
+    def intents_of_execution(self, execution_id: str) -> list[Intent]:
+        rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
+        return [_sql.intent_from_row(r) for r in rows]
+
+    def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
+        if work_id is None:
+            rows = self._all(
+                f"{_sql.INTENT_SELECT} WHERE status IN ('pending', 'dispatching') ORDER BY updated_at_ms, id"
+                " LIMIT ?",
+                (limit,),
+            )
+        else:
+            rows = self._all(
+                f"{_sql.INTENT_SELECT} WHERE work_id = ? AND status IN ('pending', 'dispatching') ORDER BY id"
+                " LIMIT ?",
+                (work_id, limit),
+            )
+        return [_sql.intent_from_row(r) for r in rows]

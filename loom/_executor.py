@@ -1,0 +1,39 @@
+"""The executor contract plugins implement (DESIGN section 5, seed 003 "Generic inject acknowledgement").
+
+``launch`` runs an attempt and returns its outcome; ``inject`` answers ``None`` (accepted
+for delivery, never consumed), raises `NotAccepting` (definitely not delivered), or raises
+anything else (ambiguous: retried with the same intent identity); ``interrupt`` stops the
+attempt's process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Protocol, runtime_checkable
+
+from ._records import Event, EventIn
+from ._work import Lease, Outcome, RunRequest, Work
+
+
+class Toolbelt(Protocol):
+    """The fenced API a running execution uses; every call presents its lease."""
+
+    @property
+    def lease(self) -> Lease: ...
+
+    async def emit(self, event: EventIn, *, cause_id: str | None = None) -> Event: ...
+
+    async def create_child(self, name: str, *, keys: Sequence[str] = (), kind: str | None = None) -> Work: ...
+
+    async def heartbeat(self) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    capabilities: Collection[str]
+
+    async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome: ...
+
+    async def inject(self, execution_id: str, event: Event) -> None: ...
+
+    async def interrupt(self, execution_id: str) -> None: ...

@@ -1,0 +1,294 @@
+"""Records for Work, routing decisions, executions, leases and outcomes (seed 003:
+"Routing and ownership", "Active-event policies", "Lease recovery").
+
+States are `StrEnum`s with explicit transition tables; an illegal transition raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ._config import Capability as Capability
+from ._config import Policy as Policy
+from ._errors import Conflict
+from ._records import Event, JSONObject
+
+
+class WorkState(enum.StrEnum):
+    READY = "ready"
+    RUNNING = "running"
+    WAITING = "waiting"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL_WORK
+
+
+_TERMINAL_WORK = frozenset({WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED})
+
+_WORK_TRANSITIONS: Mapping[WorkState, frozenset[WorkState]] = {
+    WorkState.READY: frozenset({WorkState.RUNNING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}),
+    WorkState.RUNNING: frozenset(
+        {WorkState.READY, WorkState.WAITING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
+    ),
+    WorkState.WAITING: frozenset({WorkState.READY, WorkState.RUNNING, WorkState.CANCELLED}),
+    WorkState.COMPLETED: frozenset(),
+    WorkState.CANCELLED: frozenset(),
+    WorkState.FAILED: frozenset(),
+}
+
+
+def check_work_transition(work_id: str, old: WorkState, new: WorkState) -> None:
+    if new != old and new not in _WORK_TRANSITIONS[old]:
+        raise Conflict(f"work {work_id}: illegal transition {old} -> {new}")
+
+
+class ExecutionState(enum.StrEnum):
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """Fenced by an interrupt: no authority, but the process may still be stopping."""
+    COMPLETED = "completed"
+    HANDOFF = "handoff"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (ExecutionState.RUNNING, ExecutionState.STOPPING)
+
+
+_EXECUTION_TRANSITIONS: Mapping[ExecutionState, frozenset[ExecutionState]] = {
+    ExecutionState.RUNNING: frozenset(
+        {
+            ExecutionState.STOPPING,
+            ExecutionState.COMPLETED,
+            ExecutionState.HANDOFF,
+            ExecutionState.FAILED,
+            ExecutionState.CANCELLED,
+        }
+    ),
+    ExecutionState.STOPPING: frozenset({ExecutionState.CANCELLED}),
+    ExecutionState.COMPLETED: frozenset(),
+    ExecutionState.HANDOFF: frozenset(),
+    ExecutionState.FAILED: frozenset(),
+    ExecutionState.CANCELLED: frozenset(),
+}
+
+
+def check_execution_transition(execution_id: str, old: ExecutionState, new: ExecutionState) -> None:
+    if new != old and new not in _EXECUTION_TRANSITIONS[old]:
+        raise Conflict(f"execution {execution_id}: illegal transition {old} -> {new}")
+
+
+class CheckpointStatus(enum.StrEnum):
+    ROUTED = "routed"
+    UNMATCHED = "unmatched"
+    DROP = "drop"
+    TERMINAL = "terminal"
+    UNROUTED = "unrouted"
+    """Routing stopped with a diagnostic (handler error, key owned by another Work, contradiction)."""
+
+
+class InputState(enum.StrEnum):
+    PENDING = "pending"
+    CONSUMED = "consumed"
+
+
+class IntentKind(enum.StrEnum):
+    INJECT = "inject"
+    INTERRUPT = "interrupt"
+
+
+class IntentStatus(enum.StrEnum):
+    PENDING = "pending"
+    DISPATCHING = "dispatching"
+    """Dispatch attempted; the executor's answer is in flight or was ambiguous."""
+    ACCEPTED = "accepted"
+    NOT_ACCEPTING = "not_accepting"
+    CONSUMED = "consumed"
+    STALE = "stale"
+    DONE = "done"
+
+
+# -- routing decisions (what a route handler returns) -------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Deliver:
+    """Route the Event to a Work: an existing one (``work_id``) or a new one (``create``).
+
+    ``work_id`` is the stable proposed id when creating, so a re-evaluation after a
+    revision conflict proposes the same id. ``attach_keys`` are added to the Work
+    (never removed or transferred).
+    """
+
+    work_id: str
+    create: bool = False
+    attach_keys: tuple[str, ...] = ()
+    kind: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Drop:
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class Unmatched:
+    reason: str = "no route matched"
+
+
+Decision = Deliver | Drop | Unmatched
+
+
+# -- snapshots ------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Work:
+    """A frozen snapshot of one Work."""
+
+    id: str
+    scope: str
+    kind: str | None
+    state: WorkState
+    revision: int
+    keys: tuple[str, ...]
+    held: bool
+    hold_reason: str | None
+    parent_id: str | None
+    predecessor_id: str | None
+    generation: int
+    created_at_ms: int
+    attempts: int
+    current_execution_id: str | None
+    pending_inputs: tuple[str, ...]
+    started: bool = False
+    """Whether any attempt was ever claimed (start gates hold only the first start)."""
+    released: bool = False
+    """An operator released a hold: the next start goes through the start gates once."""
+
+
+@attrs.frozen(kw_only=True)
+class Checkpoint:
+    event_id: str
+    seq: int
+    status: CheckpointStatus
+    work_id: str | None
+    route: str | None
+    route_scope: str | None
+    policy: Policy | None
+    effective_policy: Policy | None
+    fallback_reason: str | None
+    reason: str | None
+    generation: int | None
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class Execution:
+    id: str
+    work_id: str
+    attempt: int
+    state: ExecutionState
+    epoch: int
+    owner: str | None
+    expires_at_ms: int | None
+    trigger_id: str | None
+    inputs: tuple[str, ...]
+    binding: str | None
+    executor: str | None
+    capabilities: frozenset[str]
+    generation: int
+    outcome: JSONObject | None = attrs.field(hash=False)
+    interrupt_event_id: str | None
+    created_at_ms: int
+    ended_at_ms: int | None
+
+
+@attrs.frozen(kw_only=True)
+class Intent:
+    id: str
+    kind: IntentKind
+    work_id: str
+    event_id: str
+    execution_id: str
+    epoch: int
+    status: IntentStatus
+    attempts: int
+
+
+@attrs.frozen(kw_only=True)
+class RunRequest:
+    """What an executor is asked to run: the trigger and the ordered inputs."""
+
+    work_id: str
+    execution_id: str
+    attempt: int
+    scope: str
+    kind: str | None
+    trigger: Event | None
+    inputs: tuple[Event, ...]
+    binding: str | None
+    config: JSONObject = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(kw_only=True)
+class Lease:
+    """Fenced authority over one attempt: every call presents the token, epoch and attempt."""
+
+    execution_id: str
+    work_id: str
+    attempt: int
+    epoch: int
+    token: str
+    owner: str
+    expires_at_ms: int
+    request: RunRequest
+
+
+# -- outcomes -------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class Completed:
+    consumed_inputs: tuple[str, ...] = ()
+    usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(kw_only=True)
+class Handoff:
+    """The attempt hands back: the Work waits idle for its next input."""
+
+    consumed_inputs: tuple[str, ...] = ()
+    usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(kw_only=True)
+class Failed:
+    error: str
+    retry_after_ms: int | None = None
+    consumed_inputs: tuple[str, ...] = ()
+    usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
+
+
+Outcome = Completed | Handoff | Failed
+
+
+def outcome_json(outcome: Outcome) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "kind": type(outcome).__name__.lower(),
+        "consumed_inputs": list(outcome.consumed_inputs),
+        "usage": dict(outcome.usage),
+    }
+    if isinstance(outcome, Failed):
+        data["error"] = outcome.error
+        data["retry_after_ms"] = outcome.retry_after_ms
+    return data

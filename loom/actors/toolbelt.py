@@ -1,0 +1,55 @@
+"""The execution's fenced toolbelt: emit, create child Work, heartbeat.
+
+Every call presents the lease; a stale one fails with `StaleAuthority` and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from .._config import CausalLimits
+from .._errors import CausalRefused
+from .._records import CausalRejection, Event, EventIn
+from .._work import Lease, Work
+from ..kernel.executions import Authority, create_child_in_tx, emit_in_tx, renew_in_tx
+from ..store import StorageActor
+
+
+class RuntimeToolbelt:
+    def __init__(
+        self, storage: StorageActor, lease: Lease, *, limits: CausalLimits, generation: int, lease_ms: int
+    ) -> None:
+        self._storage = storage
+        self._lease = lease
+        self._limits = limits
+        self._generation = generation
+        self._lease_ms = lease_ms
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    async def emit(self, event: EventIn, *, cause_id: str | None = None) -> Event:
+        """Emit a derived Event (its parent is the attempt's trigger); `CausalRefused` over the bounds."""
+        result = await self._storage.submit(
+            emit_in_tx, Authority.of(self._lease), event, self._limits, cause_id=cause_id
+        )
+        if isinstance(result, CausalRejection):
+            raise CausalRefused(result.describe(), rejection=result)
+        return result
+
+    async def create_child(self, name: str, *, keys: Sequence[str] = (), kind: str | None = None) -> Work:
+        """Create child Work in this Work's scope; ``name`` makes it idempotent."""
+        result = await self._storage.submit(
+            create_child_in_tx, Authority.of(self._lease), name, tuple(keys), kind, self._generation, self._limits
+        )
+        if isinstance(result, CausalRejection):
+            raise CausalRefused(result.describe(), rejection=result)
+        return result
+
+    async def heartbeat(self) -> None:
+        """Renew the lease."""
+        expires = await self._storage.submit(renew_in_tx, Authority.of(self._lease), self._lease_ms)
+        self._lease = attrs.evolve(self._lease, expires_at_ms=expires)

@@ -1,0 +1,314 @@
+"""Routing: first-match resolution and the atomic apply of a decision (seed 003, "Routing and
+ownership", "Active-event policies and acknowledgements").
+
+Handlers run outside any transaction over detached snapshots; `route_in_tx` revalidates
+ownership and revision and applies create/attach-keys, inputs, intents and the route
+checkpoint together. No executor call happens here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Sequence
+
+import attrs
+
+from .._config import CausalLimits
+from .._errors import Conflict, NotFound
+from .._ids import stable_id
+from .._notices import IntentPending, WorkChanged
+from .._records import CausalRejection, Event, EventIn
+from .._work import (
+    Capability,
+    Checkpoint,
+    CheckpointStatus,
+    Decision,
+    Deliver,
+    Drop,
+    ExecutionState,
+    IntentKind,
+    Policy,
+    Unmatched,
+    Work,
+)
+from ..store import Tx
+from .accept import accept_derived_in_tx
+
+CORE_SOURCE = "core"
+WORK_CREATED = "core.work.created"
+
+
+class OutOfOrder(Conflict):
+    """An earlier accepted Event for the same Work is still unrouted; route that one first."""
+
+
+@attrs.frozen(kw_only=True)
+class RouteRef:
+    """The route a decision came from, as pinned on its checkpoint."""
+
+    name: str
+    scope: str
+    declared: Policy
+    """The route's own policy."""
+    policy: Policy
+    """The effective policy for the binding the route resolved to (a fallback when it lacks the capability)."""
+    fallback: Policy | None = None
+    """The queue or drop fallback for an attempt pinned without the capability."""
+    fallback_reason: str | None = None
+    reopen: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class RouteRequest:
+    event_id: str
+    decision: Decision
+    route: RouteRef | None
+    expected_revision: int | None
+    """The revision of the Work the handler saw (``None``: it saw no Work)."""
+    generation: int
+
+
+@attrs.frozen(kw_only=True)
+class RouteResult:
+    checkpoint: Checkpoint
+    replay: bool = False
+    joined: tuple[str, ...] = ()
+    """Earlier unrouted Events that joined the Work's backlog through a key attachment."""
+
+
+def types_match(patterns: Sequence[str], event_type: str) -> bool:
+    """A route's type filter: glob patterns, OR'd; an empty filter matches every type."""
+    return not patterns or any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
+
+
+def successor_key(key: str, n: int) -> str:
+    return f"{key}/generation/reopen-{n}"
+
+
+def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
+    """Apply one routing decision atomically, or return the committed checkpoint (replay)."""
+    event = tx.event(req.event_id)
+    if event is None:
+        raise NotFound(f"no event with id {req.event_id!r}")
+    existing = tx.checkpoint(event.id)
+    if existing is not None:
+        return RouteResult(checkpoint=existing, replay=True)
+    decision = req.decision
+    if isinstance(decision, Unmatched):
+        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req,
+                                                  reason=decision.reason))  # fmt: skip
+    target = _target(tx, event, decision)
+    if isinstance(target, str):
+        return _unrouted(tx, now_ms, event, req, target)
+    work = target
+    if (work.revision if work else None) != req.expected_revision:
+        raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
+    if isinstance(decision, Drop):
+        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req,
+                                                  work_id=work.id if work else None, reason=decision.reason))  # fmt: skip
+    assert isinstance(decision, Deliver)
+    if work is not None:
+        earlier = tx.earlier_unrouted_for(work.id, work.keys, event.seq)
+        if earlier:
+            raise OutOfOrder(
+                f"event {event.id} (seq {event.seq}) cannot be routed to work {work.id} before earlier "
+                f"unrouted event {earlier[0].id} (seq {earlier[0].seq}): routing follows acceptance order"
+            )
+        if work.state.terminal:
+            return _terminal(tx, now_ms, event, req, work, limits)
+    # every ownership check happens before the first write, so an abort changes nothing
+    owner_work_id = work.id if work else decision.work_id
+    new_keys: list[str] = []
+    for key in decision.attach_keys:
+        owner = tx.key_owner(key)
+        if owner is not None and owner != owner_work_id:
+            return _unrouted(tx, now_ms, event, req, f"owned_by_other: key {key!r} is owned by work {owner}")
+        if owner is None and key not in new_keys:
+            new_keys.append(key)
+    if work is None:
+        tx.insert_work(id=decision.work_id, scope=event.scope, kind=decision.kind, parent_id=None,
+                       predecessor_id=None, generation=req.generation, now_ms=now_ms)  # fmt: skip
+        work = tx.work(decision.work_id)
+        assert work is not None
+    return _deliver(tx, now_ms, event, req, work, new_keys)
+
+
+def _target(tx: Tx, event: Event, decision: Decision) -> Work | None | str:
+    """The Work a decision selects (``None``: to be created or none), or a contradiction."""
+    if isinstance(decision, Deliver):
+        if event.work_id is not None and decision.work_id != event.work_id:
+            return f"contradiction: event names work {event.work_id} but the route chose {decision.work_id}"
+        work = tx.work(decision.work_id)
+        if work is None and not decision.create:
+            return f"unknown_work: work {decision.work_id!r} does not exist"
+        if work is not None and work.scope != event.scope:
+            return f"contradiction: work {work.id} is in scope {work.scope!r}, the event in {event.scope!r}"
+        if work is not None and event.key is not None:
+            owner = tx.key_owner(event.key)
+            if owner is not None and owner != work.id:
+                return f"contradiction: key {event.key!r} is owned by work {owner}, not {work.id}"
+        return work
+    if event.work_id is not None:
+        return tx.work(event.work_id)
+    if event.key is not None:
+        owner = tx.key_owner(event.key)
+        return tx.work(owner) if owner else None
+    return None
+
+
+def _deliver(
+    tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, new_keys: list[str]
+) -> RouteResult:
+    for key in new_keys:
+        tx.attach_key(key, work.id, event.seq, now_ms)
+    joined = tx.earlier_unrouted_for(work.id, new_keys, event.seq) if new_keys else []
+    for earlier in joined:
+        tx.insert_checkpoint(Checkpoint(
+            event_id=earlier.id, seq=earlier.seq, status=CheckpointStatus.ROUTED, work_id=work.id,
+            route=req.route.name if req.route else None, route_scope=req.route.scope if req.route else None,
+            policy=Policy.QUEUE, effective_policy=Policy.QUEUE, fallback_reason=None,
+            reason=f"joined the backlog when event {event.id} attached its key", generation=req.generation,
+            at_ms=now_ms,
+        ))  # fmt: skip
+        tx.add_input(work.id, earlier.id, earlier.seq)
+    policy = req.route.declared if req.route else Policy.QUEUE
+    effective, fallback_reason = _effective_policy(tx, work, req.route)
+    if effective is None:
+        return _unrouted(tx, now_ms, event, req, fallback_reason or "unsupported policy", work_id=work.id)
+    if effective is Policy.DROP:
+        cp = _checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req, work_id=work.id,
+                         effective=effective, fallback_reason=fallback_reason, reason=fallback_reason)  # fmt: skip
+        tx.update_work(work.id, now_ms)
+        tx.notify(WorkChanged(work_id=work.id))
+        return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
+    tx.add_input(work.id, event.id, event.seq)
+    live = tx.live_execution(work.id)
+    if live is not None and live.state is ExecutionState.RUNNING and effective in (Policy.INJECT, Policy.INTERRUPT):
+        kind = IntentKind.INJECT if effective is Policy.INJECT else IntentKind.INTERRUPT
+        tx.insert_intent(id=intent_id(kind, event.id, live.id), kind=kind.value, work_id=work.id,
+                         event_id=event.id, execution_id=live.id, epoch=live.epoch, now_ms=now_ms)  # fmt: skip
+        tx.notify(IntentPending(intent_id=intent_id(kind, event.id, live.id), work_id=work.id))
+        if effective is Policy.INTERRUPT:
+            # the old attempt is fenced before any replacement can start
+            tx.update_execution(live.id, state=ExecutionState.STOPPING.value, token=None)
+    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.ROUTED, req, work_id=work.id, policy=policy,
+                     effective=effective, fallback_reason=fallback_reason)  # fmt: skip
+    tx.update_work(work.id, now_ms)
+    tx.notify(WorkChanged(work_id=work.id))
+    return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
+
+
+def _effective_policy(tx: Tx, work: Work, route: RouteRef | None) -> tuple[Policy | None, str | None]:
+    """The policy that applies now, and why it differs from the route's (if it does).
+
+    Policies apply to a running attempt; other Work queues its input. An inject or
+    interrupt against an attempt not pinned with that capability takes the route's
+    explicit fallback, never an inferred queue.
+    """
+    if route is None:
+        return Policy.QUEUE, None
+    if route.policy is Policy.DROP:
+        return Policy.DROP, route.fallback_reason
+    live = tx.live_execution(work.id)
+    if live is None or live.state is not ExecutionState.RUNNING:
+        return Policy.QUEUE, None
+    if route.policy is Policy.QUEUE:
+        return Policy.QUEUE, route.fallback_reason
+    needed = Capability.INJECT if route.policy is Policy.INJECT else Capability.INTERRUPT
+    if needed.value in live.capabilities:
+        return route.policy, None
+    reason = f"the running attempt's executor {live.executor!r} lacks the {needed} capability"
+    if route.fallback in (Policy.QUEUE, Policy.DROP):
+        return route.fallback, f"fallback to {route.fallback}: {reason}"
+    return None, f"unsupported_capability: {reason} and route {route.name!r} has no queue or drop fallback"
+
+
+def _terminal(
+    tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, limits: CausalLimits
+) -> RouteResult:
+    """Terminal Work is immutable: a late Event gets `terminal`, or a successor under a reopen policy."""
+    if req.route is None or not req.route.reopen or event.key is None or event.work_id is not None:
+        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.TERMINAL, req,
+                                                  work_id=work.id, reason=f"work {work.id} is {work.state}"))  # fmt: skip
+    last, n = work, 0
+    while (nxt := tx.successor_of(last.id)) is not None:
+        successor = tx.work(nxt)
+        assert successor is not None
+        last, n = successor, n + 1
+    if not last.state.terminal:
+        return _deliver(tx, now_ms, event, req, last, [])
+    new_id = stable_id("wk", work.id, "reopen", str(n + 1))
+    new_key = successor_key(event.key, n + 1)
+    if tx.key_owner(new_key) is not None:
+        return _unrouted(tx, now_ms, event, req, f"owned_by_other: key {new_key!r} is already owned")
+    created = accept_derived_in_tx(
+        tx, now_ms,
+        EventIn(source=CORE_SOURCE, delivery_id=f"work.created/{new_id}", type=WORK_CREATED, scope=work.scope,
+                key=new_key, payload={"predecessor": last.id, "successor": new_id, "key": event.key}),
+        event.id, limits,
+    )  # fmt: skip
+    if isinstance(created, CausalRejection):
+        return _unrouted(tx, now_ms, event, req, f"causal_rejection: {created.describe()}")
+    tx.insert_work(id=new_id, scope=work.scope, kind=work.kind, parent_id=None, predecessor_id=last.id,
+                   generation=req.generation, now_ms=now_ms)  # fmt: skip
+    control_checkpoint(tx, now_ms, created, new_id, "records the successor of a terminal work")
+    successor = tx.work(new_id)
+    assert successor is not None
+    return _deliver(tx, now_ms, event, req, successor, [new_key])
+
+
+def control_checkpoint(tx: Tx, now_ms: int, event: Event, work_id: str | None, reason: str) -> None:
+    """A nonrunnable checkpoint: the control Event keeps its association and never becomes input."""
+    tx.insert_checkpoint(Checkpoint(
+        event_id=event.id, seq=event.seq, status=CheckpointStatus.ROUTED, work_id=work_id, route=None,
+        route_scope=None, policy=None, effective_policy=None, fallback_reason=None, reason=f"control: {reason}",
+        generation=None, at_ms=now_ms,
+    ))  # fmt: skip
+
+
+def intent_id(kind: IntentKind, event_id: str, execution_id: str) -> str:
+    return stable_id("in", kind.value, event_id, execution_id)
+
+
+def _unrouted(
+    tx: Tx, now_ms: int, event: Event, req: RouteRequest, reason: str, *, work_id: str | None = None
+) -> RouteResult:
+    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNROUTED, req, work_id=work_id, reason=reason)
+    tx.add_diagnostic(reason.split(":", 1)[0], event.id, reason, {"event": event.id, "seq": event.seq}, now_ms)
+    return RouteResult(checkpoint=cp)
+
+
+def record_handler_error_in_tx(tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str) -> RouteResult:
+    """A handler raised: routing stops (no later route is tried); the Event stays unrouted."""
+    event = tx.event(event_id)
+    if event is None:
+        raise NotFound(f"no event with id {event_id!r}")
+    existing = tx.checkpoint(event.id)
+    if existing is not None:
+        return RouteResult(checkpoint=existing, replay=True)
+    req = RouteRequest(event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=0)
+    return _unrouted(tx, now_ms, event, req, f"handler_error: route {route.name!r} raised {error}")
+
+
+def _checkpoint(
+    tx: Tx,
+    now_ms: int,
+    event: Event,
+    status: CheckpointStatus,
+    req: RouteRequest,
+    *,
+    work_id: str | None = None,
+    policy: Policy | None = None,
+    effective: Policy | None = None,
+    fallback_reason: str | None = None,
+    reason: str | None = None,
+) -> Checkpoint:
+    route = req.route
+    cp = Checkpoint(
+        event_id=event.id, seq=event.seq, status=status, work_id=work_id,
+        route=route.name if route else None, route_scope=route.scope if route else None,
+        policy=policy or (route.declared if route else None), effective_policy=effective,
+        fallback_reason=fallback_reason, reason=reason, generation=req.generation or None, at_ms=now_ms,
+    )  # fmt: skip
+    tx.insert_checkpoint(cp)
+    return cp

@@ -1,0 +1,95 @@
+"""The python executor: runs async callables an embedder registers by name.
+
+A binding ``{executor = "python", config = {function = "name"}}`` runs the callable
+``name(request, toolbelt) -> Outcome``. It supports inject (inputs arrive on
+`inbox(execution_id)`) and interrupt (the call is cancelled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from .._errors import InvalidRequest, NotAccepting
+from .._executor import Toolbelt
+from .._records import Event
+from .._work import Failed, Outcome, RunRequest
+from ._manager import hookimpl
+
+Function = Callable[[RunRequest, Toolbelt], Awaitable[Outcome]]
+
+
+@attrs.define(eq=False)
+class _Running:
+    scope: trio.CancelScope
+    send: trio.MemorySendChannel[Event]
+    receive: trio.MemoryReceiveChannel[Event]
+
+
+class PythonExecutor:
+    """Register with ``plugins=[executor]``; it offers itself as executor ``name``."""
+
+    capabilities = frozenset({"inject", "interrupt"})
+
+    def __init__(self, name: str = "python") -> None:
+        self.name = name
+        self._functions: dict[str, Function] = {}
+        self._running: dict[str, _Running] = {}
+
+    def register(self, name: str, function: Function) -> None:
+        if not name:
+            raise InvalidRequest("PythonExecutor.register: name must be non-empty")
+        self._functions[name] = function
+
+    def function(self, name: str) -> Callable[[Function], Function]:
+        """Decorator form of `register`."""
+
+        def decorate(function: Function) -> Function:
+            self.register(name, function)
+            return function
+
+        return decorate
+
+    @hookimpl
+    def loom_executors(self) -> Mapping[str, Any]:
+        return {self.name: self}
+
+    def inbox(self, execution_id: str) -> trio.MemoryReceiveChannel[Event]:
+        """Injected inputs of a running execution, in dispatch order."""
+        running = self._running.get(execution_id)
+        if running is None:
+            raise NotAccepting(f"execution {execution_id} is not running in this executor")
+        return running.receive
+
+    async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        name = request.config.get("function")
+        function = self._functions.get(name) if isinstance(name, str) else None
+        if function is None:
+            return Failed(error=f"python executor: no function registered as {name!r}")
+        send, receive = trio.open_memory_channel[Event](1000)
+        running = _Running(trio.CancelScope(), send, receive)
+        self._running[request.execution_id] = running
+        try:
+            with running.scope:
+                return await function(request, toolbelt)
+            return Failed(error="interrupted")
+        finally:
+            del self._running[request.execution_id]
+            send.close()
+
+    async def inject(self, execution_id: str, event: Event) -> None:
+        running = self._running.get(execution_id)
+        if running is None:
+            raise NotAccepting(f"execution {execution_id} is not running in this executor")
+        try:
+            running.send.send_nowait(event)
+        except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+            raise NotAccepting(f"execution {execution_id} does not accept input now") from None
+
+    async def interrupt(self, execution_id: str) -> None:
+        running = self._running.get(execution_id)
+        if running is not None:
+            running.scope.cancel()
