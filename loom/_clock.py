@@ -50,6 +50,12 @@ class SystemClock:
             await trio.sleep(remaining / 1000)
 
 
+def _check_whole_ms(what: str, ms: object) -> None:
+    # Trusted time is integer milliseconds; a float or bool would leak into stored times.
+    if not isinstance(ms, int) or isinstance(ms, bool):
+        raise InvalidRequest(f"{what}: time must be an integer number of milliseconds, got {ms!r}")
+
+
 @attrs.define(eq=False)
 class _Sleeper:
     deadline_ms: int
@@ -63,6 +69,7 @@ class ManualClock:
     """
 
     def __init__(self, start_ms: int = 0) -> None:
+        _check_whole_ms("ManualClock start_ms", start_ms)
         if start_ms < 0:
             raise InvalidRequest(f"ManualClock start_ms must be >= 0, got {start_ms}")
         self._now = start_ms
@@ -74,12 +81,14 @@ class ManualClock:
 
     def advance(self, ms: int) -> int:
         """Move forward by ``ms`` (>= 0); return the new time."""
+        _check_whole_ms("ManualClock.advance", ms)
         if ms < 0:
             raise InvalidRequest(f"ManualClock.advance: time never moves backwards (got {ms} ms)")
         return self.set(self._now + ms)
 
     def set(self, now_ms: int) -> int:
         """Move to ``now_ms``, which must not be earlier than now; return it."""
+        _check_whole_ms("ManualClock.set", now_ms)
         if now_ms < self._now:
             raise InvalidRequest(
                 f"ManualClock.set: time never moves backwards ({now_ms} is before {self._now})"

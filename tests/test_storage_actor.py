@@ -1,0 +1,502 @@
+"""The storage actor (DESIGN section 2): group commit, per-request rollback, whole-batch storage
+failure, replies and notices only after COMMIT, backpressure, shielded commits, and the store's
+opening rules (pragmas, migrations, refusing a newer schema without writing)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import wait_all_tasks_blocked
+
+from loom import ManualClock, SchemaTooNew, StorageClosed, StorageError
+from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Tx
+from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
+
+T0 = 1_767_225_600_000
+NS = "test"
+GATE_TIMEOUT_S = 10
+
+
+# -- procedures -------------------------------------------------------------
+
+
+def put(tx: Tx, now_ms: int, key: str, notice: object = None) -> str:
+    tx.kv_put(NS, key, {"key": key}, now_ms)
+    if notice is not None:
+        tx.notify(notice)
+    return key
+
+
+def put_then_raise(tx: Tx, now_ms: int, key: str, error: BaseException, notice: object = None) -> None:
+    put(tx, now_ms, key, notice)
+    raise error
+
+
+def keys(tx: Tx, now_ms: int) -> list[str]:
+    return [entry.key for entry in tx.kv_list(NS)]
+
+
+class Gate:
+    """A procedure that blocks its batch's worker thread until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self._open = threading.Event()
+
+    def proc(self, tx: Tx, now_ms: int, key: str | None = None) -> None:
+        if key is not None:
+            put(tx, now_ms, key)
+        self.entered.set()
+        assert self._open.wait(GATE_TIMEOUT_S), "the test never opened the gate"
+
+    def open(self) -> None:
+        self._open.set()
+
+    async def wait_entered(self) -> None:
+        await wait_for_thread_event(self.entered)
+
+
+class Calls:
+    """Runs submissions as tasks and records how each ended."""
+
+    def __init__(self, actor: StorageActor, nursery: trio.Nursery) -> None:
+        self.actor = actor
+        self.nursery = nursery
+        self.results: dict[str, Any] = {}
+        self.errors: dict[str, BaseException] = {}
+        self.scopes: dict[str, trio.CancelScope] = {}
+
+    def start(self, name: str, proc: Any, *args: Any) -> None:
+        scope = trio.CancelScope()
+        self.scopes[name] = scope
+
+        async def call() -> None:
+            with scope:
+                try:
+                    self.results[name] = await self.actor.submit(proc, *args)
+                except Exception as exc:
+                    self.errors[name] = exc
+
+        self.nursery.start_soon(call)
+
+    @property
+    def finished(self) -> set[str]:
+        return set(self.results) | set(self.errors)
+
+
+async def wait_for_thread_event(event: threading.Event) -> None:
+    """Wait (in a worker thread) until the storage actor's worker thread sets ``event``."""
+    assert await trio.to_thread.run_sync(event.wait, GATE_TIMEOUT_S), "the worker thread never got there"
+
+
+# -- fixtures ---------------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "file"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(path=":memory:" if request.param == "memory" else str(tmp_path / "loom.db"))
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> SQLiteStore:
+    return SQLiteStore(path=str(tmp_path / "loom.db"))
+
+
+async def start_actor(nursery: trio.Nursery, store: SQLiteStore, **options: Any) -> StorageActor:
+    actor: StorageActor = await nursery.start(StorageActor(store, ManualClock(start_ms=T0), **options).run)
+    return actor
+
+
+def raw_keys(store: SQLiteStore) -> list[str]:
+    """Read what is committed through a connection of its own (file stores only)."""
+    conn = sqlite3.connect(store.path)
+    try:
+        return [row[0] for row in conn.execute("SELECT key FROM kv WHERE namespace = ? ORDER BY key", (NS,))]
+    finally:
+        conn.close()
+
+
+# -- group commit -----------------------------------------------------------
+
+
+async def test_requests_submitted_together_share_one_batch(store: SQLiteStore, nursery: trio.Nursery) -> None:
+    actor = await start_actor(nursery, store)
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()  # the gate's batch is in its worker thread
+    batches_before = actor.stats.batches
+
+    names = [f"k{i:03}" for i in range(50)]
+    for name in names:
+        calls.start(name, put, name)
+    await wait_all_tasks_blocked()
+    assert calls.finished == set()
+    gate.open()
+    while calls.finished != {"gate", *names}:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+
+    assert actor.stats.batches == batches_before + 2, "the gate's batch, then one batch for all fifty"
+    assert actor.stats.largest_batch == 50
+    assert calls.results == {"gate": None, **{name: name for name in names}}
+    assert await actor.submit(keys) == names
+
+
+async def test_concurrent_producers_started_together_are_batched(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store)
+    async with trio.open_nursery() as producers:
+        for i in range(40):
+            producers.start_soon(actor.submit, put, f"k{i:02}")
+    assert actor.stats.requests == 40
+    assert actor.stats.largest_batch > 1
+    assert actor.stats.batches < 40
+    assert len(await actor.submit(keys)) == 40
+
+
+async def test_batch_size_is_bounded_by_max_batch(store: SQLiteStore, nursery: trio.Nursery) -> None:
+    actor = await start_actor(nursery, store, max_batch=4)
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    for i in range(10):
+        calls.start(f"k{i}", put, f"k{i}")
+    await wait_all_tasks_blocked()
+    gate.open()
+    while len(calls.finished) < 11:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+    assert actor.stats.largest_batch == 4
+    assert actor.stats.batches == 1 + 3  # gate, then 4 + 4 + 2
+
+
+# -- a request's own error --------------------------------------------------
+
+
+async def test_a_failing_request_rolls_back_only_its_own_effects(store: SQLiteStore, nursery: trio.Nursery) -> None:
+    actor = await start_actor(nursery, store)
+    feed = actor.feed()
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    boom = ValueError("this request's own logic refused it")
+    calls.start("first", put, "first", "notice-first")
+    calls.start("failing", put_then_raise, "failing", boom, "notice-failing")
+    calls.start("last", put, "last", "notice-last")
+    await wait_all_tasks_blocked()
+    gate.open()
+    while len(calls.finished) < 4:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+
+    assert actor.stats.largest_batch == 3, "all three ran in one batch"
+    assert calls.errors == {"failing": boom}
+    assert calls.errors["failing"] is boom, "the caller gets its procedure's own exception"
+    assert calls.results == {"gate": None, "first": "first", "last": "last"}
+    assert await actor.submit(keys) == ["first", "last"]
+    assert sorted(await feed.next_batch()) == ["notice-first", "notice-last"]
+    assert actor.stats.failed_batches == 0
+
+
+# -- storage failure --------------------------------------------------------
+
+
+def fail_storage(tx: Tx, now_ms: int, key: str) -> None:
+    put(tx, now_ms, key, "notice-storage")
+    raise sqlite3.OperationalError("disk I/O error")
+
+
+async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store)
+    feed = actor.feed()
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    calls.start("before", put, "before", "notice-before")
+    calls.start("broken", fail_storage, "broken")
+    calls.start("after", put, "after", "notice-after")
+    await wait_all_tasks_blocked()
+    gate.open()
+    while len(calls.finished) < 4:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+
+    assert set(calls.errors) == {"before", "broken", "after"}
+    for error in calls.errors.values():
+        assert isinstance(error, StorageError)
+        assert "disk I/O error" in str(error)
+        assert isinstance(error.__cause__, sqlite3.OperationalError)
+    assert actor.stats.failed_batches == 1
+
+    # The actor keeps serving: the next batch commits, and only its notices are published.
+    assert await actor.submit(put, "next", "notice-next") == "next"
+    assert await actor.submit(keys) == ["next"]
+    assert await feed.next_batch() == ["notice-next"]
+
+
+async def test_a_failed_commit_fails_every_caller_and_the_actor_serves_on(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    failing_batches: set[int] = set()
+
+    def fault(point: str, batch_no: int) -> None:
+        if point == "before_commit" and batch_no in failing_batches:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    actor = await start_actor(nursery, store, fault=fault)
+    failing_batches.add(actor.stats.batches + 2)  # the batch after the gate's
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    for name in ("a", "b", "c"):
+        calls.start(name, put, name)
+    await wait_all_tasks_blocked()
+    gate.open()
+    while len(calls.finished) < 4:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+
+    assert set(calls.errors) == {"a", "b", "c"}
+    assert all(isinstance(e, StorageError) and "disk is full" in str(e) for e in calls.errors.values())
+    assert await actor.submit(put, "d") == "d"
+    assert await actor.submit(keys) == ["d"]
+
+
+# -- replies and notices after commit --------------------------------------
+
+
+async def test_the_reply_waits_for_the_commit(file_store: SQLiteStore, nursery: trio.Nursery) -> None:
+    committing = threading.Event()
+    resume = threading.Event()
+    watched: set[int] = set()
+
+    def fault(point: str, batch_no: int) -> None:
+        if point == "before_commit" and batch_no in watched:
+            committing.set()
+            assert resume.wait(GATE_TIMEOUT_S)
+
+    actor = await start_actor(nursery, file_store, fault=fault)
+    watched.add(actor.stats.batches + 1)
+    calls = Calls(actor, nursery)
+    calls.start("a", put, "a")
+    await wait_for_thread_event(committing)
+    await wait_all_tasks_blocked()
+    assert calls.finished == set(), "no reply before COMMIT"
+    assert raw_keys(file_store) == [], "nothing is visible before COMMIT"
+    resume.set()
+    while not calls.finished:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+    assert calls.results == {"a": "a"}
+    assert raw_keys(file_store) == ["a"]
+
+
+async def test_feed_subscribers_see_notices_of_committed_requests_only(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store)
+    feed = actor.feed()
+    other = actor.feed()
+    await actor.submit(put, "a", "notice-a")
+    with pytest.raises(KeyError):
+        await actor.submit(put_then_raise, "b", KeyError("b"), "notice-b")
+    with pytest.raises(StorageError):
+        await actor.submit(fail_storage, "c")
+    await actor.submit(put, "d")  # no notice
+    await actor.submit(put, "e", "notice-e")
+    assert await feed.next_batch() == ["notice-a"]
+    assert await feed.next_batch() == ["notice-e"]
+    assert await other.next_batch() == ["notice-a"]
+    assert await other.next_batch() == ["notice-e"]
+
+
+async def test_a_feed_that_falls_behind_is_told_to_resynchronise(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store)
+    feed = actor.feed(capacity=1)
+    await actor.submit(put, "a", "notice-a")
+    await actor.submit(put, "b", "notice-b")  # no room: the feed lags
+    assert feed.lagged
+    assert await feed.next_batch() == [], "an empty batch means: rescan the store"
+    assert await feed.next_batch() == ["notice-a"]
+
+
+# -- backpressure -----------------------------------------------------------
+
+
+async def test_a_full_mailbox_blocks_senders_until_the_actor_drains(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store, max_batch=1, mailbox_size=1)
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("running", gate.proc, "running")
+    await wait_all_tasks_blocked()
+    calls.start("queued", put, "queued")  # takes the mailbox's one slot
+    await wait_all_tasks_blocked()
+    calls.start("blocked", put, "blocked")  # no room: blocks in send
+    await wait_all_tasks_blocked()
+    assert calls.finished == set()
+
+    # Cancel both waiting callers. The queued request was handed over, so it still runs;
+    # the blocked one was never accepted into the mailbox, so it never runs.
+    calls.scopes["queued"].cancel()
+    calls.scopes["blocked"].cancel()
+    await wait_all_tasks_blocked()
+    gate.open()
+    assert await actor.submit(keys) == ["queued", "running"]
+
+    # Once drained, senders get through again.
+    assert await actor.submit(put, "later") == "later"
+
+
+# -- cancellation -----------------------------------------------------------
+
+
+async def test_a_caller_cancelled_while_its_batch_runs_still_has_its_effects_committed(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, store)
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("cancelled", gate.proc, "cancelled")
+    await gate.wait_entered()
+    calls.scopes["cancelled"].cancel()
+    await wait_all_tasks_blocked()
+    assert calls.scopes["cancelled"].cancelled_caught, "the caller stopped waiting"
+    gate.open()
+    assert await actor.submit(keys) == ["cancelled"]
+    assert actor.stats.failed_batches == 0
+
+
+async def test_submitting_to_a_stopped_actor_is_refused(store: SQLiteStore) -> None:
+    async with trio.open_nursery() as nursery:
+        actor = await start_actor(nursery, store)
+        await actor.submit(put, "a")
+        nursery.cancel_scope.cancel()
+    with pytest.raises(StorageClosed):
+        await actor.submit(put, "b")
+
+
+# -- opening the store ------------------------------------------------------
+
+
+def test_the_writer_uses_wal_and_full_sync_by_default(file_store: SQLiteStore) -> None:
+    conn = file_store.open_writer()
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("setting", "expected"), [("NORMAL", 1), ("normal", 1), ("FULL", 2), ("EXTRA", 3)])
+def test_synchronous_is_configurable(tmp_path: Path, setting: str, expected: int) -> None:
+    conn = SQLiteStore(path=str(tmp_path / "loom.db"), synchronous=setting).open_writer()
+    try:
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == expected
+    finally:
+        conn.close()
+
+
+def test_an_unknown_synchronous_setting_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(path=str(tmp_path / "loom.db"), synchronous="OFF")
+
+
+def schema_rows(path: str) -> list[tuple[int, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return list(conn.execute("SELECT version FROM loom_schema"))
+    finally:
+        conn.close()
+
+
+def test_opening_applies_and_records_every_migration_once(file_store: SQLiteStore) -> None:
+    file_store.open_writer().close()
+    assert schema_rows(file_store.path) == [(SCHEMA_VERSION,)]
+    file_store.open_writer().close()
+    assert schema_rows(file_store.path) == [(SCHEMA_VERSION,)]
+
+
+async def test_the_actor_opens_a_migrated_store(store: SQLiteStore, nursery: trio.Nursery) -> None:
+    actor = await start_actor(nursery, store)
+
+    def version(tx: Tx, now_ms: int) -> int:
+        return int(tx._conn.execute("SELECT version FROM loom_schema").fetchone()[0])
+
+    assert await actor.submit(version) == SCHEMA_VERSION
+
+
+@pytest.fixture
+def newer_db(file_store: SQLiteStore) -> Path:
+    file_store.open_writer().close()
+    conn = sqlite3.connect(file_store.path)
+    conn.execute("UPDATE loom_schema SET version = ?", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    path = Path(file_store.path)
+    assert side_files(path) == []
+    return path
+
+
+def file_state(path: Path) -> tuple[bytes, int]:
+    return path.read_bytes(), path.stat().st_mtime_ns
+
+
+def side_files(path: Path) -> list[str]:
+    """The journal files SQLite would leave next to the database after writing."""
+    return [suffix for suffix in ("-wal", "-shm", "-journal") if Path(f"{path}{suffix}").exists()]
+
+
+async def test_a_newer_schema_is_refused_and_the_file_left_untouched(newer_db: Path) -> None:
+    before = file_state(newer_db)
+    actor = StorageActor(SQLiteStore(path=str(newer_db)), ManualClock(start_ms=T0))
+    with pytest.RaisesGroup(SchemaTooNew, allow_unwrapped=True, flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run)
+    assert file_state(newer_db) == before
+    assert side_files(newer_db) == []
+    assert schema_rows(str(newer_db)) == [(SCHEMA_VERSION + 1,)]
+
+
+def test_the_writer_refuses_a_newer_schema_naming_both_versions(newer_db: Path) -> None:
+    before = file_state(newer_db)
+    with pytest.raises(SchemaTooNew, match=rf"version {SCHEMA_VERSION + 1}.*\({SCHEMA_VERSION}\)"):
+        SQLiteStore(path=str(newer_db)).open_writer()
+    assert file_state(newer_db) == before
+    assert side_files(newer_db) == []
+
+
+# -- crash points -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
+async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(file_store: SQLiteStore, boundary: str) -> None:
+    async with trio.open_nursery() as callers:
+        with pytest.RaisesGroup(CrashPoint, allow_unwrapped=True, flatten_subgroups=True):
+            async with trio.open_nursery() as nursery:
+                actor = await start_actor(nursery, file_store, fault=CrashAt(Boundary(boundary), 1))
+                calls = Calls(actor, callers)
+                calls.start("a", put, "a")
+                calls.start("b", put, "b")
+    assert calls.results == {}
+    assert set(calls.errors) == {"a", "b"}
+    assert all(isinstance(e, StorageClosed) for e in calls.errors.values())
+    assert raw_keys(file_store) == ([] if boundary == BEFORE_COMMIT else ["a", "b"])
