@@ -17,9 +17,6 @@ class EventAccepted:
     work_id: str | None
 
 
-
-
-
 @attrs.frozen(kw_only=True)
 class WorkChanged:
     """A Work's state, inputs or executions changed: its router may have something to do."""
@@ -41,3 +38,12 @@ class ExecutionFenced:
 
     execution_id: str
     work_id: str
+
+
+@attrs.frozen(kw_only=True)
+class EventRouted:
+    """An Event got its routing checkpoint."""
+
+    event_id: str
+    work_id: str | None
+    status: str

@@ -7,8 +7,9 @@ nursery (fail fast); durable state means a restart loses nothing.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
+from typing import Any
 
 import attrs
 import pluggy
@@ -16,7 +17,7 @@ import trio
 
 from ._clock import Clock, SystemClock
 from ._config import Config, ConfigHolder
-from ._errors import CausalRefused, InvalidRequest, NotFound
+from ._errors import InvalidRequest, NotFound
 from ._records import CausalRejection, Diagnostic, Event, EventIn, KVEntry
 from ._serde import structure
 from ._work import Checkpoint, Execution, Intent, Lease, Outcome, Work, WorkState
@@ -122,7 +123,9 @@ class Runtime:
             raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
         return found
 
-    async def events(self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None) -> list[Event]:
+    async def events(
+        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None
+    ) -> list[Event]:
         """Accepted Events in sequence order (optionally those of one causal root)."""
         _check_limit(limit)
         if root_id is not None:
@@ -146,7 +149,9 @@ class Runtime:
             raise NotFound(f"no work owns key {key!r}")
         return await self.work(owner)
 
-    async def works(self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100) -> list[Work]:
+    async def works(
+        self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100
+    ) -> list[Work]:
         _check_limit(limit)
         return await self._reader.works(state=state.value if state else None, after_id=after_id, limit=limit)
 
@@ -225,11 +230,29 @@ class Runtime:
         """Cancel Work (terminal): every token of its attempts loses authority at this commit."""
         return await self.storage.submit(cancel_in_tx, work_id)
 
-    async def interrupt(self, work_id: str, *, reason: str = "operator interrupt", request_id: str | None = None) -> Intent:
+    async def interrupt(
+        self, work_id: str, *, reason: str = "operator interrupt", request_id: str | None = None
+    ) -> Intent:
         """Interrupt the running attempt (``core.manual.interrupt``); the Work stays ready with its input."""
         return await self.storage.submit(
             manual_interrupt_in_tx, work_id, request_id or secrets.token_hex(8), reason, self.config.causal
         )
+
+
+class _Advertised(Mapping[str, frozenset[str]]):
+    """Executor name -> the capabilities it advertises now (read live at each validation)."""
+
+    def __init__(self, executors: Mapping[str, Any]) -> None:
+        self._executors = executors
+
+    def __getitem__(self, name: str) -> frozenset[str]:
+        return frozenset(str(c) for c in getattr(self._executors[name], "capabilities", ()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._executors)
+
+    def __len__(self) -> int:
+        return len(self._executors)
 
 
 def _check_limit(limit: int) -> None:
@@ -259,7 +282,7 @@ async def open_runtime(
     executors = merged(pm.hook.loom_executors())
     holder = ConfigHolder(
         config if config is not None else Config(),
-        executors={name: frozenset(str(c) for c in getattr(e, "capabilities", ())) for name, e in executors.items()},
+        executors=_Advertised(executors),
         handlers=frozenset(merged(pm.hook.loom_route_handlers())),
         triggers=frozenset(TRIGGER_SELECTORS),
     )
@@ -273,8 +296,15 @@ async def open_runtime(
             try:
                 ingress: IngressActor = await nursery.start(IngressActor(storage, holder.current.causal).run)
                 router: RouterPool = await nursery.start(
-                    RouterPool(storage=storage, reader=reader, config=lambda: holder.current, plugins=pm,
-                               clock=clock, owner=owner, lease_ms=lease_ms).run  # fmt: skip
+                    RouterPool(
+                        storage=storage,
+                        reader=reader,
+                        config=lambda: holder.current,
+                        plugins=pm,
+                        clock=clock,
+                        owner=owner,
+                        lease_ms=lease_ms,
+                    ).run
                 )
                 yield Runtime(storage=storage, reader=reader, ingress=ingress, router=router, clock=clock,
                               config=holder, plugins=pm)  # fmt: skip

@@ -34,7 +34,9 @@ class WorkState(enum.StrEnum):
 _TERMINAL_WORK = frozenset({WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED})
 
 _WORK_TRANSITIONS: Mapping[WorkState, frozenset[WorkState]] = {
-    WorkState.READY: frozenset({WorkState.RUNNING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}),
+    WorkState.READY: frozenset(
+        {WorkState.RUNNING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
+    ),
     WorkState.RUNNING: frozenset(
         {WorkState.READY, WorkState.WAITING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
     ),
@@ -223,6 +225,8 @@ class Intent:
     epoch: int
     status: IntentStatus
     attempts: int
+    next_attempt_ms: int | None = None
+    """After an ambiguous dispatch: when the same intent is tried again (``None``: not scheduled)."""
 
 
 @attrs.frozen(kw_only=True)

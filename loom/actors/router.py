@@ -43,7 +43,6 @@ from ..kernel.executions import (
     complete_in_tx,
     finish_dispatch_in_tx,
     hold_in_tx,
-    renew_in_tx,
 )
 from ..kernel.routing import OutOfOrder, RouteRef, RouteRequest, record_handler_error_in_tx, route_in_tx
 from ..store import Reader, StorageActor
@@ -51,8 +50,6 @@ from .toolbelt import RuntimeToolbelt
 
 log = logging.getLogger("loom.router")
 
-DISPATCH_ATTEMPTS = 5
-DISPATCH_BACKOFF_MS = 1_000
 MAX_REEVALUATIONS = 100
 
 TRIGGER_SELECTORS: Mapping[str, Callable[[Any], int]] = {
@@ -67,6 +64,10 @@ def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
     for result in reversed(results):
         out.update(result or {})
     return out
+
+
+def _barrier_in_tx(tx: object, now_ms: int) -> None:
+    """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
 @attrs.define(eq=False)
@@ -99,6 +100,8 @@ class RouterPool:
         self._lanes: dict[str, _Lane] = {}
         self._checking: set[str] = set()
         self._dirty: set[str] = set()
+        self._deferred: set[str] = set()
+        """Works whose claim scope capacity refused: rechecked when some Work changes (a slot may be free)."""
         self._dispatching: set[str] = set()
         self._changes = 0
         self._changed = trio.Event()
@@ -126,8 +129,15 @@ class RouterPool:
 
     async def wait_idle(self) -> None:
         """Return once the pool is idle (running executions and clock sleeps do not count)."""
-        while not self.idle:
-            await self._quiet.wait()
+        while True:
+            while not self.idle:
+                await self._quiet.wait()
+            # A commit's notices are handed straight to the waiting feed reader, which has not
+            # run yet, so the pool can look idle with a notice in flight. Once a round trip
+            # through storage returns, every earlier commit's notices have been taken.
+            await self._storage.submit(_barrier_in_tx)
+            if self.idle:
+                return
 
     # -- the actor ------------------------------------------------------------------
 
@@ -165,6 +175,9 @@ class RouterPool:
             changed, self._changed = self._changed, trio.Event()
             changed.set()
             self.kick(notice.work_id)
+            deferred, self._deferred = self._deferred, set()
+            for work_id in deferred:
+                self.kick(work_id)
         elif isinstance(notice, IntentPending):
             self._spawn_dispatch(notice.intent_id)
         elif isinstance(notice, ExecutionFenced):
@@ -343,7 +356,9 @@ class RouterPool:
         if policy is None:
             return KindPolicy()
         return KindPolicy(
-            standing=policy.standing, run_once=policy.run_once, select_trigger=TRIGGER_SELECTORS.get(policy.trigger)
+            standing=policy.standing,
+            run_once=policy.run_once,
+            select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
         )
 
     async def _maybe_start(self, work_id: str) -> None:
@@ -371,6 +386,8 @@ class RouterPool:
         try:
             lease = await self._storage.submit(claim_in_tx, request)
         except Conflict:
+            if capacity is not None:
+                self._deferred.add(work.id)
             return
         self._spawn(self._run_execution, lease, self.executors[binding.executor], config)
 
@@ -432,9 +449,10 @@ class RouterPool:
             self._spawn(self._dispatch, intent_id)
 
     async def _dispatch(self, intent_id: str) -> None:
-        """Dispatch one intent; an ambiguous answer is retried with the same intent identity."""
+        """Dispatch one intent; an ambiguous answer is retried, when the kernel schedules it, with the
+        same intent identity."""
         try:
-            for _ in range(DISPATCH_ATTEMPTS):
+            while True:
                 dispatch = await self._storage.submit(begin_dispatch_in_tx, intent_id)
                 if dispatch is None:
                     return
@@ -451,12 +469,12 @@ class RouterPool:
                         result = DispatchResult.NOT_ACCEPTING
                     except Exception as exc:
                         log.warning("intent %s: ambiguous dispatch: %r", intent_id, exc)
-                await self._storage.submit(finish_dispatch_in_tx, intent_id, result)
-                if result != DispatchResult.AMBIGUOUS:
+                intent = await self._storage.submit(finish_dispatch_in_tx, intent_id, result)
+                if result != DispatchResult.AMBIGUOUS or intent.next_attempt_ms is None:
                     return
                 self._leave()
                 try:
-                    await self._clock.sleep_until(self._clock.now_ms() + DISPATCH_BACKOFF_MS)
+                    await self._clock.sleep_until(intent.next_attempt_ms)
                 finally:
                     self._enter()
         finally:

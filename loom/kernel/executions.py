@@ -25,7 +25,6 @@ from .._work import (
     Completed,
     Execution,
     ExecutionState,
-    Failed,
     Handoff,
     Intent,
     IntentKind,
@@ -90,7 +89,9 @@ class Authority:
 
     @classmethod
     def of(cls, lease: Lease) -> Authority:
-        return cls(execution_id=lease.execution_id, attempt=lease.attempt, epoch=lease.epoch, token=lease.token)
+        return cls(
+            execution_id=lease.execution_id, attempt=lease.attempt, epoch=lease.epoch, token=lease.token
+        )
 
 
 def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) -> Event | None:
@@ -129,7 +130,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
     if req.capacity is not None and tx.running_in_scope(work.scope) >= req.capacity:
-        raise Conflict(f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}")
+        raise Conflict(
+            f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
+        )
     inputs = [_event(tx, event_id) for event_id in work.pending_inputs]
     trigger = select_trigger(inputs, req.kind.select_trigger)
     attempt = work.attempts + 1
@@ -142,7 +145,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         generation=req.generation, now_ms=now_ms,
     )  # fmt: skip
     check_work_transition(work.id, work.state, WorkState.RUNNING)
-    tx.update_work(work.id, now_ms, state=WorkState.RUNNING.value, attempts=attempt, started=1, release_once=0)
+    tx.update_work(
+        work.id, now_ms, state=WorkState.RUNNING.value, attempts=attempt, started=1, release_once=0
+    )
     tx.notify(WorkChanged(work_id=work.id))
     request = RunRequest(
         work_id=work.id, execution_id=execution_id, attempt=attempt, scope=work.scope, kind=work.kind,
@@ -158,11 +163,15 @@ def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     if execution is None:
         raise StaleAuthority(f"execution {auth.execution_id!r} does not exist")
     if execution.attempt != auth.attempt:
-        raise StaleAuthority(f"execution {execution.id}: attempt {auth.attempt} is not attempt {execution.attempt}")
+        raise StaleAuthority(
+            f"execution {execution.id}: attempt {auth.attempt} is not attempt {execution.attempt}"
+        )
     if execution.state is not ExecutionState.RUNNING:
         raise StaleAuthority(f"execution {execution.id} is {execution.state}: its authority ended")
     if execution.epoch != auth.epoch:
-        raise StaleAuthority(f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})")
+        raise StaleAuthority(
+            f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
+        )
     if tx.execution_token(execution.id) != auth.token:
         raise StaleAuthority(f"execution {execution.id}: the token is not the current lease's")
     if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
@@ -210,7 +219,9 @@ def complete_in_tx(tx: Tx, now_ms: int, auth: Authority, outcome: Outcome, kind:
         next_state = WorkState.COMPLETED
     check_execution_transition(execution.id, execution.state, state)
     data = outcome_json(outcome)
-    tx.update_execution(execution.id, state=state.value, token=None, outcome=json.dumps(data), ended_at_ms=now_ms)
+    tx.update_execution(
+        execution.id, state=state.value, token=None, outcome=json.dumps(data), ended_at_ms=now_ms
+    )
     check_work_transition(work.id, work.state, next_state)
     tx.update_work(work.id, now_ms, state=next_state.value)
     tx.notify(WorkChanged(work_id=work.id))
@@ -266,8 +277,13 @@ def begin_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str) -> Dispatch | None
         tx.update_intent(intent.id, IntentStatus.STALE.value, now_ms)
         return None
     tx.update_intent(intent.id, IntentStatus.DISPATCHING.value, now_ms, attempted=True)
+    tx.notify(WorkChanged(work_id=intent.work_id))
     return Dispatch(intent=attrs.evolve(intent, status=IntentStatus.DISPATCHING), execution=execution,
                     event=_event(tx, intent.event_id))  # fmt: skip
+
+
+DISPATCH_ATTEMPTS = 5
+DISPATCH_BACKOFF_MS = 1_000
 
 
 class DispatchResult:
@@ -281,15 +297,27 @@ def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: str) -> I
     intent = tx.intent(intent_id)
     if intent is None:
         raise NotFound(f"no intent with id {intent_id!r}")
-    if intent.kind is IntentKind.INTERRUPT:
-        if result == DispatchResult.AMBIGUOUS:
-            return intent
+    if result == DispatchResult.AMBIGUOUS:
+        if intent.status is IntentStatus.DISPATCHING:
+            # the same intent identity is tried again later, a bounded number of times
+            retry = (
+                now_ms + DISPATCH_BACKOFF_MS * intent.attempts
+                if intent.attempts < DISPATCH_ATTEMPTS
+                else None
+            )
+            tx.update_intent(intent.id, IntentStatus.DISPATCHING.value, now_ms, next_attempt_ms=retry)
+            if retry is None:
+                tx.add_diagnostic("dispatch_gave_up", intent.event_id,
+                                  f"intent {intent.id}: {intent.attempts} ambiguous dispatches; the input stays pending",
+                                  {"intent": intent.id, "execution": intent.execution_id}, now_ms)  # fmt: skip
+    elif intent.kind is IntentKind.INTERRUPT:
         _settle_interrupt(tx, now_ms, intent)
     elif intent.status is IntentStatus.DISPATCHING:
         if result == DispatchResult.ACCEPTED:
             tx.update_intent(intent.id, IntentStatus.ACCEPTED.value, now_ms)
         elif result == DispatchResult.NOT_ACCEPTING:
             tx.update_intent(intent.id, IntentStatus.NOT_ACCEPTING.value, now_ms)
+    tx.notify(WorkChanged(work_id=intent.work_id))
     settled = tx.intent(intent_id)
     assert settled is not None
     return settled
@@ -400,9 +428,13 @@ def emit_in_tx(
     execution = authorize(tx, now_ms, auth)
     work = _work(tx, execution.work_id)
     if event.scope != work.scope:
-        raise InvalidRequest(f"emit: event.scope {event.scope!r} is not the emitting work's scope {work.scope!r}")
+        raise InvalidRequest(
+            f"emit: event.scope {event.scope!r} is not the emitting work's scope {work.scope!r}"
+        )
     parent = _authority_parent(execution)
-    return accept_derived_in_tx(tx, now_ms, event, parent, limits, cause_id=cause_id, execution_id=execution.id)
+    return accept_derived_in_tx(
+        tx, now_ms, event, parent, limits, cause_id=cause_id, execution_id=execution.id
+    )
 
 
 def create_child_in_tx(

@@ -16,7 +16,7 @@ import attrs
 from .._config import CausalLimits
 from .._errors import Conflict, NotFound
 from .._ids import stable_id
-from .._notices import IntentPending, WorkChanged
+from .._notices import EventRouted, IntentPending, WorkChanged
 from .._records import CausalRejection, Event, EventIn
 from .._work import (
     Capability,
@@ -133,7 +133,7 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     return _deliver(tx, now_ms, event, req, work, new_keys)
 
 
-def _target(tx: Tx, event: Event, decision: Decision) -> Work | None | str:
+def _target(tx: Tx, event: Event, decision: Decision) -> Work | str | None:
     """The Work a decision selects (``None``: to be created or none), or a contradiction."""
     if isinstance(decision, Deliver):
         if event.work_id is not None and decision.work_id != event.work_id:
@@ -159,6 +159,11 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | None | str:
 def _deliver(
     tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, new_keys: list[str]
 ) -> RouteResult:
+    policy = req.route.declared if req.route else Policy.QUEUE
+    effective, fallback_reason = _effective_policy(tx, work, req.route)
+    if effective is None:
+        # decided before any write: an unsupported control attaches no key and joins nothing
+        return _unrouted(tx, now_ms, event, req, fallback_reason or "unsupported policy", work_id=work.id)
     for key in new_keys:
         tx.attach_key(key, work.id, event.seq, now_ms)
     joined = tx.earlier_unrouted_for(work.id, new_keys, event.seq) if new_keys else []
@@ -170,11 +175,8 @@ def _deliver(
             reason=f"joined the backlog when event {event.id} attached its key", generation=req.generation,
             at_ms=now_ms,
         ))  # fmt: skip
+        tx.notify(EventRouted(event_id=earlier.id, work_id=work.id, status=CheckpointStatus.ROUTED.value))
         tx.add_input(work.id, earlier.id, earlier.seq)
-    policy = req.route.declared if req.route else Policy.QUEUE
-    effective, fallback_reason = _effective_policy(tx, work, req.route)
-    if effective is None:
-        return _unrouted(tx, now_ms, event, req, fallback_reason or "unsupported policy", work_id=work.id)
     if effective is Policy.DROP:
         cp = _checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req, work_id=work.id,
                          effective=effective, fallback_reason=fallback_reason, reason=fallback_reason)  # fmt: skip
@@ -183,7 +185,11 @@ def _deliver(
         return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
     tx.add_input(work.id, event.id, event.seq)
     live = tx.live_execution(work.id)
-    if live is not None and live.state is ExecutionState.RUNNING and effective in (Policy.INJECT, Policy.INTERRUPT):
+    if (
+        live is not None
+        and live.state is ExecutionState.RUNNING
+        and effective in (Policy.INJECT, Policy.INTERRUPT)
+    ):
         kind = IntentKind.INJECT if effective is Policy.INJECT else IntentKind.INTERRUPT
         tx.insert_intent(id=intent_id(kind, event.id, live.id), kind=kind.value, work_id=work.id,
                          event_id=event.id, execution_id=live.id, epoch=live.epoch, now_ms=now_ms)  # fmt: skip
@@ -274,11 +280,15 @@ def _unrouted(
     tx: Tx, now_ms: int, event: Event, req: RouteRequest, reason: str, *, work_id: str | None = None
 ) -> RouteResult:
     cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNROUTED, req, work_id=work_id, reason=reason)
-    tx.add_diagnostic(reason.split(":", 1)[0], event.id, reason, {"event": event.id, "seq": event.seq}, now_ms)
+    tx.add_diagnostic(
+        reason.split(":", 1)[0], event.id, reason, {"event": event.id, "seq": event.seq}, now_ms
+    )
     return RouteResult(checkpoint=cp)
 
 
-def record_handler_error_in_tx(tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str) -> RouteResult:
+def record_handler_error_in_tx(
+    tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str
+) -> RouteResult:
     """A handler raised: routing stops (no later route is tried); the Event stays unrouted."""
     event = tx.event(event_id)
     if event is None:
@@ -286,7 +296,9 @@ def record_handler_error_in_tx(tx: Tx, now_ms: int, event_id: str, route: RouteR
     existing = tx.checkpoint(event.id)
     if existing is not None:
         return RouteResult(checkpoint=existing, replay=True)
-    req = RouteRequest(event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=0)
+    req = RouteRequest(
+        event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=0
+    )
     return _unrouted(tx, now_ms, event, req, f"handler_error: route {route.name!r} raised {error}")
 
 
@@ -311,4 +323,5 @@ def _checkpoint(
         fallback_reason=fallback_reason, reason=reason, generation=req.generation or None, at_ms=now_ms,
     )  # fmt: skip
     tx.insert_checkpoint(cp)
+    tx.notify(EventRouted(event_id=cp.event_id, work_id=cp.work_id, status=cp.status.value))
     return cp

@@ -140,6 +140,7 @@ MIGRATIONS: tuple[str, ...] = (
         epoch        INTEGER NOT NULL,
         status       TEXT NOT NULL,
         attempts     INTEGER NOT NULL DEFAULT 0,
+        next_attempt_ms INTEGER,
         updated_at_ms INTEGER NOT NULL
     );
     CREATE INDEX intents_open ON intents (status, work_id);

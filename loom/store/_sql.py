@@ -58,6 +58,7 @@ def event_from_row(row: Row) -> Event:
 def kv_from_row(row: Row) -> KVEntry:
     return KVEntry(namespace=row[0], key=row[1], value=json.loads(row[2]), updated_at_ms=row[3])
 
+
 WORK_COLUMNS = (
     "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
     " started, created_at_ms, release_once"
@@ -83,7 +84,9 @@ EXECUTION_COLUMNS = (
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
-INTENT_SELECT = "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts FROM intents"
+INTENT_SELECT = (
+    "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms FROM intents"
+)
 
 
 def work_from_row(row: Row, keys: tuple[str, ...], pending: tuple[str, ...], live: str | None) -> Work:
@@ -157,12 +160,18 @@ def intent_from_row(row: Row) -> Intent:
         epoch=row[5],
         status=IntentStatus(row[6]),
         attempts=row[7],
+        next_attempt_ms=row[8],
     )
 
+
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
-DIAGNOSTICS = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (? IS NULL OR kind = ?)" \
+DIAGNOSTICS = (
+    "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (? IS NULL OR kind = ?)"
     " AND (? IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+)
 
 
 def diagnostic_from_row(row: Row) -> Diagnostic:
-    return Diagnostic(id=row[0], kind=row[1], subject=row[2], message=row[3], detail=json.loads(row[4]), at_ms=row[5])
+    return Diagnostic(
+        id=row[0], kind=row[1], subject=row[2], message=row[3], detail=json.loads(row[4]), at_ms=row[5]
+    )

@@ -230,7 +230,9 @@ class Tx:
         return [r[0] for r in self._all("SELECT id FROM works WHERE parent_id = ? ORDER BY id", (work_id,))]
 
     def successor_of(self, work_id: str) -> str | None:
-        row = self._one("SELECT id FROM works WHERE predecessor_id = ? ORDER BY created_at_ms DESC, id", (work_id,))
+        row = self._one(
+            "SELECT id FROM works WHERE predecessor_id = ? ORDER BY created_at_ms DESC, id", (work_id,)
+        )
         return str(row[0]) if row else None
 
     # -- keys ---------------------------------------------------------------
@@ -291,7 +293,9 @@ class Tx:
         )
 
     def input_state(self, work_id: str, event_id: str) -> str | None:
-        row = self._one("SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id))
+        row = self._one(
+            "SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id)
+        )
         return str(row[0]) if row else None
 
     def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
@@ -314,7 +318,9 @@ class Tx:
         return row[0] if row else None
 
     def live_execution(self, work_id: str) -> Execution | None:
-        row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN ('running', 'stopping')", (work_id,))
+        row = self._one(
+            f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN ('running', 'stopping')", (work_id,)
+        )
         return _sql.execution_from_row(row) if row else None
 
     def executions_of_work(self, work_id: str) -> list[Execution]:
@@ -372,10 +378,19 @@ class Tx:
             (id, kind, work_id, event_id, execution_id, epoch, now_ms),
         )
 
-    def update_intent(self, intent_id: str, status: str, now_ms: int, *, attempted: bool = False) -> None:
+    def update_intent(
+        self,
+        intent_id: str,
+        status: str,
+        now_ms: int,
+        *,
+        attempted: bool = False,
+        next_attempt_ms: int | None = None,
+    ) -> None:
         self._conn.execute(
-            "UPDATE intents SET status = ?, attempts = attempts + ?, updated_at_ms = ? WHERE id = ?",
-            (status, 1 if attempted else 0, now_ms, intent_id),
+            "UPDATE intents SET status = ?, attempts = attempts + ?, next_attempt_ms = ?, updated_at_ms = ?"
+            " WHERE id = ?",
+            (status, 1 if attempted else 0, next_attempt_ms, now_ms, intent_id),
         )
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:

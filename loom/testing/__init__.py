@@ -10,4 +10,7 @@ from .._clock import OffsetClock as OffsetClock
 from ._driver import T0_MS as T0_MS
 from ._driver import Driver as Driver
 from ._driver import RuntimeDriver as RuntimeDriver
+from ._driver import ScenarioHandlers as ScenarioHandlers
+from ._fake import FakeExecutor as FakeExecutor
+from ._fake import InjectAnswer as InjectAnswer
 from ._scenario import ScenarioFailure as ScenarioFailure

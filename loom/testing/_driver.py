@@ -6,8 +6,8 @@ SQLite ``:memory:`` and against a file that is closed and reopened between steps
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import trio
 
@@ -15,15 +15,63 @@ from .._clock import ManualClock
 from .._config import Config
 from .._records import CausalRejection, Event, EventIn
 from .._runtime import Runtime, open_runtime
+from ..plugins import hookimpl
+from ._fake import FakeExecutor
+from ._scenario import ScenarioFailure
+
+Handler = Callable[..., Any]
+
+STALL_SECONDS = 20.0
+"""A wait that sees no progress this long (real time) fails the scenario as stalled."""
+
+
+class ScenarioHandlers:
+    """Route handler ``scenario``: dispatches to ``table[route.config["fn"]]``, set by scenarios."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, Handler] = {}
+
+    @hookimpl
+    def loom_route_handlers(self) -> Mapping[str, Any]:
+        return {"scenario": self._dispatch}
+
+    def _dispatch(self, event: Event, scope: str, work: Any, route: Any) -> Any:
+        name = route.route.config.get("fn")
+        handler = self.table.get(name) if isinstance(name, str) else None
+        if handler is None:
+            raise LookupError(f"scenario handler {name!r} is not set")
+        return handler(event, scope, work, route)
+
 
 T0_MS = 1_767_225_600_000
 """2026-01-01T00:00:00Z: where every scenario's ManualClock starts."""
 
 
 class Driver(Protocol):
-    """What a shared scenario needs from a runtime under test."""
+    """What a shared scenario needs from a runtime under test.
+
+    ``runtime`` offers the `Runtime` host API; ``fake`` is the test executor ``fake`` and
+    ``handlers`` the table behind route handler ``scenario``.
+    """
 
     clock: ManualClock
+    fake: FakeExecutor
+    handlers: ScenarioHandlers
+
+    @property
+    def runtime(self) -> Runtime: ...
+
+    async def configure(self, config: Config) -> Config:
+        """Put ``config`` in force as the next generation (kept across reopens)."""
+        ...
+
+    async def settle(self) -> None:
+        """Wait until no routing, start or dispatch work is in flight."""
+        ...
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+        """Wait, on commits and launches (never on a timer), until ``check()`` holds."""
+        ...
 
     async def publish(self, event: EventIn) -> Event:
         """Durably accept an external root Event."""
@@ -64,7 +112,9 @@ class RuntimeDriver:
         self.store = store
         self.clock = clock if clock is not None else ManualClock(start_ms=T0_MS)
         self.config = config if config is not None else Config()
-        self.plugins = tuple(plugins)
+        self.fake = FakeExecutor()
+        self.handlers = ScenarioHandlers()
+        self.plugins = (self.fake, self.handlers, *plugins)
         self._rt: Runtime | None = None
         self._stop: trio.CancelScope | None = None
         self._stopped: trio.Event | None = None
@@ -113,6 +163,39 @@ class RuntimeDriver:
         self.reopens += 1
 
     # -- the Driver protocol ---------------------------------------------
+
+    async def configure(self, config: Config) -> Config:
+        self.config = self.runtime.reload(config)
+        return self.config
+
+    async def settle(self) -> None:
+        with trio.move_on_after(STALL_SECONDS) as scope:
+            await self.runtime.router.wait_idle()
+        if scope.cancelled_caught:
+            raise ScenarioFailure("the runtime did not settle: routing work stayed in flight")
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+        runtime = self.runtime
+        feed = runtime.storage.feed()
+        try:
+            with trio.move_on_after(STALL_SECONDS) as scope:
+                while not await check():
+                    async with trio.open_nursery() as nursery:
+
+                        async def on_commit() -> None:
+                            await feed.next_batch()
+                            nursery.cancel_scope.cancel()
+
+                        async def on_launch() -> None:
+                            await self.fake.next_launch()
+                            nursery.cancel_scope.cancel()
+
+                        nursery.start_soon(on_commit)
+                        nursery.start_soon(on_launch)
+            if scope.cancelled_caught:
+                raise ScenarioFailure(f"timed out waiting for {what}")
+        finally:
+            runtime.storage.unsubscribe(feed)
 
     async def publish(self, event: EventIn) -> Event:
         return await self.runtime.publish(event)

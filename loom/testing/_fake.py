@@ -1,0 +1,115 @@
+"""`FakeExecutor`: a test executor whose capabilities a scenario sets, and whose launches,
+injections and interrupts it controls and observes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from .._errors import NotAccepting
+from .._executor import Toolbelt
+from .._records import Event
+from .._work import Completed, Failed, Outcome, RunRequest
+from ..plugins import hookimpl
+
+
+class InjectAnswer(enum.StrEnum):
+    ACCEPT = "accept"
+    NOT_ACCEPTING = "not_accepting"
+    AMBIGUOUS = "ambiguous"
+
+
+@attrs.define(eq=False)
+class Launch:
+    """One launch the fake saw; finish it with `FakeExecutor.finish`."""
+
+    request: RunRequest
+    toolbelt: Toolbelt
+    done: trio.Event = attrs.Factory(trio.Event)
+    outcome: Outcome | None = None
+    interrupted: bool = False
+
+
+class FakeExecutor:
+    """Executor ``fake``: launches block until the scenario finishes them (or finish at once
+    when ``auto_complete`` is set)."""
+
+    def __init__(self, name: str = "fake") -> None:
+        self.name = name
+        self.capabilities: set[str] = set()
+        self.auto_complete = False
+        self.launches: list[Launch] = []
+        self.injected: list[tuple[str, str]] = []
+        self.interrupted: list[str] = []
+        self.inject_answers: list[InjectAnswer] = []
+        self.launch_gates: dict[str, trio.Event] = {}
+        """Launches of these Work ids block until their event is set."""
+        self.inject_gate: trio.Event | None = None
+        """When set, every inject blocks on it (an acknowledgement in flight)."""
+        self.on_inject: Callable[[str, Event], Awaitable[None]] | None = None
+        self._launched = trio.Event()
+
+    @hookimpl
+    def loom_executors(self) -> Mapping[str, Any]:
+        return {self.name: self}
+
+    async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        launch = Launch(request, toolbelt)
+        self.launches.append(launch)
+        self._signal()
+        gate = self.launch_gates.get(request.work_id)
+        if gate is not None:
+            await gate.wait()
+        if self.auto_complete:
+            return Completed()
+        await launch.done.wait()
+        return launch.outcome or Failed(error="interrupted")
+
+    async def next_launch(self) -> None:
+        """Return at the next launch (or inject/interrupt call) the fake sees."""
+        await self._launched.wait()
+
+    def _signal(self) -> None:
+        launched, self._launched = self._launched, trio.Event()
+        launched.set()
+
+    def running(self, work_id: str) -> Launch:
+        """The unfinished launch of ``work_id`` (the most recent)."""
+        for launch in reversed(self.launches):
+            if launch.request.work_id == work_id and not launch.done.is_set():
+                return launch
+        raise LookupError(f"fake executor: no running launch for work {work_id}")
+
+    def launches_of(self, work_id: str) -> list[Launch]:
+        return [launch for launch in self.launches if launch.request.work_id == work_id]
+
+    def finish(self, work_id: str, outcome: Outcome) -> Launch:
+        launch = self.running(work_id)
+        launch.outcome = outcome
+        launch.done.set()
+        return launch
+
+    async def inject(self, execution_id: str, event: Event) -> None:
+        if self.on_inject is not None:
+            await self.on_inject(execution_id, event)
+        if self.inject_gate is not None:
+            await self.inject_gate.wait()
+        self._signal()
+        answer = self.inject_answers.pop(0) if self.inject_answers else InjectAnswer.ACCEPT
+        if answer is InjectAnswer.NOT_ACCEPTING:
+            raise NotAccepting(f"fake executor: execution {execution_id} does not accept input")
+        if answer is InjectAnswer.AMBIGUOUS:
+            raise ConnectionError(f"fake executor: lost the answer for execution {execution_id}")
+        self.injected.append((execution_id, event.id))
+
+    async def interrupt(self, execution_id: str) -> None:
+        self.interrupted.append(execution_id)
+        self._signal()
+        for launch in self.launches:
+            if launch.request.execution_id == execution_id and not launch.done.is_set():
+                launch.interrupted = True
+                launch.done.set()
