@@ -48,6 +48,7 @@ MAX_PER_MINUTE = 100_000
 MAX_SCOPE_CAPACITY = 1_000_000
 MAX_RETRY_ATTEMPTS = 10
 MAX_BACKOFF_MS = 7 * 24 * 3_600_000
+MAX_TIMEOUT_MS = 30 * 24 * 3_600_000
 RETRY_STEP_MS = 300_000
 """Default backoff step: 5 minutes after failure 1, 10 after failure 2, 15 after failure 3, ..."""
 DEFAULT_HANDLER = "correlate"
@@ -176,6 +177,8 @@ class WorkKindPolicy:
         default=attrs.Factory(lambda self: retry_delays(self.retry_attempts), takes_self=True)
     )
     reopen: bool = False
+    timeout_ms: int | None = attrs.field(default=None, validator=_optional_bounded(1, MAX_TIMEOUT_MS))
+    """The execution timeout: active time an attempt may run (a wait pauses it); ``None``: none."""
 
     def __attrs_post_init__(self) -> None:
         _check_name(self.trigger, "trigger")
@@ -904,6 +907,7 @@ def _work_kind(value: Any, where: _Where) -> WorkKindPolicy:
         "retry_attempts": _int,
         "retry_backoff_ms": _list(_int),
         "reopen": _bool,
+        "timeout_ms": _int,
     }
     table = _Table(value, where, tuple(readers))
     fields = {name: table.get(name, read) for name, read in readers.items() if table.has(name)}

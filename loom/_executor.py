@@ -12,6 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
 from ._records import Event, EventIn
+from ._timers import Timer, TimerSpec
 from ._work import Lease, Outcome, RunRequest, Work
 
 
@@ -24,6 +25,8 @@ class Toolbelt(Protocol):
     async def emit(self, event: EventIn, *, cause_id: str | None = None) -> Event: ...
 
     async def create_child(self, name: str, *, keys: Sequence[str] = (), kind: str | None = None) -> Work: ...
+
+    async def arm_timer(self, spec: TimerSpec) -> Timer: ...
 
     async def heartbeat(self) -> None: ...
 

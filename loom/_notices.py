@@ -47,3 +47,19 @@ class EventRouted:
     event_id: str
     work_id: str | None
     status: str
+
+
+@attrs.frozen(kw_only=True)
+class TimerArmed:
+    """A timer identity was armed (or moved to its next occurrence)."""
+
+    timer_id: str
+    revision: int
+    fire_at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class TimerCancelled:
+    """A timer left the armed set (cancelled, disabled or invalid)."""
+
+    timer_id: str

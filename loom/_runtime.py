@@ -17,12 +17,15 @@ import trio
 
 from ._clock import Clock, SystemClock
 from ._config import Config, ConfigHolder
-from ._errors import InvalidRequest, NotFound
+from ._errors import InvalidRequest, NotFound, StorageError
 from ._records import CausalRejection, Diagnostic, Event, EventIn, KVEntry
 from ._serde import structure
+from ._timers import FireRequest, Firing, Timer, TimerSpec, TimerState
 from ._work import Checkpoint, Execution, Intent, Lease, Outcome, Work, WorkState
 from .actors.ingress import IngressActor
 from .actors.router import TRIGGER_SELECTORS, RouterPool, merged
+from .actors.timer_service import TimerService
+from .actors.timers import TimerActor
 from .actors.toolbelt import RuntimeToolbelt
 from .kernel.causal import REJECTIONS_NAMESPACE
 from .kernel.executions import (
@@ -37,8 +40,9 @@ from .kernel.executions import (
     release_in_tx,
     renew_in_tx,
 )
+from .kernel.timers import arm_in_tx, cancel_timer_in_tx, due_in_tx, fire_timer_in_tx
 from .plugins import make_plugin_manager
-from .store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
+from .store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, Tx
 
 StoreLike = str | SQLiteStore
 
@@ -72,6 +76,7 @@ class Runtime:
         reader: Reader,
         ingress: IngressActor,
         router: RouterPool,
+        timers: TimerActor,
         clock: Clock,
         config: ConfigHolder,
         plugins: pluggy.PluginManager,
@@ -80,6 +85,7 @@ class Runtime:
         self._reader = reader
         self._ingress = ingress
         self.router = router
+        self.timer_actor = timers
         self.clock = clock
         self._config = config
         self.plugins = plugins
@@ -199,7 +205,8 @@ class Runtime:
         capacity = config.scopes[work.scope].capacity if work.scope in config.scopes else None
         request = ClaimRequest(
             work_id=work_id, owner=owner, token=secrets.token_urlsafe(24), lease_ms=lease_ms, binding=binding,
-            kind=self.router.kind_policy(config, work.kind), capacity=capacity, generation=config.generation,
+            kind=(kind := self.router.kind_policy(config, work.kind)), capacity=capacity,
+            generation=config.generation, timeout_ms=kind.timeout_ms,
         )  # fmt: skip
         return await self.storage.submit(claim_in_tx, request)
 
@@ -219,6 +226,65 @@ class Runtime:
         )
 
     # -- operator controls ----------------------------------------------------------
+
+    # -- timers ---------------------------------------------------------------------
+
+    async def arm(self, spec: TimerSpec) -> Timer:
+        """Arm a root timer (trusted: an independent schedule or an operator action).
+
+        With ``interval_ms`` it recurs at a fixed interval; with ``recurrence`` (a policy kind
+        such as ``cron``) and an opaque ``spec`` it recurs by that policy.
+        """
+        return await self.storage.submit(arm_in_tx, spec)
+
+    async def cancel_timer(self, timer_id: str, *, revision: int) -> Timer:
+        """Cancel a timer at ``revision`` (a stale revision is a `Conflict`)."""
+        return await self.storage.submit(cancel_timer_in_tx, timer_id, revision)
+
+    async def timer(self, timer_id: str) -> Timer:
+        found = await self._reader.timer(timer_id)
+        if found is None:
+            raise NotFound(f"no timer with id {timer_id!r}")
+        return found
+
+    async def timers(
+        self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100
+    ) -> list[Timer]:
+        _check_limit(limit)
+        return await self._reader.timers(state=state.value if state else None, after_id=after_id, limit=limit)
+
+    async def firings(self, timer_id: str) -> list[Firing]:
+        """The timer's firing ledger, in commit order."""
+        return await self._reader.firings_of_timer(timer_id)
+
+    async def due(self, limit: int = 100) -> list[FireRequest]:
+        """Up to ``limit`` due firing requests (bounded; a durable cursor keeps it fair)."""
+        return await self.storage.submit(due_in_tx, limit)
+
+    async def fire(self, request: FireRequest) -> Firing:
+        """Fire one timer identity (idempotent: a committed firing is answered from the ledger)."""
+        return await self.storage.submit(
+            fire_timer_in_tx, request, self.config.causal, self.timer_actor.policies
+        )
+
+    async def poll(self, limit: int = 100) -> PollReport:
+        """One bounded host pass: fire up to ``limit`` due timers (fairly, by the durable cursor).
+
+        One item's failure is recorded as a safe diagnostic and the pass goes on; a storage
+        failure is raised.
+        """
+        firings: list[Firing] = []
+        failures: list[str] = []
+        for request in await self.due(limit):
+            try:
+                firings.append(await self.fire(request))
+            except StorageError:
+                raise
+            except Exception as exc:
+                message = f"timer {request.timer_id}: firing failed: {type(exc).__name__}: {exc}"
+                failures.append(message)
+                await self.storage.submit(_diagnose, "poll_item_failed", request.timer_id, message)
+        return PollReport(firings=tuple(firings), failures=tuple(failures))
 
     async def hold(self, work_id: str, *, reason: str) -> Work:
         return await self.storage.submit(hold_in_tx, work_id, reason)
@@ -253,6 +319,18 @@ class _Advertised(Mapping[str, frozenset[str]]):
 
     def __len__(self) -> int:
         return len(self._executors)
+
+
+@attrs.frozen(kw_only=True)
+class PollReport:
+    """What one `Runtime.poll` pass did."""
+
+    firings: tuple[Firing, ...]
+    failures: tuple[str, ...]
+
+
+def _diagnose(tx: Tx, now_ms: int, kind: str, subject: str, message: str) -> None:
+    tx.add_diagnostic(kind, subject, message, {}, now_ms)
 
 
 def _check_limit(limit: int) -> None:
@@ -306,8 +384,14 @@ async def open_runtime(
                         lease_ms=lease_ms,
                     ).run
                 )
-                yield Runtime(storage=storage, reader=reader, ingress=ingress, router=router, clock=clock,
-                              config=holder, plugins=pm)  # fmt: skip
+                timer_actor: TimerActor = await nursery.start(
+                    TimerActor(
+                        storage, TimerService[str](clock), limits=lambda: holder.current.causal,
+                        policies=merged(pm.hook.loom_recurrence_policies()),
+                    ).run
+                )  # fmt: skip
+                yield Runtime(storage=storage, reader=reader, ingress=ingress, router=router, timers=timer_actor,
+                              clock=clock, config=holder, plugins=pm)  # fmt: skip
             finally:
                 nursery.cancel_scope.cancel()
     finally:

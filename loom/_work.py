@@ -213,6 +213,12 @@ class Execution:
     interrupt_event_id: str | None
     created_at_ms: int
     ended_at_ms: int | None
+    segment: int = 1
+    """The active segment; a deadline for an older segment is stale."""
+    budget_ms: int | None = None
+    """The execution timeout: active time only (a wait pauses it)."""
+    used_ms: int = 0
+    """Active time spent in ended segments."""
 
 
 @attrs.frozen(kw_only=True)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loom import InvalidRequest
+from loom._timers import Occurrence, Replacement, Skip, Timer, TimerState
 from loom.plugins import hookspecs, schedule
 from loom.plugins.schedule import (
     MAX_COUNTED_SKIPS,
@@ -290,7 +291,7 @@ def test_clock_jump_forward_of_days_fires_once() -> None:
 
 def test_a_timer_driven_through_a_clock_jump_fires_one_occurrence() -> None:
     # Fire the re-armed timer as the timer service would, at a clock that jumped three days.
-    policies = schedule.loom_recurrence_policies()
+    policies = {"calendar": schedule.calendar_policy}
     spec = {"schedule_id": "daily", "calendar": "09:00", "timezone": "Europe/Berlin"}
     armed = next_occurrence(spec_from_mapping(spec), utc_ms("2024-05-01T12:00"))
     now = armed + 3 * DAY + HOUR
@@ -432,12 +433,8 @@ def test_overlap_refuses_negative_counts() -> None:
 # --- The hook -------------------------------------------------------------------------------------
 
 
-def test_plugin_provides_cron_and_calendar_policies() -> None:
-    pm = pluggy.PluginManager("loom")
-    pm.add_hookspecs(hookspecs)
-    pm.register(schedule)
-    (policies,) = pm.hook.loom_recurrence_policies()
-    assert set(policies) == {"cron", "calendar"}
+def test_plan_policies_plan_cron_and_calendar_firings() -> None:
+    policies = {"cron": schedule.cron_policy, "calendar": schedule.calendar_policy}
 
     scheduled = utc_ms("2024-05-01T00:00")
     spec = {"schedule_id": "hourly", "cron": "0 * * * *"}
@@ -451,3 +448,36 @@ def test_plugin_provides_cron_and_calendar_policies() -> None:
         policies["calendar"](scheduled, scheduled, spec)
     with pytest.raises(InvalidRequest, match=r"ScheduleSpec\.timezone"):
         policies["cron"](scheduled, scheduled, {**spec, "timezone": "Nowhere/Special"})
+
+
+def test_plugin_answers_core_recurrence_contract() -> None:
+    pm = pluggy.PluginManager("loom")
+    pm.add_hookspecs(hookspecs)
+    pm.register(schedule)
+    (policies,) = pm.hook.loom_recurrence_policies()
+    assert set(policies) == {"cron", "calendar"}
+    scheduled = utc_ms("2024-05-01T00:00")
+    spec = ScheduleSpec(schedule_id="hourly", cron="0 * * * *").to_mapping()
+    timer = _timer(scheduled, spec)
+    # within the catch-up window the latest due occurrence fires, older ones are counted as skipped
+    occurrence, replacement = policies["cron"](timer, scheduled + 2 * HOUR + MINUTE, spec)
+    assert isinstance(occurrence, Occurrence)
+    assert occurrence.delivery_id == f"hourly@{scheduled + 2 * HOUR}"
+    assert occurrence.payload["skipped"] == 2
+    assert replacement == Replacement(fire_at_ms=scheduled + 3 * HOUR, delivery_id=f"hourly@{scheduled + 3 * HOUR}")
+    # when even the latest due occurrence is older than six hours nothing fires: a skip, never a burst
+    daily = ScheduleSpec(schedule_id="daily", cron="0 0 * * *").to_mapping()
+    skip, replacement = policies["cron"](_timer(scheduled, daily), scheduled + 3 * DAY + 7 * HOUR, daily)
+    assert isinstance(skip, Skip)
+    assert skip.skipped == 4
+    assert replacement is not None
+    assert replacement.fire_at_ms == scheduled + 4 * DAY
+
+
+def _timer(fire_at_ms: int, spec: dict[str, object]) -> Timer:
+    return Timer(
+        id="schedule:hourly", revision=1, state=TimerState.ARMED, fire_at_ms=fire_at_ms, source="cron",
+        type="job.due", scope="acme", key=None, work_id=None, payload={}, delivery_id="hourly", interval_ms=None,
+        recurrence="cron", spec=spec, parent_id=None, execution_id=None, occurrences=0, reason=None,
+        created_at_ms=0, updated_at_ms=0,
+    )  # fmt: skip

@@ -164,6 +164,8 @@ class RouterPool:
                             self._on_notice(notice)
                     finally:
                         self._leave()
+        except trio.EndOfChannel:
+            return  # the storage actor stopped: the runtime is going down
         finally:
             self._storage.unsubscribe(feed)
 
@@ -380,8 +382,8 @@ class RouterPool:
         capacity = config.scopes[work.scope].capacity if work.scope in config.scopes else None
         request = ClaimRequest(
             work_id=work.id, owner=self.owner, token=secrets.token_urlsafe(24), lease_ms=self.lease_ms,
-            binding=binding, kind=self.kind_policy(config, work.kind), capacity=capacity,
-            generation=config.generation,
+            binding=binding, kind=(kind := self.kind_policy(config, work.kind)), capacity=capacity,
+            generation=config.generation, timeout_ms=kind.timeout_ms,
         )  # fmt: skip
         try:
             lease = await self._storage.submit(claim_in_tx, request)

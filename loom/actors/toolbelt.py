@@ -12,8 +12,10 @@ import attrs
 from .._config import CausalLimits
 from .._errors import CausalRefused
 from .._records import CausalRejection, Event, EventIn
+from .._timers import Timer, TimerSpec
 from .._work import Lease, Work
 from ..kernel.executions import Authority, create_child_in_tx, emit_in_tx, renew_in_tx
+from ..kernel.timers import arm_derived_in_tx
 from ..store import StorageActor
 
 
@@ -43,11 +45,21 @@ class RuntimeToolbelt:
     async def create_child(self, name: str, *, keys: Sequence[str] = (), kind: str | None = None) -> Work:
         """Create child Work in this Work's scope; ``name`` makes it idempotent."""
         result = await self._storage.submit(
-            create_child_in_tx, Authority.of(self._lease), name, tuple(keys), kind, self._generation, self._limits
+            create_child_in_tx,
+            Authority.of(self._lease),
+            name,
+            tuple(keys),
+            kind,
+            self._generation,
+            self._limits,
         )
         if isinstance(result, CausalRejection):
             raise CausalRefused(result.describe(), rejection=result)
         return result
+
+    async def arm_timer(self, spec: TimerSpec) -> Timer:
+        """Arm a timer in this Work's scope; its firing derives from the attempt's trigger."""
+        return await self._storage.submit(arm_derived_in_tx, Authority.of(self._lease), spec)
 
     async def heartbeat(self) -> None:
         """Renew the lease."""

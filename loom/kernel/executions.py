@@ -16,10 +16,10 @@ from typing import Any
 import attrs
 
 from .._config import CausalLimits
-from .._errors import Conflict, InvalidRequest, NotFound, StaleAuthority
+from .._errors import Conflict, InvalidRequest, NotFound
 from .._ids import stable_id
 from .._notices import ExecutionFenced, IntentPending, WorkChanged
-from .._records import CausalRejection, Event, EventIn
+from .._records import CausalRejection, Event, EventIn, validate_event_in
 from .._work import (
     Capability,
     Completed,
@@ -40,9 +40,12 @@ from .._work import (
 )
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
+from .authority import Authority as Authority
+from .authority import authorize as authorize
 from .routing import CORE_SOURCE, WORK_CREATED, control_checkpoint, intent_id
 
 MANUAL_INTERRUPT = "core.manual.interrupt"
+EXECUTION_TIMEOUT = "core.execution.timeout"
 
 TriggerSelector = Callable[[Sequence[Event]], int]
 
@@ -54,6 +57,7 @@ class KindPolicy:
     standing: bool = False
     run_once: bool = False
     select_trigger: TriggerSelector | None = None
+    timeout_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -76,22 +80,8 @@ class ClaimRequest:
     kind: KindPolicy
     capacity: int | None
     generation: int
-
-
-@attrs.frozen(kw_only=True)
-class Authority:
-    """What a fenced call presents."""
-
-    execution_id: str
-    attempt: int
-    epoch: int
-    token: str
-
-    @classmethod
-    def of(cls, lease: Lease) -> Authority:
-        return cls(
-            execution_id=lease.execution_id, attempt=lease.attempt, epoch=lease.epoch, token=lease.token
-        )
+    timeout_ms: int | None = None
+    """The execution timeout (active time); ``None``: no deadline."""
 
 
 def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) -> Event | None:
@@ -157,28 +147,6 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
                  owner=req.owner, expires_at_ms=expires, request=request)  # fmt: skip
 
 
-def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
-    """The execution, if ``auth`` still holds its lease; else `StaleAuthority`."""
-    execution = tx.execution(auth.execution_id)
-    if execution is None:
-        raise StaleAuthority(f"execution {auth.execution_id!r} does not exist")
-    if execution.attempt != auth.attempt:
-        raise StaleAuthority(
-            f"execution {execution.id}: attempt {auth.attempt} is not attempt {execution.attempt}"
-        )
-    if execution.state is not ExecutionState.RUNNING:
-        raise StaleAuthority(f"execution {execution.id} is {execution.state}: its authority ended")
-    if execution.epoch != auth.epoch:
-        raise StaleAuthority(
-            f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
-        )
-    if tx.execution_token(execution.id) != auth.token:
-        raise StaleAuthority(f"execution {execution.id}: the token is not the current lease's")
-    if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
-        raise StaleAuthority(f"execution {execution.id}: its lease expired at {execution.expires_at_ms}")
-    return execution
-
-
 def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
     """Extend a live lease; return the new (exclusive) expiry."""
     if lease_ms <= 0:
@@ -218,6 +186,7 @@ def complete_in_tx(tx: Tx, now_ms: int, auth: Authority, outcome: Outcome, kind:
             )
         next_state = WorkState.COMPLETED
     check_execution_transition(execution.id, execution.state, state)
+    end_segment_in_tx(tx, now_ms, execution)
     data = outcome_json(outcome)
     tx.update_execution(
         execution.id, state=state.value, token=None, outcome=json.dumps(data), ended_at_ms=now_ms
@@ -329,6 +298,7 @@ def _settle_interrupt(tx: Tx, now_ms: int, intent: Intent) -> None:
     execution = tx.execution(intent.execution_id)
     assert execution is not None
     if execution.state is ExecutionState.STOPPING:
+        end_segment_in_tx(tx, now_ms, execution)
         tx.update_execution(execution.id, state=ExecutionState.CANCELLED.value, interrupt_event_id=intent.event_id,
                             ended_at_ms=now_ms, outcome=json.dumps({"kind": "interrupted"}))  # fmt: skip
         work = tx.work(execution.work_id)
@@ -371,6 +341,7 @@ def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
         raise Conflict(f"cannot cancel work {work.id}: it is already {work.state}")
     live = tx.live_execution(work.id)
     if live is not None:
+        end_segment_in_tx(tx, now_ms, live)
         tx.update_execution(live.id, state=ExecutionState.CANCELLED.value, token=None, ended_at_ms=now_ms,
                             outcome=json.dumps({"kind": "cancelled"}))  # fmt: skip
         for intent in tx.intents_of_execution(live.id):
@@ -390,6 +361,16 @@ def manual_interrupt_in_tx(
     Refused unless the running attempt was pinned with the interrupt capability.
     """
     work = _work(tx, work_id)
+    replayed = tx.event_by_delivery(CORE_SOURCE, f"manual.interrupt/{request_id}")
+    if replayed is not None:
+        # a replayed control targets the attempt it first targeted, never a newer one
+        first = intent_id(IntentKind.INTERRUPT, replayed.id, str(replayed.payload.get("execution")))
+        original = tx.intent(first)
+        if replayed.work_id != work.id or original is None:
+            raise InvalidRequest(
+                f"interrupt request {request_id!r} was already used for work {replayed.work_id}"
+            )
+        return original
     live = tx.live_execution(work.id)
     if live is None or live.state is not ExecutionState.RUNNING:
         raise Conflict(f"cannot interrupt work {work.id}: it has no running attempt")
@@ -426,6 +407,7 @@ def emit_in_tx(
 ) -> Event | CausalRejection:
     """Emit a derived Event from the attempt's trigger, charged to the causal bounds."""
     execution = authorize(tx, now_ms, auth)
+    validate_event_in(event)  # an execution may not emit the privileged core.* family
     work = _work(tx, execution.work_id)
     if event.scope != work.scope:
         raise InvalidRequest(
@@ -494,3 +476,94 @@ def _event(tx: Tx, event_id: str) -> Event:
     event = tx.event(event_id)
     assert event is not None, f"event {event_id} vanished"
     return event
+
+
+# -- execution deadlines: durable core.execution.timeout templates -------------------------
+
+
+def deadline_timer_id(execution_id: str, segment: int) -> str:
+    return f"deadline:{execution_id}:{segment}"
+
+
+def start_segment_in_tx(
+    tx: Tx, now_ms: int, execution_id: str, segment: int, remaining_ms: int, parent_id: str, scope: str
+) -> None:
+    """Start an active segment with the remaining budget: its deadline is a durable timer whose
+    template is a ``core.execution.timeout`` Event naming the execution and segment."""
+    from .._timers import TimerSpec
+    from .timers import arm_in_tx
+
+    execution = tx.execution(execution_id)
+    assert execution is not None
+    timer_id = deadline_timer_id(execution_id, segment)
+    spec = TimerSpec(
+        id=timer_id, fire_at_ms=now_ms + max(remaining_ms, 0), source=CORE_SOURCE, type=EXECUTION_TIMEOUT,
+        scope=scope, payload={"execution": execution_id, "segment": segment, "epoch": execution.epoch,
+                              "work": execution.work_id},
+    )  # fmt: skip
+    arm_in_tx(tx, now_ms, spec, parent_id=parent_id, execution_id=execution_id)
+    tx.update_execution(execution_id, segment=segment, segment_started_ms=now_ms, deadline_timer_id=timer_id)
+
+
+def end_segment_in_tx(tx: Tx, now_ms: int, execution: Execution) -> None:
+    """Close the active segment: count its active time and disarm its deadline."""
+    from .._notices import TimerCancelled
+    from .._timers import TimerState
+
+    started, timer_id = tx.execution_segment_clock(execution.id)
+    if started is None:
+        return
+    tx.update_execution(
+        execution.id, used_ms=execution.used_ms + max(now_ms - started, 0), segment_started_ms=None
+    )
+    timer = tx.timer(timer_id) if timer_id else None
+    if timer is not None and timer.state is TimerState.ARMED:
+        tx.set_timer_state(timer.id, TimerState.CANCELLED.value, "segment ended", now_ms)
+        tx.notify(TimerCancelled(timer_id=timer.id))
+
+
+def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapping[str, Any]) -> None:
+    """A ``core.execution.timeout`` was accepted: if its segment is still the active one, fence
+    the attempt and fail it under its current fence; a stale deadline does nothing.
+
+    The control checkpoint keeps Work and execution in the envelope but routes nothing, so
+    earlier runnable input cannot delay the fencing.
+    """
+    execution = tx.execution(str(payload.get("execution", "")))
+    current = (
+        execution is not None
+        and execution.state is ExecutionState.RUNNING
+        and execution.segment == payload.get("segment")
+        and execution.epoch == payload.get("epoch")
+    )
+    if not current or execution is None:
+        if event is not None:
+            control_checkpoint(tx, now_ms, event, None, "a stale execution deadline")
+        return
+    work = tx.work(execution.work_id)
+    assert work is not None
+    for event_id in execution.inputs:
+        if tx.input_state(work.id, event_id) == "pending":
+            tx.consume_input(work.id, event_id, execution.id)
+    for intent in tx.intents_of_execution(execution.id):
+        if intent.status in (IntentStatus.PENDING, IntentStatus.DISPATCHING):
+            tx.update_intent(intent.id, IntentStatus.STALE.value, now_ms)
+    end_segment_in_tx(tx, now_ms, execution)
+    budget = execution.budget_ms
+    tx.update_execution(execution.id, state=ExecutionState.FAILED.value, token=None, ended_at_ms=now_ms,
+                        outcome=json.dumps({"kind": "failed", "error": f"execution timeout after {budget} ms of "
+                                            "active time", "timeout_event_id": event.id if event else None}))  # fmt: skip
+    if work.state is WorkState.RUNNING:
+        tx.update_work(work.id, now_ms, state=WorkState.READY.value)
+    if event is not None:
+        control_checkpoint(tx, now_ms, event, None, f"execution deadline of {execution.id}")
+    else:
+        # the causal bounds refused the deadline Event: fenced all the same, and held
+        tx.update_work(
+            work.id,
+            now_ms,
+            held=1,
+            hold_reason="causal_rejection: the execution deadline's event was refused",
+        )
+    tx.notify(ExecutionFenced(execution_id=execution.id, work_id=work.id))
+    tx.notify(WorkChanged(work_id=work.id))

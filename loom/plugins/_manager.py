@@ -14,7 +14,7 @@ ENTRY_POINT_GROUP = "loom"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers",)
+BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule")
 """Built-in plugins, registered exactly as third-party ones are."""
 
 

@@ -42,6 +42,10 @@ import attrs
 from croniter import CroniterError, croniter
 
 from .._errors import InvalidRequest
+from .._ids import stable_id
+from .._records import Event
+from .._timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer, TimerSpec
+from .._work import Decision, Deliver, Drop, Unmatched, Work
 from ._manager import hookimpl
 
 HOUR_MS = 3_600_000
@@ -522,19 +526,23 @@ def overlap_decision(spec: ScheduleSpec, running: int, buffered: int) -> Overlap
     for name, value in (("running", running), ("buffered", buffered)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidRequest(f"overlap_decision: {name} must be a non-negative integer, got {value!r}")
-    if running == 0 or spec.overlap is Overlap.ALLOW_ALL:
+    return _overlap_action(spec.overlap, running, buffered)
+
+
+def _overlap_action(overlap: Overlap, running: int, buffered: int) -> OverlapAction:
+    if running == 0 or overlap is Overlap.ALLOW_ALL:
         return OverlapAction.START
-    if spec.overlap is Overlap.BUFFER_ONE and buffered == 0:
+    if overlap is Overlap.BUFFER_ONE and buffered == 0:
         return OverlapAction.BUFFER
     return OverlapAction.SKIP
 
 
-# --- The hook --------------------------------------------------------------------------------------
+# --- The hooks ----------------------------------------------------------------------------------
 
-RecurrencePolicy = Callable[[int, int, Mapping[str, Any]], FiringPlan]
+PlanPolicy = Callable[[int, int, Mapping[str, Any]], FiringPlan]
 
 
-def _policy(kind: str) -> RecurrencePolicy:
+def _plan_policy(kind: str) -> PlanPolicy:
     def policy(timer_fire_at_ms: int, now_ms: int, spec: Mapping[str, Any]) -> FiringPlan:
         parsed = spec_from_mapping(spec)
         if parsed.kind != kind:
@@ -546,10 +554,79 @@ def _policy(kind: str) -> RecurrencePolicy:
     return policy
 
 
-cron_policy = _policy("cron")
-calendar_policy = _policy("calendar")
+cron_policy = _plan_policy("cron")
+calendar_policy = _plan_policy("calendar")
+
+
+def _core_policy(plan_policy: PlanPolicy) -> RecurrencePolicy:
+    """Core's recurrence contract over a plan: the occurrence (or a skip) and the replacement."""
+
+    def policy(
+        timer: Timer, now_ms: int, spec: Mapping[str, Any]
+    ) -> tuple[Occurrence | Skip, Replacement | None]:
+        plan = plan_policy(timer.fire_at_ms, now_ms, spec)
+        replacement = Replacement(fire_at_ms=plan.next_ms, delivery_id=plan.next_occurrence_id)
+        skipped = {
+            "skipped": plan.skipped_count,
+            "skipped_first_ms": plan.skipped_first_ms,
+            "skipped_last_ms": plan.skipped_last_ms,
+        }
+        if plan.fire_ms is None or plan.occurrence_id is None:
+            reason = f"{plan.skipped_count} occurrence(s) older than the catch-up window were skipped"
+            return Skip(reason=reason, skipped=plan.skipped_count), replacement
+        payload = {"schedule": plan.schedule_id, "overlap": str(spec.get("overlap", Overlap.SKIP)), **skipped}
+        return Occurrence(
+            occurrence_ms=plan.fire_ms, delivery_id=plan.occurrence_id, payload=payload
+        ), replacement
+
+    return policy
 
 
 @hookimpl
 def loom_recurrence_policies() -> Mapping[str, RecurrencePolicy]:
-    return {"cron": cron_policy, "calendar": calendar_policy}
+    return {"cron": _core_policy(cron_policy), "calendar": _core_policy(calendar_policy)}
+
+
+def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) -> Decision:
+    """Route handler ``schedule``: one standing Work per schedule, with the overlap policy.
+
+    An occurrence for a schedule whose previous run is still going starts (allow all), waits
+    as the one buffered run (buffer one), or is dropped (skip).
+    """
+    schedule_id = event.payload.get("schedule")
+    if not isinstance(schedule_id, str):
+        return Unmatched(reason="not a schedule occurrence (no schedule in its payload)")
+    overlap = _to_overlap(event.payload.get("overlap", Overlap.SKIP))
+    running = 1 if work is not None and work.current_execution_id is not None else 0
+    buffered = len(work.pending_inputs) if work is not None else 0
+    action = _overlap_action(overlap, running, buffered)
+    if action is OverlapAction.SKIP:
+        return Drop(reason=f"schedule {schedule_id}: the previous run is still going (overlap {overlap})")
+    key = f"schedule/{schedule_id}"
+    if work is not None:
+        return Deliver(work_id=work.id, attach_keys=(key,))
+    return Deliver(
+        work_id=stable_id("wk", scope, key), create=True, attach_keys=(key,), kind=route.route.work_kind
+    )
+
+
+@hookimpl
+def loom_route_handlers() -> Mapping[str, Any]:
+    return {"schedule": schedule_handler}
+
+
+def schedule_timer(
+    spec: ScheduleSpec,
+    *,
+    now_ms: int,
+    source: str,
+    type: str,
+    scope: str,
+    payload: Mapping[str, Any] | None = None,
+) -> TimerSpec:
+    """A root recurrence timer for ``spec``, armed for its next occurrence after ``now_ms``."""
+    first = next_occurrence(spec, now_ms)
+    return TimerSpec(
+        id=f"schedule:{spec.schedule_id}", fire_at_ms=first, source=source, type=type, scope=scope,
+        payload=dict(payload or {}), delivery_id=spec.schedule_id, recurrence=spec.kind, spec=spec.to_mapping(),
+    )  # fmt: skip

@@ -13,6 +13,7 @@ import sqlite_anyio
 import trio
 
 from .._records import Diagnostic, Event, KVEntry
+from .._timers import Firing, Timer
 from .._work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
@@ -158,6 +159,20 @@ class Reader:
     async def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
         rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
         return [_sql.diagnostic_from_row(r) for r in rows]
+
+    async def timer(self, timer_id: str) -> Timer | None:
+        rows = await self._all(_sql.TIMER_BY_ID, (timer_id,))
+        return _sql.timer_from_row(rows[0]) if rows else None
+
+    async def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
+        rows = await self._all(
+            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
+            (state, state, after_id, limit),
+        )
+        return [_sql.timer_from_row(r) for r in rows]
+
+    async def firings_of_timer(self, timer_id: str) -> list[Firing]:
+        return [_sql.firing_from_row(r) for r in await self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]
 
 
 class ActorReader(Reader):

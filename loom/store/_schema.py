@@ -145,6 +145,48 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX intents_open ON intents (status, work_id);
     """,
+    # 3: durable timers, the firing ledger, execution deadlines
+    """
+    CREATE TABLE timers (
+        id            TEXT PRIMARY KEY,
+        revision      INTEGER NOT NULL,
+        state         TEXT NOT NULL,
+        fire_at_ms    INTEGER NOT NULL,
+        source        TEXT NOT NULL,
+        type          TEXT NOT NULL,
+        scope         TEXT NOT NULL,
+        key           TEXT,
+        work_id       TEXT,
+        payload       TEXT NOT NULL,
+        delivery_id   TEXT NOT NULL,
+        interval_ms   INTEGER,
+        recurrence    TEXT,
+        spec          TEXT,
+        parent_id     TEXT REFERENCES events (id),
+        execution_id  TEXT,
+        occurrences   INTEGER NOT NULL DEFAULT 0,
+        reason        TEXT,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX timers_due ON timers (fire_at_ms, id) WHERE state = 'armed';
+    CREATE TABLE timer_firings (
+        timer_id        TEXT NOT NULL,
+        revision        INTEGER NOT NULL,
+        fire_at_ms      INTEGER NOT NULL,
+        result          TEXT NOT NULL,
+        event_id        TEXT,
+        next_fire_at_ms INTEGER,
+        detail          TEXT,
+        at_ms           INTEGER NOT NULL,
+        PRIMARY KEY (timer_id, revision, fire_at_ms)
+    );
+    ALTER TABLE executions ADD COLUMN segment INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE executions ADD COLUMN budget_ms INTEGER;
+    ALTER TABLE executions ADD COLUMN used_ms INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE executions ADD COLUMN segment_started_ms INTEGER;
+    ALTER TABLE executions ADD COLUMN deadline_timer_id TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

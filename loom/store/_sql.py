@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .._records import Diagnostic, Event, KVEntry
+from .._timers import Firing, FiringResult, Timer, TimerState
 from .._work import (
     Checkpoint,
     CheckpointStatus,
@@ -80,7 +81,7 @@ UNROUTED_EVENTS = (
 )
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
-    " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms"
+    " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms, segment, budget_ms, used_ms"
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
@@ -147,6 +148,9 @@ def execution_from_row(row: Row) -> Execution:
         interrupt_event_id=row[14],
         created_at_ms=row[15],
         ended_at_ms=row[16],
+        segment=row[17],
+        budget_ms=row[18],
+        used_ms=row[19],
     )
 
 
@@ -174,4 +178,52 @@ DIAGNOSTICS = (
 def diagnostic_from_row(row: Row) -> Diagnostic:
     return Diagnostic(
         id=row[0], kind=row[1], subject=row[2], message=row[3], detail=json.loads(row[4]), at_ms=row[5]
+    )
+
+
+TIMER_COLUMNS = (
+    "id, revision, state, fire_at_ms, source, type, scope, key, work_id, payload, delivery_id, interval_ms,"
+    " recurrence, spec, parent_id, execution_id, occurrences, reason, created_at_ms, updated_at_ms"
+)
+TIMER_SELECT = f"SELECT {TIMER_COLUMNS} FROM timers"
+TIMER_BY_ID = f"{TIMER_SELECT} WHERE id = ?"
+FIRING_COLUMNS = "timer_id, revision, fire_at_ms, result, event_id, next_fire_at_ms, detail, at_ms"
+FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY at_ms, fire_at_ms"
+
+
+def timer_from_row(row: Row) -> Timer:
+    return Timer(
+        id=row[0],
+        revision=row[1],
+        state=TimerState(row[2]),
+        fire_at_ms=row[3],
+        source=row[4],
+        type=row[5],
+        scope=row[6],
+        key=row[7],
+        work_id=row[8],
+        payload=json.loads(row[9]),
+        delivery_id=row[10],
+        interval_ms=row[11],
+        recurrence=row[12],
+        spec=json.loads(row[13]) if row[13] is not None else None,
+        parent_id=row[14],
+        execution_id=row[15],
+        occurrences=row[16],
+        reason=row[17],
+        created_at_ms=row[18],
+        updated_at_ms=row[19],
+    )
+
+
+def firing_from_row(row: Row) -> Firing:
+    return Firing(
+        timer_id=row[0],
+        revision=row[1],
+        fire_at_ms=row[2],
+        result=FiringResult(row[3]),
+        event_id=row[4],
+        next_fire_at_ms=row[5],
+        detail=row[6],
+        at_ms=row[7],
     )

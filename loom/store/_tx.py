@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._records import Diagnostic, Event, KVEntry
+from .._timers import Firing, Timer
 from .._work import Checkpoint, Execution, Intent, Work
 from . import _sql
 
@@ -313,6 +314,13 @@ class Tx:
         row = self._one(_sql.EXECUTION_BY_ID, (execution_id,))
         return _sql.execution_from_row(row) if row else None
 
+    def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
+        """When the active segment started, and its deadline timer."""
+        row = self._one(
+            "SELECT segment_started_ms, deadline_timer_id FROM executions WHERE id = ?", (execution_id,)
+        )
+        return (row[0], row[1]) if row else (None, None)
+
     def execution_token(self, execution_id: str) -> str | None:
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
         return row[0] if row else None
@@ -357,6 +365,7 @@ class Tx:
     def update_execution(self, execution_id: str, **fields: Any) -> None:
         allowed = {
             "state", "epoch", "token", "owner", "expires_at_ms", "outcome", "interrupt_event_id", "ended_at_ms",
+            "segment", "budget_ms", "used_ms", "segment_started_ms", "deadline_timer_id",
         }  # fmt: skip
         unknown = set(fields) - allowed
         assert not unknown, f"update_execution: unknown fields {unknown}"
@@ -411,3 +420,89 @@ class Tx:
                 (work_id, limit),
             )
         return [_sql.intent_from_row(r) for r in rows]
+
+    # -- timers -------------------------------------------------------------------
+
+    def timer(self, timer_id: str) -> Timer | None:
+        row = self._one(_sql.TIMER_BY_ID, (timer_id,))
+        return _sql.timer_from_row(row) if row else None
+
+    def put_timer(self, timer: Timer) -> None:
+        """Insert or replace a timer row (arming, re-arming, recreating)."""
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                timer.id, timer.revision, timer.state.value, timer.fire_at_ms, timer.source, timer.type,
+                timer.scope, timer.key, timer.work_id, json.dumps(timer.payload, sort_keys=True),
+                timer.delivery_id, timer.interval_ms, timer.recurrence,
+                json.dumps(timer.spec, sort_keys=True) if timer.spec is not None else None,
+                timer.parent_id, timer.execution_id, timer.occurrences, timer.reason, timer.created_at_ms,
+                timer.updated_at_ms,
+            ),
+        )  # fmt: skip
+
+    def set_timer_state(self, timer_id: str, state: str, reason: str | None, now_ms: int) -> None:
+        self._conn.execute(
+            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ?",
+            (state, reason, now_ms, timer_id),
+        )
+
+    def rearm_timer(self, timer_id: str, fire_at_ms: int, now_ms: int) -> None:
+        """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
+        self._conn.execute(
+            "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
+            (fire_at_ms, now_ms, timer_id),
+        )
+
+    def count_firing(self, timer_id: str, now_ms: int) -> None:
+        self._conn.execute(
+            "UPDATE timers SET occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
+            (now_ms, timer_id),
+        )
+
+    def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
+        """(id, revision, fire_at) of armed timers, by id (the timer service's rebuild)."""
+        rows = self._all(
+            "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' AND id > ? ORDER BY id LIMIT ?",
+            (after_id, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def due_timers(
+        self, now_ms: int, after_id: str, limit: int, *, wrapped: bool
+    ) -> list[tuple[str, int, int]]:
+        """Armed timers due at ``now_ms``: ids after ``after_id`` (or up to it, ``wrapped``), by id."""
+        op = "<=" if wrapped else ">"
+        rows = self._all(
+            "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' AND fire_at_ms <= ?"
+            f" AND id {op} ? ORDER BY id LIMIT ?",
+            (now_ms, after_id, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
+        rows = self._all(
+            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
+            (state, state, after_id, limit),
+        )
+        return [_sql.timer_from_row(r) for r in rows]
+
+    def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
+        row = self._one(
+            f"SELECT {_sql.FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? AND revision = ? AND fire_at_ms = ?",
+            (timer_id, revision, fire_at_ms),
+        )
+        return _sql.firing_from_row(row) if row else None
+
+    def insert_firing(self, firing: Firing) -> None:
+        self._conn.execute(
+            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                firing.timer_id, firing.revision, firing.fire_at_ms, firing.result.value, firing.event_id,
+                firing.next_fire_at_ms, firing.detail, firing.at_ms,
+            ),
+        )  # fmt: skip
+
+    def firings_of_timer(self, timer_id: str) -> list[Firing]:
+        return [_sql.firing_from_row(r) for r in self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]

@@ -1,0 +1,101 @@
+"""The timer actor: the in-memory `TimerService` kept in step with the store (seed 004 2.1).
+
+At start it re-arms every armed timer from the store; afterwards commit notices arm,
+move and cancel entries. When one is due it submits ``fire_timer_in_tx`` for that
+timer's current identity; a firing whose commit fails raises, and the service re-arms it
+(a storage error never loses a wakeup). Exactly-once lives in the kernel's ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+import trio
+
+from .._config import CausalLimits
+from .._notices import TimerArmed, TimerCancelled
+from .._timers import FireRequest, Firing, RecurrencePolicy
+from ..kernel.timers import fire_timer_in_tx
+from ..store import StorageActor, Tx
+from .timer_service import TimerService
+
+log = logging.getLogger("loom.timers")
+
+REBUILD_PAGE = 50_000
+
+
+def _armed_page(tx: Tx, now_ms: int, after_id: str, limit: int) -> list[tuple[str, int, int]]:
+    return tx.armed_timers(after_id, limit)
+
+
+class TimerActor:
+    def __init__(
+        self,
+        storage: StorageActor,
+        service: TimerService[str],
+        *,
+        limits: Callable[[], CausalLimits],
+        policies: Mapping[str, RecurrencePolicy],
+    ) -> None:
+        self._storage = storage
+        self.service = service
+        self._limits = limits
+        self.policies = dict(policies)
+        self._armed: dict[str, tuple[int, int]] = {}
+        self.fired: list[Firing] = []
+        self.keep_history = False
+
+    async def rebuild(self) -> int:
+        """Re-arm every armed timer from the store; return how many."""
+        self._armed.clear()
+        after = ""
+        while page := await self._storage.submit(_armed_page, after, REBUILD_PAGE):
+            for timer_id, revision, fire_at in page:
+                self._arm(timer_id, revision, fire_at)
+            after = page[-1][0]
+        return len(self._armed)
+
+    def _arm(self, timer_id: str, revision: int, fire_at_ms: int) -> None:
+        self._armed[timer_id] = (revision, fire_at_ms)
+        self.service.schedule(timer_id, fire_at_ms)
+
+    def _disarm(self, timer_id: str) -> None:
+        self._armed.pop(timer_id, None)
+        self.service.cancel(timer_id)
+
+    async def run(self, *, task_status: trio.TaskStatus[TimerActor] = trio.TASK_STATUS_IGNORED) -> None:
+        feed = self._storage.feed(capacity=4096)
+        try:
+            await self.rebuild()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(self.service.run, self._fire)
+                task_status.started(self)
+                while True:
+                    notices = await feed.next_batch()
+                    if not notices:
+                        await self.rebuild()
+                        continue
+                    for notice in notices:
+                        if isinstance(notice, TimerArmed):
+                            self._arm(notice.timer_id, notice.revision, notice.fire_at_ms)
+                        elif isinstance(notice, TimerCancelled):
+                            self._disarm(notice.timer_id)
+        except trio.EndOfChannel:
+            return  # the storage actor stopped: the runtime is going down
+        finally:
+            self._storage.unsubscribe(feed)
+
+    async def _fire(self, timer_id: str) -> None:
+        armed = self._armed.get(timer_id)
+        if armed is None:
+            return
+        revision, fire_at = armed
+        request = FireRequest(timer_id=timer_id, revision=revision, fire_at_ms=fire_at)
+        firing = await self._storage.submit(fire_timer_in_tx, request, self._limits(), self.policies)
+        if self._armed.get(timer_id) == armed and firing.next_fire_at_ms is None:
+            # a one-shot (or disabled) timer is done; a re-armed one arrives as a notice
+            self._armed.pop(timer_id, None)
+        if self.keep_history:
+            self.fired.append(firing)
+        log.debug("timer %s fired: %s", timer_id, firing.result)

@@ -1,0 +1,51 @@
+"""Fenced authority: what every call from a running execution presents, and its check.
+
+A lease's expiry is exclusive: at ``now == expires_at`` it has lost authority. A stale
+token, epoch or attempt raises `StaleAuthority` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .._errors import StaleAuthority
+from .._work import Execution, ExecutionState, Lease
+from ..store import Tx
+
+
+@attrs.frozen(kw_only=True)
+class Authority:
+    """What a fenced call presents."""
+
+    execution_id: str
+    attempt: int
+    epoch: int
+    token: str
+
+    @classmethod
+    def of(cls, lease: Lease) -> Authority:
+        return cls(
+            execution_id=lease.execution_id, attempt=lease.attempt, epoch=lease.epoch, token=lease.token
+        )
+
+
+def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
+    """The execution, if ``auth`` still holds its lease; else `StaleAuthority`."""
+    execution = tx.execution(auth.execution_id)
+    if execution is None:
+        raise StaleAuthority(f"execution {auth.execution_id!r} does not exist")
+    if execution.attempt != auth.attempt:
+        raise StaleAuthority(
+            f"execution {execution.id}: attempt {auth.attempt} is not attempt {execution.attempt}"
+        )
+    if execution.state is not ExecutionState.RUNNING:
+        raise StaleAuthority(f"execution {execution.id} is {execution.state}: its authority ended")
+    if execution.epoch != auth.epoch:
+        raise StaleAuthority(
+            f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
+        )
+    if tx.execution_token(execution.id) != auth.token:
+        raise StaleAuthority(f"execution {execution.id}: the token is not the current lease's")
+    if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
+        raise StaleAuthority(f"execution {execution.id}: its lease expired at {execution.expires_at_ms}")
+    return execution
