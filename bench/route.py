@@ -1,0 +1,169 @@
+"""Routing throughput: accept -> route -> queue -> claim -> a no-op python executor -> completion.
+
+Run from the repository root::
+
+    python bench/route.py [--events N] [--producers P] [--dir DIR] [--synchronous FULL|NORMAL]
+
+Three figures from one run, each on a fresh database file in one temporary directory (default: under the
+system temp dir) with `SystemClock`, plus their ratios: durable acceptance alone (``rt.publish``, no routes),
+and events/s routed into standing Work and consumed by attempts, with all events on one key (1 Work) and
+spread over 100 keys (100 Works). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+import trio
+
+import loom
+from loom._executor import Toolbelt
+from loom._work import Completed, Outcome, RunRequest
+from loom.plugins.python_executor import PythonExecutor
+from loom.store import SQLiteStore
+
+SCOPE = "bench"
+
+ROUTED = loom.Config.from_dict(
+    {
+        "scopes": {
+            SCOPE: {
+                "bindings": {"py": {"executor": "python", "config": {"function": "noop"}}},
+                "routes": [{"name": "main", "create_work": True, "binding": "py", "work_kind": "standing"}],
+            }
+        },
+        "work_kinds": {"standing": {"standing": True}},
+    }
+)
+
+
+def offer(i: int, keys: int | None) -> loom.EventIn:
+    key = None if keys is None else f"bench/{i % keys}"
+    return loom.EventIn(source="bench", delivery_id=f"d-{i}", type="bench.event", scope=SCOPE, key=key)
+
+
+@attrs.define
+class Consumption:
+    """What the no-op executor saw: inputs handed to attempts, and the attempts themselves."""
+
+    target: int
+    inputs: int = 0
+    attempts: int = 0
+    done: trio.Event = attrs.Factory(trio.Event)
+
+
+@attrs.frozen
+class Figure:
+    rate: float
+    detail: str
+
+
+async def publish_all(rt: loom.Runtime, events: int, producers: int, keys: int | None) -> None:
+    async def produce(first: int) -> None:
+        for i in range(first, events, producers):
+            accepted = await rt.publish(offer(i, keys))
+            assert not accepted.duplicate
+
+    async with trio.open_nursery() as nursery:
+        for p in range(producers):
+            nursery.start_soon(produce, p)
+
+
+async def acceptance(path: Path, events: int, producers: int, synchronous: str) -> Figure:
+    """``rt.publish`` alone, no routes: events/s until every publish has returned."""
+    store = SQLiteStore(path=str(path), synchronous=synchronous)
+    async with loom.open_runtime(store, clock=loom.SystemClock(), load_entry_points=False) as rt:
+        start = time.perf_counter()
+        await publish_all(rt, events, producers, keys=None)
+        elapsed = time.perf_counter() - start
+        await rt.router.wait_idle()  # the router checkpoints each as unmatched; not timed
+    return Figure(events / elapsed, f"{producers} producers")
+
+
+async def routed(path: Path, events: int, producers: int, keys: int, synchronous: str) -> Figure:
+    """Events/s from the first publish until every Work's inputs are consumed by completed attempts."""
+    seen = Consumption(target=events)
+    executor = PythonExecutor()
+
+    @executor.function("noop")
+    async def noop(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        seen.attempts += 1
+        seen.inputs += len(request.inputs)
+        if seen.inputs >= seen.target:
+            seen.done.set()
+        return Completed()
+
+    store = SQLiteStore(path=str(path), synchronous=synchronous)
+    async with loom.open_runtime(
+        store, clock=loom.SystemClock(), config=ROUTED, plugins=[executor], load_entry_points=False
+    ) as rt:
+        start = time.perf_counter()
+        await publish_all(rt, events, producers, keys=keys)
+        published = time.perf_counter() - start
+        await seen.done.wait()
+        await rt.router.wait_idle()  # the last attempts' completions have committed
+        elapsed = time.perf_counter() - start
+        works = await rt.works(limit=keys + 1)
+        pending = sum(len(work.pending_inputs) for work in works)
+        stats = rt.storage.stats
+    assert len(works) == keys, f"expected {keys} Works, found {len(works)}"
+    assert pending == 0, f"{pending} inputs still pending"
+    assert seen.inputs == events, f"attempts took {seen.inputs} inputs for {events} events"
+    return Figure(
+        events / elapsed,
+        f"{seen.attempts:,} attempts, {events / seen.attempts:.1f} inputs per attempt; publishing alone took "
+        f"{published:.2f} s of {elapsed:.2f} s; {stats.batches:,} commits, mean {stats.requests / stats.batches:.1f} "
+        "requests per commit",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000, help="events per figure (default 1000)")
+    parser.add_argument(
+        "--producers", type=int, default=100, help="concurrent publishing tasks (default 100)"
+    )
+    parser.add_argument(
+        "--dir", default=None, help="put the temporary database directory here (the disk under test)"
+    )
+    parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    args = parser.parse_args(argv)
+    if args.events < 100 or args.producers < 1:
+        parser.error(
+            "--events must be at least 100 (one per Work of the 100-Work figure), --producers at least 1"
+        )
+
+    tmp = Path(tempfile.mkdtemp(prefix="loom-bench-route-", dir=args.dir))
+    n, producers, sync = args.events, args.producers, args.synchronous
+    try:
+        print(f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+              f"synchronous={sync}, {n:,} events per figure, {producers} producers, databases in {tmp}",
+              flush=True)  # fmt: skip
+        accept = trio.run(acceptance, tmp / "accept.db", n, producers, sync)
+        print(
+            f"loom durable acceptance alone (no routes): {accept.rate:,.0f} events/s ({accept.detail})",
+            flush=True,
+        )
+        figures: dict[int, Figure] = {}
+        for keys in (1, 100):
+            figure = trio.run(routed, tmp / f"route-{keys}.db", n, producers, keys, sync)
+            figures[keys] = figure
+            works = "1 Work (one key)" if keys == 1 else f"{keys} Works ({keys} keys)"
+            print(f"accept -> route -> claim -> no-op executor -> completion, {works}: "
+                  f"{figure.rate:,.0f} events/s ({figure.detail})", flush=True)  # fmt: skip
+        for keys, figure in figures.items():
+            print(f"ratio route-{keys}/accept: {figure.rate / accept.rate:.2f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
