@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import attrs
 
+from ._records import Event
+
 
 @attrs.frozen(kw_only=True)
 class EventAccepted:
     """A new Event was durably accepted (duplicates publish nothing)."""
 
-    event_id: str
-    seq: int
-    type: str
-    scope: str
-    key: str | None
-    work_id: str | None
+    event: Event
+
+    @property
+    def event_id(self) -> str:
+        return self.event.id
 
 
 @attrs.frozen(kw_only=True)

@@ -160,6 +160,13 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
     ``allow_core`` is for trusted control paths: external ingress may not publish the
     privileged ``core.*`` family.
     """
+    validated_payload(event, allow_core=allow_core)
+    assert isinstance(event, EventIn)
+    return event
+
+
+def validated_payload(event: object, *, allow_core: bool = False) -> str:
+    """`validate_event_in`, returning the payload's canonical JSON text (serialised once)."""
     if not isinstance(event, EventIn):
         raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
     _check_text("source", event.source)
@@ -173,5 +180,4 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
         _check_text("key", event.key, max_len=500)
     if event.work_id is not None:
         _check_text("work_id", event.work_id)
-    payload_json(event.payload)
-    return event
+    return payload_json(event.payload)

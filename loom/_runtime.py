@@ -372,11 +372,13 @@ async def open_runtime(
             await reader.open()
             readers.append(reader)
             try:
-                ingress: IngressActor = await nursery.start(IngressActor(storage, holder.current.causal).run)
+                ingress: IngressActor = await nursery.start(IngressActor(storage, lambda: holder.current.causal).run)
                 router: RouterPool = await nursery.start(
                     RouterPool(
                         storage=storage,
-                        reader=reader,
+                        # its snapshot reads are tiny and frequent: served by the storage actor they share
+                        # its group-committed thread hops instead of queueing on one read connection
+                        reader=ActorReader(storage),
                         config=lambda: holder.current,
                         plugins=pm,
                         clock=clock,

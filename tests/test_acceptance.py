@@ -279,10 +279,10 @@ async def test_a_duplicate_delivery_returns_the_original_and_stores_nothing(
     other_source = await rt.publish(ev("d-1", source="gitlab"))
     assert not other_source.duplicate
     assert other_source.id != original.id
-    accepted_ids = []
-    for _ in range(2):
-        accepted_ids.append([n.event_id for n in await feed.next_batch() if isinstance(n, EventAccepted)])
-    assert accepted_ids == [[original.id], [other_source.id]], "a duplicate publishes no notice"
+    accepted_ids: list[str] = []
+    while len(accepted_ids) < 2:  # other batches (routing checkpoints) carry other notices
+        accepted_ids += [n.event_id for n in await feed.next_batch() if isinstance(n, EventAccepted)]
+    assert accepted_ids == [original.id, other_source.id], "a duplicate publishes no notice"
 
 
 async def test_concurrent_duplicates_accept_exactly_one(rt: Runtime) -> None:

@@ -10,6 +10,8 @@ every concurrent producer rather than about half of them (see bench/accept.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from .._config import CausalLimits
@@ -23,12 +25,12 @@ class IngressActor:
     def __init__(
         self,
         storage: StorageActor,
-        limits: CausalLimits,
+        limits: Callable[[], CausalLimits],
         *,
         max_in_flight: int = 4096,
     ) -> None:
         self._storage = storage
-        self.limits = limits
+        self._limits = limits
         self._in_flight = trio.CapacityLimiter(max_in_flight)
 
     async def run(self, *, task_status: trio.TaskStatus[IngressActor] = trio.TASK_STATUS_IGNORED) -> None:
@@ -37,10 +39,14 @@ class IngressActor:
         await trio.sleep_forever()
 
     async def publish(self, event: EventIn, *, trusted: bool = False) -> Event:
-        """Accept a root Event; return it once committed (or the original, marked duplicate)."""
+        """Accept a root Event; return it once committed (or the original, marked duplicate).
+
+        A bad Event is refused here, naming the field, before it costs a storage request;
+        ``accept_in_tx`` checks the same rules again (it trusts no caller).
+        """
         validate_event_in(event, allow_core=trusted)
         async with self._in_flight:
-            return await self._storage.submit(accept_in_tx, event, self.limits, trusted=trusted)
+            return await self._storage.submit(accept_in_tx, event, self._limits(), trusted=trusted)
 
     async def publish_derived(
         self,
@@ -54,9 +60,13 @@ class IngressActor:
 
         Raises `CausalRefused` after the refusal's diagnostic has committed.
         """
-        validate_event_in(event, allow_core=True)
         result = await self._storage.submit(
-            accept_derived_in_tx, event, parent_id, self.limits, cause_id=cause_id, execution_id=execution_id
+            accept_derived_in_tx,
+            event,
+            parent_id,
+            self._limits(),
+            cause_id=cause_id,
+            execution_id=execution_id,
         )
         if isinstance(result, CausalRejection):
             raise CausalRefused(result.describe(), rejection=result)

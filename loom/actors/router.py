@@ -44,7 +44,14 @@ from ..kernel.executions import (
     finish_dispatch_in_tx,
     hold_in_tx,
 )
-from ..kernel.routing import OutOfOrder, RouteRef, RouteRequest, record_handler_error_in_tx, route_in_tx
+from ..kernel.routing import (
+    OutOfOrder,
+    RouteRef,
+    RouteRequest,
+    record_handler_error_in_tx,
+    route_batch_in_tx,
+    route_in_tx,
+)
 from ..store import Reader, StorageActor
 from .toolbelt import RuntimeToolbelt
 
@@ -73,7 +80,8 @@ def _barrier_in_tx(tx: object, now_ms: int) -> None:
 @attrs.define(eq=False)
 class _Lane:
     queue: list[tuple[int, str]] = attrs.Factory(list)
-    queued: set[str] = attrs.Factory(set)
+    queued: dict[str, Event | None] = attrs.Factory(dict)
+    """Queued event ids, with the Event itself when a notice carried it (saves a read)."""
 
 
 class RouterPool:
@@ -98,6 +106,8 @@ class RouterPool:
         self.executors: dict[str, Executor] = merged(plugins.hook.loom_executors())
         self.start_gates: dict[str, Any] = merged(plugins.hook.loom_start_gates())
         self._lanes: dict[str, _Lane] = {}
+        self._routes_cache: dict[str, tuple[EffectiveRoute, ...]] = {}
+        self._routes_generation = -1
         self._checking: set[str] = set()
         self._dirty: set[str] = set()
         self._deferred: set[str] = set()
@@ -160,8 +170,11 @@ class RouterPool:
                         if not notices:
                             await self._resync()
                             continue
+                        quick: list[RouteRequest] = []
                         for notice in notices:
-                            self._on_notice(notice)
+                            self._on_notice(notice, quick)
+                        if quick:
+                            self._spawn(self._route_quick, quick)
                     finally:
                         self._leave()
         except trio.EndOfChannel:
@@ -169,9 +182,14 @@ class RouterPool:
         finally:
             self._storage.unsubscribe(feed)
 
-    def _on_notice(self, notice: object) -> None:
+    def _on_notice(self, notice: object, quick: list[RouteRequest] | None = None) -> None:
         if isinstance(notice, EventAccepted):
-            self._enqueue(notice.event_id, notice.seq, notice.work_id, notice.key)
+            event = notice.event
+            request = self._without_handler(event)
+            if request is not None and quick is not None:
+                quick.append(request)
+            else:
+                self._enqueue(event.id, event.seq, event.work_id, event.key, event)
         elif isinstance(notice, WorkChanged):
             self._changes += 1
             changed, self._changed = self._changed, trio.Event()
@@ -215,14 +233,51 @@ class RouterPool:
 
     # -- routing lanes --------------------------------------------------------------
 
-    def _enqueue(self, event_id: str, seq: int, work_id: str | None, key: str | None) -> None:
+    def _routes(self, config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
+        """Effective routes of a scope, cached per config generation."""
+        if self._routes_generation != config.generation:
+            self._routes_cache.clear()
+            self._routes_generation = config.generation
+        routes = self._routes_cache.get(scope)
+        if routes is None:
+            routes = self._routes_cache[scope] = effective_routes(config, scope)
+        return routes
+
+    def _without_handler(self, event: Event) -> RouteRequest | None:
+        """The decision for an Event whose first match needs no handler (no match, or a drop route).
+
+        Such decisions depend on no Work snapshot, so a whole notice batch of them is applied
+        in one storage request instead of a router task each.
+        """
+        config = self._config()
+        match = next((r for r in self._routes(config, event.scope) if r.matches(event.type)), None)
+        if match is None:
+            decision: Decision = Unmatched(reason="no route matched")
+            ref = None
+        elif match.policy is Policy.DROP:
+            decision = Drop(reason=match.route.reason or f"route {match.name!r} drops {event.type}")
+            ref = self._route_ref(config, match)
+        else:
+            return None
+        return RouteRequest(event_id=event.id, decision=decision, route=ref, expected_revision=None,
+                            generation=config.generation)  # fmt: skip
+
+    async def _route_quick(self, requests: list[RouteRequest]) -> None:
+        limits = self._config().causal
+        failed = await self._storage.submit(route_batch_in_tx, requests, limits)
+        for event_id in failed:
+            self._enqueue(event_id, 0, None, None)
+
+    def _enqueue(
+        self, event_id: str, seq: int, work_id: str | None, key: str | None, event: Event | None = None
+    ) -> None:
         lane_id = f"w:{work_id}" if work_id else f"k:{key}" if key else f"e:{event_id}"
         lane = self._lanes.get(lane_id)
         if lane is None:
             lane = self._lanes[lane_id] = _Lane()
             self._spawn(self._run_lane, lane_id, lane)
         if event_id not in lane.queued:
-            lane.queued.add(event_id)
+            lane.queued[event_id] = event
             heapq.heappush(lane.queue, (seq, event_id))
 
     async def _run_lane(self, lane_id: str, lane: _Lane) -> None:
@@ -230,9 +285,9 @@ class RouterPool:
             while lane.queue:
                 _, event_id = heapq.heappop(lane.queue)
                 try:
-                    await self.route(event_id)
+                    await self.route(event_id, lane.queued.get(event_id))
                 finally:
-                    lane.queued.discard(event_id)
+                    lane.queued.pop(event_id, None)
         finally:
             del self._lanes[lane_id]
 
@@ -244,22 +299,31 @@ class RouterPool:
             return await self._reader.work(owner) if owner else None
         return None
 
-    async def route(self, event_id: str) -> None:
-        """Route one Event: evaluate outside the transaction, apply with a revision check."""
-        for _ in range(MAX_REEVALUATIONS):
-            if await self._reader.checkpoint(event_id) is not None:
-                return
-            event = await self._reader.event(event_id)
-            if event is None:
-                return
-            work = await self._snapshot(event)
+    async def route(self, event_id: str, event: Event | None = None) -> None:
+        """Route one Event: evaluate outside the transaction, apply with a revision check.
+
+        ``event`` is the accepted Event when a notice carried it; a committed checkpoint makes
+        the apply a replay, so the first pass reads nothing it does not need.
+        """
+        for attempt in range(MAX_REEVALUATIONS):
+            if event is None or attempt > 0:
+                if await self._reader.checkpoint(event_id) is not None:
+                    return
+                event = await self._reader.event(event_id)
+                if event is None:
+                    return
             config = self._config()
-            match = next((r for r in effective_routes(config, event.scope) if r.matches(event.type)), None)
+            match = next((r for r in self._routes(config, event.scope) if r.matches(event.type)), None)
             decision: Decision
+            work: Work | None = None
             if match is None:
                 decision, ref = Unmatched(reason="no route matched"), None
+            elif match.policy is Policy.DROP:
+                ref = self._route_ref(config, match)
+                decision = Drop(reason=match.route.reason or f"route {match.name!r} drops {event.type}")
             else:
                 ref = self._route_ref(config, match)
+                work = await self._snapshot(event)
                 evaluated = await self._evaluate(event, work, match)
                 if isinstance(evaluated, str):
                     await self._storage.submit(record_handler_error_in_tx, event.id, ref, evaluated)
@@ -291,8 +355,6 @@ class RouterPool:
 
     async def _evaluate(self, event: Event, work: Work | None, route: EffectiveRoute) -> Decision | str:
         """Run a handler (sync or async); a string is the error that stops routing."""
-        if route.policy is Policy.DROP:
-            return Drop(reason=route.route.reason or f"route {route.name!r} drops {event.type}")
         handler = self.handlers.get(route.route.handler)
         if handler is None:
             return f"no route handler named {route.route.handler!r} is registered"

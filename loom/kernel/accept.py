@@ -15,7 +15,7 @@ from .._config import CausalLimits
 from .._errors import InvalidRequest, NotFound
 from .._ids import event_id
 from .._notices import EventAccepted
-from .._records import CausalRejection, Event, EventIn, payload_json, validate_event_in
+from .._records import CausalRejection, Event, EventIn, validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
@@ -28,7 +28,7 @@ def accept_in_tx(
     ``trusted`` admits the privileged ``core.*`` family (operator and control paths).
     A new root pins the causal limits in force for its whole chain.
     """
-    validate_event_in(event, allow_core=trusted)
+    payload = validated_payload(event, allow_core=trusted)
     existing = tx.event_by_delivery(event.source, event.delivery_id)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
@@ -36,7 +36,16 @@ def accept_in_tx(
     new_id = event_id(event.source, event.delivery_id)
     tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     return _insert(
-        tx, now_ms, event, new_id, parent_id=None, cause_id=None, root_id=new_id, depth=0, execution_id=None
+        tx,
+        now_ms,
+        event,
+        new_id,
+        parent_id=None,
+        cause_id=None,
+        root_id=new_id,
+        depth=0,
+        execution_id=None,
+        payload=payload,
     )
 
 
@@ -56,7 +65,7 @@ def accept_derived_in_tx(
     root's per-minute budget, a redacted rejection is committed instead of the Event
     and returned; the caller raises `CausalRefused` after the commit.
     """
-    validate_event_in(event, allow_core=True)
+    payload = validated_payload(event, allow_core=True)
     parent = tx.event(parent_id)
     if parent is None:
         raise NotFound(
@@ -81,6 +90,7 @@ def accept_derived_in_tx(
         root_id=checked.root_id,
         depth=checked.depth,
         execution_id=execution_id,
+        payload=payload,
     )
 
 
@@ -111,8 +121,10 @@ def _insert(
     root_id: str,
     depth: int,
     execution_id: str | None,
+    payload: str | None = None,
 ) -> Event:
-    payload = payload_json(event.payload)
+    if payload is None:
+        payload = validated_payload(event, allow_core=True)
     seq = tx.insert_event(
         id=new_id,
         source=event.source,
@@ -129,12 +141,7 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
-    tx.notify(
-        EventAccepted(
-            event_id=new_id, seq=seq, type=event.type, scope=event.scope, key=event.key, work_id=event.work_id
-        )
-    )
-    return Event(
+    accepted = Event(
         id=new_id,
         seq=seq,
         source=event.source,
@@ -151,6 +158,8 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
+    tx.notify(EventAccepted(event=accepted))
+    return accepted
 
 
 def check_explicit_target_in_tx(tx: Tx, event: EventIn) -> None:

@@ -101,12 +101,13 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     if isinstance(target, str):
         return _unrouted(tx, now_ms, event, req, target)
     work = target
-    if (work.revision if work else None) != req.expected_revision:
-        raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if isinstance(decision, Drop):
+        # a drop depends on no Work state: it is associated with the target as of now
         return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req,
                                                   work_id=work.id if work else None, reason=decision.reason))  # fmt: skip
     assert isinstance(decision, Deliver)
+    if (work.revision if work else None) != req.expected_revision:
+        raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if work is not None:
         earlier = tx.earlier_unrouted_for(work.id, work.keys, event.seq)
         if earlier:
@@ -131,6 +132,20 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
         work = tx.work(decision.work_id)
         assert work is not None
     return _deliver(tx, now_ms, event, req, work, new_keys)
+
+
+def route_batch_in_tx(
+    tx: Tx, now_ms: int, requests: Sequence[RouteRequest], limits: CausalLimits
+) -> list[str]:
+    """Apply many decisions in one request; return the event ids that need a full routing pass
+    (a conflict), each of the others committed or replayed exactly as `route_in_tx` would."""
+    retry: list[str] = []
+    for req in requests:
+        try:
+            route_in_tx(tx, now_ms, req, limits)
+        except Conflict:
+            retry.append(req.event_id)
+    return retry
 
 
 def _target(tx: Tx, event: Event, decision: Decision) -> Work | str | None:

@@ -186,6 +186,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE executions ADD COLUMN used_ms INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE executions ADD COLUMN segment_started_ms INTEGER;
     ALTER TABLE executions ADD COLUMN deadline_timer_id TEXT;
+    CREATE INDEX events_key_seq ON events (key, seq) WHERE key IS NOT NULL;
+    CREATE INDEX events_work_seq ON events (work_id, seq) WHERE work_id IS NOT NULL;
     """,
 )
 

@@ -276,14 +276,16 @@ class Tx:
 
     def earlier_unrouted_for(self, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
         """Unrouted Events before ``before_seq`` that resolve to ``work_id`` (explicitly or by ``keys``)."""
-        marks = ", ".join("?" for _ in keys) or "NULL"
-        rows = self._all(
-            f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE e.seq < ?"
-            f" AND (e.work_id = ? OR e.key IN ({marks}))"
-            " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq",
-            (before_seq, work_id, *keys),
-        )
-        return [_sql.event_from_row(r) for r in rows]
+        # one indexed probe per key and one for the explicit id: cost follows the Work's own history
+        unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id)"
+        found: dict[str, tuple[Any, ...]] = {}
+        probes = [("e.work_id = ?", work_id)] + [("e.key = ?", key) for key in dict.fromkeys(keys)]
+        for where, value in probes:
+            for row in self._all(
+                f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq < ?{unrouted}", (value, before_seq)
+            ):
+                found[row[0]] = row
+        return sorted((_sql.event_from_row(r) for r in found.values()), key=lambda e: e.seq)
 
     # -- inputs ---------------------------------------------------------------
 
