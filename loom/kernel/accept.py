@@ -34,7 +34,9 @@ def accept_in_tx(
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
     new_id = event_id(event.source, event.delivery_id)
-    tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
+    if limits != CausalLimits():
+        # a root under the default limits is pinned implicitly (see causal.root_limits)
+        tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     return _insert(
         tx,
         now_ms,

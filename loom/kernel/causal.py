@@ -44,11 +44,13 @@ def rejection_key(parent_id: str, source: str, delivery_id: str) -> str:
 
 
 def root_limits(tx: Tx, root_id: str, current: CausalLimits) -> CausalLimits:
-    """A root's pinned limits, never looser than the current configuration."""
+    """A root's pinned limits, never looser than the current configuration.
+
+    A root accepted under the default limits has no row: its pin is the defaults.
+    """
     pinned = tx.causal_root_limits(root_id)
-    if pinned is None:
-        return current
-    return current.stricter(CausalLimits(max_depth=pinned[0], per_minute=pinned[1]))
+    limits = CausalLimits() if pinned is None else CausalLimits(max_depth=pinned[0], per_minute=pinned[1])
+    return current.stricter(limits)
 
 
 def check_and_charge_in_tx(
