@@ -14,6 +14,7 @@ import trio
 from .._config import Config, effective_routes
 from .._errors import CausalRefused, ConfigError, Conflict, InvalidRequest, NotFound
 from .._records import Event, EventIn, RejectionReason
+from .._timers import FiringResult, TimerSpec, TimerState
 from .._work import (
     CheckpointStatus,
     Completed,
@@ -78,6 +79,7 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
         expect(child.parent_id == parent.id, f"chain event {depth} lost its parent")
         parent = child
     deepest = parent
+    chain_31 = await driver.event(deepest.parent_id or "")
     refusal = await _refused(driver, _event("R/33", payload={"secret": secret}), deepest.id)
     expect(refusal is not None, "a derived event at depth 33 was accepted; the depth limit is 32")
     chain = await driver.events_of_root(root_r.id)
@@ -124,6 +126,51 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     expect(not fresh.duplicate, "a sibling in the next minute was not accepted as new")
     refusal = await _refused(driver, _event("R/33-again"), deepest.id)
     expect(refusal is not None, "depth 33 under R was accepted in a new minute: depth must never reset")
+
+    # 4. child Work and timer-typed derived Events share depth with their root
+    await driver.configure(Config.from_dict(
+        {"scopes": {SCOPE: {"routes": [{"name": "deep", "types": ["deep.*"], "create_work": True}]}}}
+    ))  # fmt: skip
+    deep = await driver.derive(_event("R/32-keyed", type="deep.work", key="deep/1"), parent_id=chain_31.id)
+    expect(deep.depth == 32, f"the keyed depth-32 event has depth {deep.depth}")
+    await _routed(driver, deep)
+    work = await driver.runtime.work_for_key("deep/1")
+    lease = await driver.runtime.claim(work.id, owner="scenario")
+    expect(lease.request.trigger is not None and lease.request.trigger.id == deep.id,
+           "the attempt is not triggered by the depth-32 event")  # fmt: skip
+    toolbelt = driver.runtime.toolbelt(lease)
+    try:
+        await toolbelt.create_child("too-deep")
+        child_refused = False
+    except CausalRefused:
+        child_refused = True
+    expect(child_refused, "a child Work was created from a depth-32 trigger (its core.work.created is depth 33)")
+    expect(len(await driver.runtime.works(limit=1000)) == 1, "a refused child left a Work behind")
+    timer = await toolbelt.arm_timer(TimerSpec(id="too-deep", fire_at_ms=driver.clock.now_ms() + 1_000,
+                                               source="scenario", type="deep.tick", scope=SCOPE))  # fmt: skip
+    driver.clock.advance(1_000)
+
+    async def fired() -> bool:
+        return bool(await driver.runtime.firings(timer.id))
+
+    await driver.until(fired, "the depth-33 timer firing to be refused")
+    firings = await driver.runtime.firings(timer.id)
+    expect([f.result for f in firings] == [FiringResult.REFUSED], f"the depth-33 timer firing was {firings}")
+    expect((await driver.runtime.timer(timer.id)).state is TimerState.DISABLED, "a refused timer was not disabled")
+    expect(not [e for e in await driver.events_of_root(root_r.id) if e.type == "deep.tick"],
+           "a refused timer firing published an event")  # fmt: skip
+    expect(any(r.delivery_id == "too-deep" and r.reason is RejectionReason.DEPTH_LIMIT
+               for r in await driver.causal_rejections()), "the refused timer firing left no diagnostic")  # fmt: skip
+    driver.clock.advance(60 * MINUTE_MS)
+    await driver.settle()
+    expect(len(await driver.runtime.firings(timer.id)) == 1, "a refused timer firing is retried (a loop)")
+
+
+async def _routed(driver: Driver, *events: Event) -> None:
+    async def check() -> bool:
+        return all([await driver.runtime.checkpoint(e.id) is not None for e in events])
+
+    await driver.until(check, f"events {[e.delivery_id for e in events]} to be routed")
 
 
 async def concurrent_chain_budget(driver: Driver) -> None:
@@ -256,13 +303,6 @@ async def _barrier(n: int, task: Callable[[int], Awaitable[None]]) -> None:
 
 async def _checkpoint(driver: Driver, event: Event) -> Any:
     return await driver.runtime.checkpoint(event.id)
-
-
-async def _routed(driver: Driver, *events: Event) -> None:
-    async def check() -> bool:
-        return all([await driver.runtime.checkpoint(e.id) is not None for e in events])
-
-    await driver.until(check, f"events {[e.delivery_id for e in events]} to be routed")
 
 
 async def _work_of(driver: Driver, key: str) -> Work | None:
