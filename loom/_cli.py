@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import trio
@@ -14,6 +13,11 @@ from ._runtime import open_runtime
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="loom: a durable coordination runtime.")
 
 
+@app.callback()
+def cli() -> None:
+    """loom: a durable coordination runtime."""
+
+
 @app.command()
 def demo(
     db: Path = typer.Option(Path("loom-demo.db"), help="SQLite file to use (created if missing)."),
@@ -22,52 +26,66 @@ def demo(
     trio.run(_demo, str(db))
 
 
-async def _demo(db: str) -> None:
-    from ._errors import CausalRefused
+DEMO_CONFIG = """
+[scopes.shop.bindings.worker]
+executor = "python"
+config = { function = "fulfil" }
 
-    async with open_runtime(db) as rt:
-        first = await rt.publish(
-            EventIn(
-                source="demo",
-                delivery_id="order-1",
-                type="order.placed",
-                scope="shop",
-                key="order/1",
-                payload={"total": 42},
-            )
-        )
-        again = await rt.publish(
-            EventIn(
-                source="demo",
-                delivery_id="order-1",
-                type="order.placed",
-                scope="shop",
-                key="order/1",
-                payload={"total": 42},
-            )
-        )
+[[scopes.shop.routes]]
+name = "orders"
+types = ["order.*"]
+create_work = true
+binding = "worker"
+"""
+
+
+async def _demo(db: str) -> None:
+    from ._clock import SystemClock
+    from ._config import Config
+    from ._errors import CausalRefused
+    from ._executor import Toolbelt
+    from ._timers import TimerSpec
+    from ._work import Completed, RunRequest
+    from .plugins.python_executor import PythonExecutor
+
+    executor = PythonExecutor()
+
+    @executor.function("fulfil")
+    async def fulfil(request: RunRequest, toolbelt: Toolbelt) -> Completed:
+        typer.echo(f"  attempt {request.attempt} of {request.work_id}: {[e.type for e in request.inputs]}")
+        return Completed()
+
+    clock = SystemClock()
+    async with open_runtime(db, clock=clock, config=Config.from_toml(DEMO_CONFIG), plugins=[executor]) as rt:
+        first = await rt.publish(EventIn(source="demo", delivery_id="order-1", type="order.placed",
+                                         scope="shop", key="order/1", payload={"total": 42}))  # fmt: skip
+        again = await rt.publish(EventIn(source="demo", delivery_id="order-1", type="order.placed",
+                                         scope="shop", key="order/1", payload={"total": 42}))  # fmt: skip
         typer.echo(f"accepted {first.id} seq={first.seq} duplicate={first.duplicate}")
         typer.echo(f"redelivered order-1: same event {again.id} seq={again.seq} duplicate={again.duplicate}")
+        await rt.router.wait_idle()
+        work = await rt.work_for_key("order/1")
+        typer.echo(f"work {work.id} for key order/1 is {work.state} after {work.attempts} attempt(s)")
+
+        timer = await rt.arm(TimerSpec(id=f"demo-reminder-{clock.now_ms()}", fire_at_ms=clock.now_ms() + 300,
+                                       source="demo", type="order.reminder", scope="shop", key="order/1"))  # fmt: skip
+        feed = rt.storage.feed()
+        with trio.fail_after(10):
+            while not await rt.firings(timer.id):
+                await feed.next_batch()  # wake on the next commit, not on a timer
+        await rt.router.wait_idle()
+        typer.echo(f"durable timer {timer.id} fired once: {[f.result.value for f in await rt.firings(timer.id)]}")
+
         parent = first
-        depth = 0
         try:
             while True:
                 parent = await rt.publish_derived(
-                    EventIn(
-                        source="demo",
-                        delivery_id=f"{first.delivery_id}/echo/{depth + 1}",
-                        type="order.echo",
-                        scope="shop",
-                    ),
+                    EventIn(source="demo", delivery_id=f"{parent.delivery_id}/echo", type="audit.echo", scope="shop"),
                     parent_id=parent.id,
                 )
-                depth = parent.depth
         except CausalRefused as refusal:
-            typer.echo(f"a runaway chain stopped at depth {depth}: {refusal}")
-        rejections = await rt.causal_rejections()
-        typer.echo(f"durable causal diagnostics: {len(rejections)}")
-        events = await rt.events(limit=5)
-        typer.echo(json.dumps([{"seq": e.seq, "type": e.type, "depth": e.depth} for e in events]))
+            typer.echo(f"a runaway chain stopped at depth {parent.depth}: {refusal}")
+        typer.echo(f"durable causal diagnostics: {len(await rt.causal_rejections())}")
         typer.echo(f"database: {db}")
 
 

@@ -30,7 +30,10 @@ EXPECTED = {
     "StorageError",
     "SystemClock",
     "hookimpl",
-    "open_runtime",
+    "open_runtime", "Executor", "Toolbelt", "Diagnostic", "PollReport", "WorkHistory", "FireRequest", "Firing",
+    "FiringResult", "Occurrence", "Replacement", "Skip", "Timer", "TimerSpec", "TimerState", "Capability",
+    "Checkpoint", "CheckpointStatus", "Completed", "Deliver", "Drop", "Execution", "ExecutionState", "Failed",
+    "Handoff", "Intent", "IntentStatus", "Lease", "Policy", "RunRequest", "Unmatched", "Work", "WorkState",
 }
 
 

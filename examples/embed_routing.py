@@ -1,0 +1,59 @@
+"""Embed loom: route Events by key to long-lived Work run by a python function.
+
+Run it as it is:  python examples/embed_routing.py
+It uses a fresh SQLite file in a temporary directory and prints each Work's history.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import trio
+
+import loom
+from loom.plugins.python_executor import PythonExecutor
+
+CONFIG = """
+[scopes.shop.bindings.worker]
+executor = "python"
+config = { function = "handle_order" }
+
+[[scopes.shop.routes]]
+name = "orders"
+types = ["order.*"]
+create_work = true        # the first event for a key creates its Work
+binding = "worker"
+policy = "queue"          # events for a running Work wait for its next attempt, in acceptance order
+"""
+
+
+async def main() -> None:
+    executor = PythonExecutor()
+
+    @executor.function("handle_order")
+    async def handle_order(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> loom.Completed:
+        kinds = [event.type for event in request.inputs]
+        print(f"  attempt {request.attempt} of {request.work_id} got {kinds}")
+        if "order.paid" in kinds:
+            await toolbelt.emit(loom.EventIn(source="shop", delivery_id=f"{request.work_id}/ship",
+                                             type="shipment.requested", scope="shop"))
+        return loom.Completed()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "shop.db")
+        async with loom.open_runtime(db, config=loom.Config.from_toml(CONFIG), plugins=[executor]) as rt:
+            for n, kind in enumerate(["order.placed", "order.paid"]):
+                for order in ("o-1", "o-2"):
+                    await rt.publish(loom.EventIn(source="shop", delivery_id=f"{order}/{n}", type=kind,
+                                                  scope="shop", key=f"order/{order}"))
+            await rt.router.wait_idle()
+            for order in ("o-1", "o-2"):
+                work = await rt.work_for_key(f"order/{order}")
+                history = await rt.history(work.id)
+                print(f"{order}: {work.state}, {len(history.executions)} attempt(s), "
+                      f"{len(history.checkpoints)} routed event(s)")
+
+
+if __name__ == "__main__":
+    trio.run(main)
