@@ -533,6 +533,12 @@ async def test_a_reopen_policy_creates_a_successor_with_a_generation_qualified_k
         second = await rt.work_for_key("issue/7/generation/reopen-2")
         assert second.predecessor_id == successor.id
 
+        # a late event on a successor's own generation key names the next generation; keys never nest
+        await rt.complete(await rt.claim(second.id, owner="host"), Completed())
+        await publish(rt, ev("d-5", key="issue/7/generation/reopen-1"))
+        third = await rt.work_for_key("issue/7/generation/reopen-3")
+        assert third.predecessor_id == second.id
+
 
 async def test_checkpoints_record_the_config_generation_they_used(open_rt: OpenRuntime) -> None:
     async with open_rt(config(MAIN)) as rt:

@@ -326,7 +326,7 @@ class RouterPool:
                 work = await self._snapshot(event)
                 evaluated = await self._evaluate(event, work, match)
                 if isinstance(evaluated, str):
-                    await self._storage.submit(record_handler_error_in_tx, event.id, ref, evaluated)
+                    await self._storage.submit(record_handler_error_in_tx, event.id, ref, evaluated, config.generation)
                     return
                 decision = evaluated
             changes = self._changes

@@ -9,6 +9,7 @@ checkpoint together. No executor call happens here.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -35,6 +36,7 @@ from ..store import Tx
 from .accept import accept_derived_in_tx
 
 CORE_SOURCE = "core"
+_GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
 WORK_CREATED = "core.work.created"
 
 
@@ -83,6 +85,11 @@ def types_match(patterns: Sequence[str], event_type: str) -> bool:
 
 def successor_key(key: str, n: int) -> str:
     return f"{key}/generation/reopen-{n}"
+
+
+def _base_key(key: str) -> str:
+    """A successor's generation-qualified key without its generation (generations never nest)."""
+    return _GENERATION_SUFFIX.sub("", key)
 
 
 def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
@@ -251,15 +258,20 @@ def _terminal(
     if req.route is None or not req.route.reopen or event.key is None or event.work_id is not None:
         return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.TERMINAL, req,
                                                   work_id=work.id, reason=f"work {work.id} is {work.state}"))  # fmt: skip
-    last, n = work, 0
+    first = work
+    while first.predecessor_id is not None:  # the chain's first Work, whose key generations count
+        earlier = tx.work(first.predecessor_id)
+        assert earlier is not None
+        first = earlier
+    last, n = first, 0
     while (nxt := tx.successor_of(last.id)) is not None:
         successor = tx.work(nxt)
         assert successor is not None
         last, n = successor, n + 1
     if not last.state.terminal:
         return _deliver(tx, now_ms, event, req, last, [])
-    new_id = stable_id("wk", work.id, "reopen", str(n + 1))
-    new_key = successor_key(event.key, n + 1)
+    new_id = stable_id("wk", first.id, "reopen", str(n + 1))
+    new_key = successor_key(_base_key(event.key), n + 1)
     if tx.key_owner(new_key) is not None:
         return _unrouted(tx, now_ms, event, req, f"owned_by_other: key {new_key!r} is already owned")
     created = accept_derived_in_tx(
@@ -302,7 +314,7 @@ def _unrouted(
 
 
 def record_handler_error_in_tx(
-    tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str
+    tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str, generation: int = 0
 ) -> RouteResult:
     """A handler raised: routing stops (no later route is tried); the Event stays unrouted."""
     event = tx.event(event_id)
@@ -312,7 +324,7 @@ def record_handler_error_in_tx(
     if existing is not None:
         return RouteResult(checkpoint=existing, replay=True)
     req = RouteRequest(
-        event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=0
+        event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=generation
     )
     return _unrouted(tx, now_ms, event, req, f"handler_error: route {route.name!r} raised {error}")
 

@@ -27,6 +27,7 @@ class _Running:
     scope: trio.CancelScope
     send: trio.MemorySendChannel[Event]
     receive: trio.MemoryReceiveChannel[Event]
+    finished: trio.Event = attrs.Factory(trio.Event)
 
 
 class PythonExecutor:
@@ -79,6 +80,7 @@ class PythonExecutor:
         finally:
             del self._running[request.execution_id]
             send.close()
+            running.finished.set()
 
     async def inject(self, execution_id: str, event: Event) -> None:
         running = self._running.get(execution_id)
@@ -90,6 +92,8 @@ class PythonExecutor:
             raise NotAccepting(f"execution {execution_id} does not accept input now") from None
 
     async def interrupt(self, execution_id: str) -> None:
+        """Cancel the call and return once it has stopped: no replacement overlaps it."""
         running = self._running.get(execution_id)
         if running is not None:
             running.scope.cancel()
+            await running.finished.wait()
