@@ -18,14 +18,14 @@ from ._errors import SchemaTooNew as SchemaTooNew
 from ._errors import StaleAuthority as StaleAuthority
 from ._errors import StorageClosed as StorageClosed
 from ._errors import StorageError as StorageError
+from ._executor import Executor as Executor
+from ._executor import Toolbelt as Toolbelt
 from ._records import CausalRejection as CausalRejection
+from ._records import Diagnostic as Diagnostic
 from ._records import Event as Event
 from ._records import EventIn as EventIn
 from ._records import KVEntry as KVEntry
 from ._records import RejectionReason as RejectionReason
-from ._executor import Executor as Executor
-from ._executor import Toolbelt as Toolbelt
-from ._records import Diagnostic as Diagnostic
 from ._runtime import PollReport as PollReport
 from ._runtime import Runtime as Runtime
 from ._runtime import WorkHistory as WorkHistory

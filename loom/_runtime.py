@@ -237,6 +237,33 @@ class Runtime:
         """
         return await self.storage.submit(arm_in_tx, spec)
 
+    async def arm_recurring(self, spec: TimerSpec) -> Timer:
+        """Arm a root timer that recurs every ``spec.interval_ms``; each occurrence has its own
+        delivery identity ``{delivery_id}@{occurrence_ms}``."""
+        if spec.interval_ms is None:
+            raise InvalidRequest("arm_recurring: timer.interval_ms is required")
+        return await self.arm(spec)
+
+    async def arm_recurrence(
+        self,
+        kind: str,
+        spec: Mapping[str, Any],
+        *,
+        timer_id: str,
+        fire_at_ms: int,
+        source: str,
+        type: str,
+        scope: str,
+        key: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Timer:
+        """Arm a configured root timer whose recurrence policy ``kind`` (a plugin's, e.g. ``cron``)
+        interprets the opaque ``spec`` at each firing."""
+        return await self.arm(TimerSpec(
+            id=timer_id, fire_at_ms=fire_at_ms, source=source, type=type, scope=scope, key=key,
+            payload=dict(payload or {}), recurrence=kind, spec=dict(spec),
+        ))  # fmt: skip
+
     async def cancel_timer(self, timer_id: str, *, revision: int) -> Timer:
         """Cancel a timer at ``revision`` (a stale revision is a `Conflict`)."""
         return await self.storage.submit(cancel_timer_in_tx, timer_id, revision)
