@@ -48,19 +48,9 @@ def ev(delivery_id: str, **fields: Any) -> EventIn:
     return EventIn(delivery_id=delivery_id, **values)
 
 
-@pytest.fixture(params=["memory", "file"])
-def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return ":memory:" if request.param == "memory" else str(tmp_path / "loom.db")
-
-
 @pytest.fixture
 def file_path(tmp_path: Path) -> str:
     return str(tmp_path / "loom.db")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(start_ms=T0)
 
 
 @asynccontextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,16 +90,6 @@ class Handlers:
 
 
 OpenRuntime = Callable[..., AbstractAsyncContextManager[Runtime]]
-
-
-@pytest.fixture(params=["memory", "file"])
-def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    return ":memory:" if request.param == "memory" else str(tmp_path / "loom.db")
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(start_ms=T0)
 
 
 @pytest.fixture
