@@ -134,6 +134,11 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         binding=req.binding.name, executor=req.binding.executor, capabilities=sorted(req.binding.capabilities),
         generation=req.generation, now_ms=now_ms,
     )  # fmt: skip
+    if req.timeout_ms is not None:
+        # the first active segment: its deadline is a durable timer armed in this same commit
+        assert trigger is not None
+        tx.update_execution(execution_id, budget_ms=req.timeout_ms)
+        start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, trigger.id, work.scope)
     check_work_transition(work.id, work.state, WorkState.RUNNING)
     tx.update_work(
         work.id, now_ms, state=WorkState.RUNNING.value, attempts=attempt, started=1, release_once=0

@@ -17,7 +17,7 @@ import attrs
 from .._config import CausalLimits
 from .._errors import Conflict, InvalidRequest, NotFound
 from .._notices import TimerArmed, TimerCancelled
-from .._records import CausalRejection, Event, EventIn, payload_json, validate_event_in
+from .._records import CORE_PREFIX, CausalRejection, Event, EventIn, payload_json, validate_event_in
 from .._timers import (
     FireRequest,
     Firing,
@@ -100,13 +100,27 @@ def arm_derived_in_tx(tx: Tx, now_ms: int, auth: Authority, spec: TimerSpec) -> 
     """Arm a timer under an execution's lease; it inherits the attempt's trigger as its parent,
     so its firing stays on the trigger's causal chain even days later."""
     execution = authorize(tx, now_ms, auth)
+    # an execution may not schedule the privileged core.* family (a forged core.execution.timeout)
+    validate_spec(spec)
+    validate_event_in(_template(spec, spec.delivery_id or spec.id))
     if execution.trigger_id is None:
         raise InvalidRequest(f"execution {execution.id} has no trigger to derive a timer from")
     work = tx.work(execution.work_id)
     assert work is not None
     if spec.scope != work.scope:
         raise InvalidRequest(f"timer.scope {spec.scope!r} is not the arming work's scope {work.scope!r}")
+    existing = tx.timer(spec.id)
+    if existing is not None and not _armed_by_work(tx, existing, work.id):
+        # re-arming would recreate someone else's timer (a root schedule, its own deadline)
+        raise Conflict(f"timer {spec.id!r} was not armed by an execution of work {work.id}")
     return arm_in_tx(tx, now_ms, spec, parent_id=execution.trigger_id, execution_id=execution.id)
+
+
+def _armed_by_work(tx: Tx, timer: Timer, work_id: str) -> bool:
+    if timer.execution_id is None or timer.type.startswith(CORE_PREFIX):
+        return False
+    armed_by = tx.execution(timer.execution_id)
+    return armed_by is not None and armed_by.work_id == work_id
 
 
 def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Timer:

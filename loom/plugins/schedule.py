@@ -22,7 +22,9 @@ Defaults, and what they mean:
   skipped (a count and the first/last, never a list and never a burst). The next fire time is
   always in the future, however far the clock jumped.
 * ``overlap="skip"``: an occurrence due while the previous run is still going is skipped;
-  ``"buffer_one"`` keeps one to start when the run ends; ``"allow_all"`` starts it alongside.
+  ``"buffer_one"`` keeps one to start when the run ends; ``"allow_all"`` keeps every one. (On a
+  runtime, the ``schedule`` route handler runs a schedule as one standing Work, which runs one
+  attempt at a time: kept occurrences wait as its input, and the next attempt takes them all.)
 
 Occurrence identity is deterministic: ``occurrence_id(schedule_id, occurrence_ms)`` is
 ``f"{schedule_id}@{occurrence_ms}"``, so a replayed or duplicated firing names the same occurrence.
@@ -590,19 +592,24 @@ def loom_recurrence_policies() -> Mapping[str, RecurrencePolicy]:
 def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) -> Decision:
     """Route handler ``schedule``: one standing Work per schedule, with the overlap policy.
 
-    An occurrence for a schedule whose previous run is still going starts (allow all), waits
-    as the one buffered run (buffer one), or is dropped (skip).
+    An occurrence for a schedule whose previous run is still going is delivered (allow all),
+    delivered as the one buffered run (buffer one), or dropped (skip). A delivered occurrence gets
+    the route's active-event policy; with ``queue`` it waits, and the next attempt takes every
+    waiting occurrence as its input.
     """
     schedule_id = event.payload.get("schedule")
     if not isinstance(schedule_id, str):
         return Unmatched(reason="not a schedule occurrence (no schedule in its payload)")
     overlap = _to_overlap(event.payload.get("overlap", Overlap.SKIP))
     running = 1 if work is not None and work.current_execution_id is not None else 0
-    buffered = len(work.pending_inputs) if work is not None else 0
+    # A running attempt's inputs stay pending until it ends, and the snapshot does not say which
+    # they are: count the one occurrence it started with as taken, the rest as buffered.
+    pending = len(work.pending_inputs) if work is not None else 0
+    buffered = max(pending - running, 0)
     action = _overlap_action(overlap, running, buffered)
     if action is OverlapAction.SKIP:
         return Drop(reason=f"schedule {schedule_id}: the previous run is still going (overlap {overlap})")
-    key = f"schedule/{schedule_id}"
+    key = schedule_key(schedule_id)
     if work is not None:
         return Deliver(work_id=work.id, attach_keys=(key,))
     return Deliver(
@@ -613,6 +620,12 @@ def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) ->
 @hookimpl
 def loom_route_handlers() -> Mapping[str, Any]:
     return {"schedule": schedule_handler}
+
+
+def schedule_key(schedule_id: str) -> str:
+    """The key of a schedule's Work; its occurrences carry it, so the router hands the handler that
+    Work's snapshot (and routes one schedule's occurrences in order)."""
+    return f"schedule/{schedule_id}"
 
 
 def schedule_timer(
@@ -628,5 +641,6 @@ def schedule_timer(
     first = next_occurrence(spec, now_ms)
     return TimerSpec(
         id=f"schedule:{spec.schedule_id}", fire_at_ms=first, source=source, type=type, scope=scope,
-        payload=dict(payload or {}), delivery_id=spec.schedule_id, recurrence=spec.kind, spec=spec.to_mapping(),
+        key=schedule_key(spec.schedule_id), payload=dict(payload or {}), delivery_id=spec.schedule_id,
+        recurrence=spec.kind, spec=spec.to_mapping(),
     )  # fmt: skip

@@ -1,0 +1,302 @@
+"""Execution deadlines (seed 000 "Polling and execution deadlines"): an attempt of a Work kind with
+``timeout_ms`` has a durable ``core.execution.timeout`` timer armed with its claim; when it fires the
+attempt is fenced and failed under its current fence, and the Work is ready again. Ending the segment
+first cancels the deadline; a deadline whose segment is no longer active does nothing.
+
+Work here has no executor binding, so nothing launches by itself: the tests claim and complete as a
+host would. Business time is a `ManualClock`; tests wait on commits, never on time.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from loom import Config, Event, EventIn, Runtime, StaleAuthority
+from loom._timers import FireRequest, Firing, FiringResult, TimerSpec, TimerState
+from loom._work import CheckpointStatus, Completed, ExecutionState, Handoff, Lease, WorkState
+from loom.kernel.executions import (
+    EXECUTION_TIMEOUT,
+    BindingRef,
+    ClaimRequest,
+    KindPolicy,
+    claim_in_tx,
+    deadline_timer_id,
+)
+from loom.kernel.routing import CORE_SOURCE
+from loom.testing import T0_MS, RuntimeDriver
+
+T0 = T0_MS
+SCOPE = "acme"
+SECOND = 1_000
+MINUTE = 60 * SECOND
+TIMEOUT_MS = 10 * SECOND
+LEASE_MS = 10 * MINUTE  # longer than the deadline: the deadline, not the lease, ends these attempts
+
+
+def config() -> Config:
+    return Config.from_dict({
+        "scopes": {SCOPE: {"routes": [{"name": "jobs", "types": ["job.*"], "create_work": True, "work_kind": "slow"}]}},
+        "work_kinds": {"slow": {"timeout_ms": TIMEOUT_MS}},
+    })  # fmt: skip
+
+
+@asynccontextmanager
+async def running(store: str) -> AsyncIterator[RuntimeDriver]:
+    async with trio.open_nursery() as nursery:
+        driver = RuntimeDriver(nursery, store, config=config())
+        await driver.start()
+        try:
+            yield driver
+        finally:
+            await driver.stop()
+
+
+def job(delivery_id: str, *, key: str = "job/1") -> EventIn:
+    return EventIn(source="ext", delivery_id=delivery_id, type="job.run", scope=SCOPE, key=key)
+
+
+async def routed(driver: RuntimeDriver, event: Event) -> str:
+    async def check() -> bool:
+        return await driver.runtime.checkpoint(event.id) is not None
+
+    await driver.until(check, f"event {event.delivery_id} to be routed")
+    checkpoint = await driver.runtime.checkpoint(event.id)
+    assert checkpoint is not None
+    assert checkpoint.work_id is not None
+    return checkpoint.work_id
+
+
+async def claim(rt: Runtime, work_id: str) -> Lease:
+    """Claim as the router does for a Work kind with a timeout: the request carries ``timeout_ms``."""
+    kind = rt.config.work_kinds["slow"]
+    request = ClaimRequest(
+        work_id=work_id, owner="host", token=secrets.token_urlsafe(16), lease_ms=LEASE_MS,
+        binding=BindingRef(name=None, executor=None), kind=KindPolicy(timeout_ms=kind.timeout_ms), capacity=None,
+        generation=rt.config.generation, timeout_ms=kind.timeout_ms,
+    )  # fmt: skip
+    return await rt.storage.submit(claim_in_tx, request)
+
+
+async def ledger(driver: RuntimeDriver, timer_id: str, n: int) -> list[Firing]:
+    async def check() -> bool:
+        return len(await driver.runtime.firings(timer_id)) >= n
+
+    await driver.until(check, f"{n} firing(s) of {timer_id}")
+    firings = await driver.runtime.firings(timer_id)
+    assert len(firings) == n
+    return firings
+
+
+async def quiet(driver: RuntimeDriver, name: str) -> None:
+    """Every timer due now has had its turn once a sentinel armed now has fired (deadline order)."""
+    await driver.runtime.arm(
+        TimerSpec(id=name, fire_at_ms=driver.clock.now_ms(), source="sentinel", type="sentinel", scope=SCOPE)
+    )
+    await ledger(driver, name, 1)
+
+
+async def timeouts(rt: Runtime) -> list[Event]:
+    return [e for e in await rt.events(limit=10_000) if e.type == EXECUTION_TIMEOUT]
+
+
+async def test_the_claim_arms_a_durable_deadline_for_the_attempt(store_path: str) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        driver.clock.advance(7 * SECOND)
+        trigger = await rt.publish(job("run-1"))
+        lease = await claim(rt, await routed(driver, trigger))
+        timer_id = deadline_timer_id(lease.execution_id, 1)
+        assert timer_id == f"deadline:{lease.execution_id}:1"
+        timer = await rt.timer(timer_id)
+        assert (timer.state, timer.type, timer.source, timer.fire_at_ms) == (
+            TimerState.ARMED, EXECUTION_TIMEOUT, CORE_SOURCE, T0 + 7 * SECOND + TIMEOUT_MS,
+        )  # fmt: skip
+        assert timer.payload == {
+            "execution": lease.execution_id,
+            "segment": 1,
+            "epoch": 1,
+            "work": lease.work_id,
+        }
+        assert (timer.parent_id, timer.execution_id) == (trigger.id, lease.execution_id)
+        execution = await rt.execution(lease.execution_id)
+        assert (execution.segment, execution.budget_ms, execution.used_ms) == (1, TIMEOUT_MS, 0)
+
+
+async def test_an_expired_deadline_fences_and_fails_the_attempt(store_path: str) -> None:
+    async with running(store_path) as driver:
+        trigger = await driver.runtime.publish(job("run-1"))
+        work_id = await routed(driver, trigger)
+        lease = await claim(driver.runtime, work_id)
+        timer_id = deadline_timer_id(lease.execution_id, 1)
+        driver.clock.advance(TIMEOUT_MS // 2)
+        await driver.reopen()  # the deadline is durable: a restart in the middle changes nothing
+        if driver.reopenable:  # the reopened timer actor re-armed it from the store
+            assert driver.runtime.timer_actor.service.deadline(timer_id) == T0 + TIMEOUT_MS
+
+        driver.clock.advance(TIMEOUT_MS // 2)
+        (firing,) = await ledger(driver, timer_id, 1)
+        rt = driver.runtime
+        assert firing.result is FiringResult.ACCEPTED
+        (timeout,) = await timeouts(rt)
+        assert timeout.id == firing.event_id
+        assert (timeout.parent_id, timeout.root_id, timeout.depth) == (trigger.id, trigger.id, 1)
+        assert (timeout.source, timeout.delivery_id) == (CORE_SOURCE, timer_id)
+
+        execution = await rt.execution(lease.execution_id)
+        assert execution.state is ExecutionState.FAILED
+        assert execution.outcome is not None
+        assert execution.outcome["error"] == f"execution timeout after {TIMEOUT_MS} ms of active time"
+        assert execution.outcome["timeout_event_id"] == timeout.id
+        assert execution.used_ms == TIMEOUT_MS
+        # the old token lost its authority at the deadline's commit
+        with pytest.raises(StaleAuthority):
+            await rt.complete(lease, Completed())
+        with pytest.raises(StaleAuthority):
+            await rt.renew(lease)
+        with pytest.raises(StaleAuthority):
+            await rt.toolbelt(lease).emit(
+                EventIn(source="bot", delivery_id="late", type="bot.note", scope=SCOPE)
+            )
+
+        work = await rt.work(work_id)
+        assert (work.state, work.current_execution_id, work.held) == (WorkState.READY, None, False)
+        assert work.pending_inputs == (), "the failed attempt consumed its input"
+        checkpoint = await rt.checkpoint(timeout.id)
+        assert checkpoint is not None
+        assert (checkpoint.status, checkpoint.work_id) == (CheckpointStatus.ROUTED, None)
+        assert checkpoint.reason == f"control: execution deadline of {lease.execution_id}"
+        assert (await rt.timer(timer_id)).state is TimerState.FIRED
+
+        # the next input starts attempt 2 with its own deadline
+        again = await rt.publish(job("run-2"))
+        await routed(driver, again)
+        second = await claim(rt, work_id)
+        assert second.attempt == 2
+        assert (
+            await rt.timer(deadline_timer_id(second.execution_id, 1))
+        ).fire_at_ms == rt.clock.now_ms() + TIMEOUT_MS
+
+
+@pytest.mark.parametrize("outcome", [Completed(), Handoff()], ids=["completed", "handoff"])
+async def test_ending_the_attempt_before_its_deadline_cancels_it(store_path: str, outcome: Any) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        work_id = await routed(driver, await rt.publish(job("run-1")))
+        lease = await claim(rt, work_id)
+        timer_id = deadline_timer_id(lease.execution_id, 1)
+        driver.clock.advance(3 * SECOND)
+        ended = await rt.complete(lease, outcome)
+        assert ended.state in (ExecutionState.COMPLETED, ExecutionState.HANDOFF)
+        assert ended.used_ms == 3 * SECOND, "active time is counted when the segment ends"
+        timer = await rt.timer(timer_id)
+        assert (timer.state, timer.reason) == (TimerState.CANCELLED, "segment ended")
+
+        driver.clock.advance(TIMEOUT_MS)
+        await quiet(driver, "sentinel")
+        assert await rt.firings(timer_id) == [], "a cancelled deadline never fires"
+        assert await timeouts(rt) == []
+        assert (await rt.execution(lease.execution_id)).state is ended.state
+        # a late firing request for the old deadline identity is stale
+        stale = await rt.fire(FireRequest(timer_id=timer_id, revision=1, fire_at_ms=T0 + TIMEOUT_MS))
+        assert (stale.result, stale.event_id) == (FiringResult.STALE, None)
+
+
+async def test_cancelling_the_work_cancels_the_deadline(store_path: str) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        work_id = await routed(driver, await rt.publish(job("run-1")))
+        lease = await claim(rt, work_id)
+        await rt.cancel(work_id)
+        assert (await rt.timer(deadline_timer_id(lease.execution_id, 1))).state is TimerState.CANCELLED
+        driver.clock.advance(TIMEOUT_MS)
+        await quiet(driver, "sentinel")
+        assert await timeouts(rt) == []
+        assert (await rt.execution(lease.execution_id)).state is ExecutionState.CANCELLED
+
+
+@pytest.mark.parametrize(("segment", "epoch"), [(2, 1), (1, 2)], ids=["older-segment", "older-epoch"])
+async def test_a_stale_deadline_does_nothing(store_path: str, segment: int, epoch: int) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        work_id = await routed(driver, await rt.publish(job("run-1")))
+        lease = await claim(rt, work_id)
+        # a deadline naming this execution but not its active segment (or its current epoch)
+        await rt.arm(TimerSpec(
+            id="stale-deadline", fire_at_ms=T0 + SECOND, source=CORE_SOURCE, type=EXECUTION_TIMEOUT, scope=SCOPE,
+            payload={"execution": lease.execution_id, "segment": segment, "epoch": epoch, "work": work_id},
+        ))  # fmt: skip
+        driver.clock.advance(SECOND)
+        (firing,) = await ledger(driver, "stale-deadline", 1)
+        assert firing.result is FiringResult.ACCEPTED
+        checkpoint = await rt.checkpoint(firing.event_id or "")
+        assert checkpoint is not None
+        assert checkpoint.reason == "control: a stale execution deadline"
+        execution = await rt.execution(lease.execution_id)
+        assert (execution.state, execution.used_ms) == (ExecutionState.RUNNING, 0)
+        assert (await rt.work(work_id)).state is WorkState.RUNNING
+        renewed = await rt.renew(lease, lease_ms=LEASE_MS)  # the lease still holds
+        assert (await rt.complete(renewed, Completed())).state is ExecutionState.COMPLETED
+
+
+async def test_a_refused_deadline_event_still_fences_the_attempt_and_holds_the_work(store_path: str) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        link = await rt.publish(EventIn(source="ext", delivery_id="link-0", type="chain.link", scope=SCOPE))
+        for depth in range(1, 33):
+            last = depth == 32
+            link = await rt.publish_derived(
+                EventIn(source="bot", delivery_id=f"link-{depth}", type="job.deep" if last else "chain.link",
+                        scope=SCOPE, key="deep/1" if last else None),
+                parent_id=link.id,
+            )  # fmt: skip
+        work_id = await routed(driver, link)
+        lease = await claim(rt, work_id)
+        timer_id = deadline_timer_id(lease.execution_id, 1)
+        driver.clock.advance(TIMEOUT_MS)
+        (firing,) = await ledger(driver, timer_id, 1)
+        assert (firing.result, firing.event_id) == (FiringResult.REFUSED, None)
+        assert await timeouts(rt) == []
+        (rejection,) = await rt.causal_rejections()
+        assert (rejection.delivery_id, rejection.depth) == (timer_id, 33)
+
+        execution = await rt.execution(lease.execution_id)
+        assert execution.state is ExecutionState.FAILED
+        with pytest.raises(StaleAuthority):
+            await rt.complete(lease, Completed())
+        work = await rt.work(work_id)
+        assert work.held
+        assert (work.hold_reason or "").startswith("causal_rejection")
+        assert work.state is WorkState.READY
+        assert work.current_execution_id is None
+        assert (await rt.timer(timer_id)).state is TimerState.DISABLED
+
+
+@pytest.mark.xfail(
+    reason="RouterPool.kind_policy (loom/actors/router.py) does not copy WorkKindPolicy.timeout_ms into the "
+    "KindPolicy, so Runtime.claim and the router claim with timeout_ms=None",
+    strict=True,
+)
+async def test_a_work_kind_timeout_reaches_the_runtime_claim() -> None:
+    async with running(":memory:") as driver:
+        rt = driver.runtime
+        lease = await rt.claim(await routed(driver, await rt.publish(job("run-1"))), owner="host")
+        assert (await rt.timer(deadline_timer_id(lease.execution_id, 1))).state is TimerState.ARMED
+
+
+async def test_a_claim_without_a_timeout_arms_no_deadline(store_path: str) -> None:
+    async with running(store_path) as driver:
+        rt = driver.runtime
+        work_id = await routed(driver, await rt.publish(job("run-1")))
+        request = ClaimRequest(
+            work_id=work_id, owner="host", token="t", lease_ms=LEASE_MS, binding=BindingRef(name=None, executor=None),
+            kind=KindPolicy(), capacity=None, generation=rt.config.generation,
+        )  # fmt: skip
+        lease = await rt.storage.submit(claim_in_tx, request)
+        assert await rt.timers() == []
+        assert (await rt.execution(lease.execution_id)).budget_ms is None
