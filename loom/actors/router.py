@@ -28,7 +28,7 @@ from .._clock import Clock
 from .._config import Config, EffectiveRoute, Policy, effective_routes
 from .._errors import Conflict, NotAccepting, StaleAuthority
 from .._executor import Executor
-from .._notices import EventAccepted, ExecutionFenced, IntentPending, WorkChanged
+from .._notices import EventAccepted, EventRouted, ExecutionFenced, IntentPending, WorkChanged
 from .._records import Event
 from .._work import Decision, Deliver, Drop, Failed, IntentKind, Lease, Outcome, Unmatched, Work
 from ..kernel.executions import (
@@ -190,10 +190,10 @@ class RouterPool:
                 quick.append(request)
             else:
                 self._enqueue(event.id, event.seq, event.work_id, event.key, event)
+        elif isinstance(notice, EventRouted):
+            self._signal_change()  # an earlier Event a lane or a completion waits on may be settled
         elif isinstance(notice, WorkChanged):
-            self._changes += 1
-            changed, self._changed = self._changed, trio.Event()
-            changed.set()
+            self._signal_change()
             self.kick(notice.work_id)
             deferred, self._deferred = self._deferred, set()
             for work_id in deferred:
@@ -202,6 +202,11 @@ class RouterPool:
             self._spawn_dispatch(notice.intent_id)
         elif isinstance(notice, ExecutionFenced):
             self._spawn(self._stop_fenced, notice)
+
+    def _signal_change(self) -> None:
+        self._changes += 1
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
 
     def _spawn(self, fn: Callable[..., Any], *args: Any) -> None:
         """Start a task that counts as busy until it returns (or marks itself quiet)."""

@@ -1,0 +1,52 @@
+"""A lane waiting on an earlier, unrouted Event of its Work wakes when that Event is
+checkpointed, whatever its checkpoint (unmatched included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from loom import CheckpointStatus, Config, EventIn, Unmatched
+from loom.testing import RuntimeDriver
+
+
+async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(store_path: str) -> None:
+    config = Config.from_dict({"scopes": {"acme": {"routes": [
+        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
+        {"name": "by-key", "types": ["x.*"], "create_work": True},
+    ]}}})  # fmt: skip
+    release = trio.Event()
+    entered = trio.Event()
+
+    async def held(event: Any, scope: str, work: Any, route: Any) -> Unmatched:
+        entered.set()
+        await release.wait()
+        return Unmatched(reason="nothing to do")
+
+    async with trio.open_nursery() as nursery:
+        driver = RuntimeDriver(nursery, store_path, config=config)
+        driver.handlers.table["held"] = held
+        await driver.start()
+        rt = driver.runtime
+        opened = await rt.publish(EventIn(source="t", delivery_id="open", type="x.open", scope="acme", key="k"))
+        await driver.settle()
+        work = await rt.work_for_key("k")
+        # an earlier event names the Work explicitly; its handler is held, then matches nothing
+        earlier = await rt.publish(EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work.id))
+        await entered.wait()
+        later = await rt.publish(EventIn(source="t", delivery_id="e2", type="x.more", scope="acme", key="k"))
+
+        async def later_blocked() -> bool:
+            return await rt.checkpoint(later.id) is None
+
+        assert await later_blocked(), "a later event was routed before an earlier one of its Work"
+        release.set()
+
+        async def both_routed() -> bool:
+            return await rt.checkpoint(earlier.id) is not None and await rt.checkpoint(later.id) is not None
+
+        await driver.until(both_routed, "the later event to be routed once the earlier one is settled")
+        assert (await rt.checkpoint(earlier.id)).status is CheckpointStatus.UNMATCHED  # type: ignore[union-attr]
+        assert (await rt.work(work.id)).pending_inputs == (opened.id, later.id)
+        await driver.stop()
