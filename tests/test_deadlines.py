@@ -277,11 +277,6 @@ async def test_a_refused_deadline_event_still_fences_the_attempt_and_holds_the_w
         assert (await rt.timer(timer_id)).state is TimerState.DISABLED
 
 
-@pytest.mark.xfail(
-    reason="RouterPool.kind_policy (loom/actors/router.py) does not copy WorkKindPolicy.timeout_ms into the "
-    "KindPolicy, so Runtime.claim and the router claim with timeout_ms=None",
-    strict=True,
-)
 async def test_a_work_kind_timeout_reaches_the_runtime_claim() -> None:
     async with running(":memory:") as driver:
         rt = driver.runtime

@@ -428,6 +428,7 @@ class RouterPool:
             standing=policy.standing,
             run_once=policy.run_once,
             select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
+            timeout_ms=policy.timeout_ms,
         )
 
     async def _maybe_start(self, work_id: str) -> None:
