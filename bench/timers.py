@@ -220,17 +220,17 @@ def raw_due_latencies(path: Path, now_ms: int) -> list[float]:
     """The due query alone, on its own connection to the same file (the cursor advancing as loom's does)."""
     conn = sqlite3.connect(path)
     try:
-        cursor = ""
+        cursor: tuple[int, str] = (-1, "")
         out = []
         for _ in range(DUE_CALLS):
             start = time.perf_counter()
             rows = conn.execute(
-                "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' AND fire_at_ms <= ?"
-                " AND id > ? ORDER BY id LIMIT ?",
-                (now_ms, cursor, POLL_LIMIT),
+                "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due WHERE state = 'armed'"
+                " AND fire_at_ms <= ? AND (fire_at_ms, id) > (?, ?) ORDER BY fire_at_ms, id LIMIT ?",
+                (now_ms, *cursor, POLL_LIMIT),
             ).fetchall()
             out.append(time.perf_counter() - start)
-            cursor = rows[-1][0] if len(rows) == POLL_LIMIT else ""
+            cursor = (rows[-1][2], rows[-1][0]) if len(rows) == POLL_LIMIT else (-1, "")
     finally:
         conn.close()
     return out

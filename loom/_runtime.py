@@ -17,7 +17,7 @@ import trio
 
 from ._clock import Clock, SystemClock
 from ._config import Config, ConfigHolder
-from ._errors import InvalidRequest, NotFound, StorageError
+from ._errors import InvalidRequest, NotFound
 from ._records import CausalRejection, Diagnostic, Event, EventIn, KVEntry
 from ._serde import structure
 from ._timers import FireRequest, Firing, Timer, TimerSpec, TimerState
@@ -40,7 +40,7 @@ from .kernel.executions import (
     release_in_tx,
     renew_in_tx,
 )
-from .kernel.timers import arm_in_tx, cancel_timer_in_tx, due_in_tx, fire_timer_in_tx
+from .kernel.timers import arm_in_tx, cancel_timer_in_tx, due_in_tx, fire_timer_in_tx, fire_timers_in_tx
 from .plugins import make_plugin_manager
 from .store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, Tx
 
@@ -300,17 +300,19 @@ class Runtime:
         One item's failure is recorded as a safe diagnostic and the pass goes on; a storage
         failure is raised.
         """
+        requests = await self.due(limit)
+        results = await self.storage.submit(
+            fire_timers_in_tx, requests, self.config.causal, self.timer_actor.policies
+        )
         firings: list[Firing] = []
         failures: list[str] = []
-        for request in await self.due(limit):
-            try:
-                firings.append(await self.fire(request))
-            except StorageError:
-                raise
-            except Exception as exc:
-                message = f"timer {request.timer_id}: firing failed: {type(exc).__name__}: {exc}"
+        for request, result in zip(requests, results, strict=True):
+            if isinstance(result, str):
+                message = f"timer {request.timer_id}: firing failed: {result}"
                 failures.append(message)
                 await self.storage.submit(_diagnose, "poll_item_failed", request.timer_id, message)
+            else:
+                firings.append(result)
         return PollReport(firings=tuple(firings), failures=tuple(failures))
 
     async def hold(self, work_id: str, *, reason: str) -> Work:
@@ -399,7 +401,9 @@ async def open_runtime(
             await reader.open()
             readers.append(reader)
             try:
-                ingress: IngressActor = await nursery.start(IngressActor(storage, lambda: holder.current.causal).run)
+                ingress: IngressActor = await nursery.start(
+                    IngressActor(storage, lambda: holder.current.causal).run
+                )
                 router: RouterPool = await nursery.start(
                     RouterPool(
                         storage=storage,

@@ -34,7 +34,6 @@ from loom import (
     StorageError,
     open_runtime,
 )
-from loom import _runtime as runtime_module
 from loom._timers import (
     FireRequest,
     Firing,
@@ -47,9 +46,9 @@ from loom._timers import (
     TimerState,
 )
 from loom._work import Handoff, Lease
-from loom.actors import timers as timer_actor_module
 from loom.actors.timer_service import DEFAULT_RETRY_MS
 from loom.actors.timers import TimerActor
+from loom.kernel import timers as kernel_timers  # the firing procedures the timer actor and poll run
 from loom.kernel.timers import fire_timer_in_tx
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver
@@ -156,10 +155,10 @@ def job(delivery_id: str, key: str = "job/1", **payload: Any) -> EventIn:
 def host_driven(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop the timer actor from firing: the host drives firing with `due`/`fire`/`poll` alone."""
 
-    async def ignore(self: TimerActor, timer_id: str) -> None:
-        return None
+    async def ignore(self: TimerActor, timer_ids: list[str]) -> list[str]:
+        return []
 
-    monkeypatch.setattr(TimerActor, "_fire", ignore)
+    monkeypatch.setattr(TimerActor, "_fire_many", ignore)
 
 
 # -- exactly once lives in the firing ledger (seed 004: TestFireTimerIsIdempotent) -------------------
@@ -243,7 +242,7 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
             raise sqlite3.OperationalError("database or disk is full")
         return real(tx, now_ms, request, *args)
 
-    monkeypatch.setattr(timer_actor_module, "fire_timer_in_tx", disk_full_once)
+    monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_full_once)
     async with running(store_path) as driver:
         rt = driver.runtime
         await rt.arm(tick("wake", T0 + 10 * SECOND))
@@ -680,7 +679,7 @@ async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_st
             raise RuntimeError("a broken template store")
         return real(tx, now_ms, request, *args)
 
-    monkeypatch.setattr(runtime_module, "fire_timer_in_tx", broken_for_a)
+    monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", broken_for_a)
     async with running(store_path) as driver:
         rt = driver.runtime
         for timer_id in "abcd":
@@ -708,7 +707,7 @@ async def test_poll_raises_a_storage_failure(
     def disk_io_error(tx: Tx, now_ms: int, request: FireRequest, *args: Any) -> Firing:
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(runtime_module, "fire_timer_in_tx", disk_io_error)
+    monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_io_error)
     async with running(store_path) as driver:
         rt = driver.runtime
         await rt.arm(tick("a", T0))
@@ -832,7 +831,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         hook.firing = True  # this batch fires a timer: the hook stops it at its boundary
         return real(tx, now_ms, request, *args)
 
-    monkeypatch.setattr(timer_actor_module, "fire_timer_in_tx", marking)
+    monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", marking)
     stopped_by: BaseException | None = None
     try:
         with trio.fail_after(STALL_S):
@@ -843,7 +842,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         stopped_by = exc
     assert hook.fired
     assert _contains(stopped_by, CrashPoint), repr(stopped_by)
-    monkeypatch.setattr(timer_actor_module, "fire_timer_in_tx", real)
+    monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", real)
     conn = sqlite3.connect(path)
     try:
         committed = conn.execute("SELECT count(*) FROM timer_firings").fetchone()[0]

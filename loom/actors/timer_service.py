@@ -17,7 +17,7 @@ import trio
 
 from .._clock import Clock
 from .._errors import InvalidRequest
-from ._heap import TimerHeap
+from ._heap import Entry, TimerHeap
 
 K = TypeVar("K", bound=Hashable)
 
@@ -86,6 +86,8 @@ class TimerService(Generic[K]):
         self,
         fire: Callable[[K], Awaitable[None]],
         *,
+        fire_many: Callable[[list[K]], Awaitable[list[K]]] | None = None,
+        batch: int = 500,
         task_status: trio.TaskStatus[TimerService[K]] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         """Fire due keys until cancelled.
@@ -94,6 +96,10 @@ class TimerService(Generic[K]):
         raises an `Exception`, the error is logged and the key is armed again ``retry_ms`` later
         (unless it was scheduled or cancelled while ``fire`` ran), so a failed fire is retried,
         never lost, and never stops the service.
+
+        With ``fire_many``, due keys are popped up to ``batch`` at a time, in order, and handed
+        over together (one storage request, one commit); it returns the keys that failed, and
+        those are re-armed by the same rule (all of them if it raises).
         """
         if self._running:
             raise RuntimeError("TimerService.run: already running (a second loop would fire keys twice)")
@@ -102,7 +108,10 @@ class TimerService(Generic[K]):
             task_status.started(self)
             while True:
                 changed = self._changed = trio.Event()
-                await self._fire_due(fire)
+                if fire_many is None:
+                    await self._fire_due(fire)
+                else:
+                    await self._fire_due_batched(fire_many, batch)
                 head = self._heap.peek()
                 if head is None:
                     await changed.wait()
@@ -135,6 +144,34 @@ class TimerService(Generic[K]):
                 raise
             else:
                 self._in_flight.pop(key)
+
+    async def _fire_due_batched(self, fire_many: Callable[[list[K]], Awaitable[list[K]]], batch: int) -> None:
+        now = self._clock.now_ms()
+        while (head := self._heap.peek()) is not None and head.deadline_ms <= now:
+            entries: list[Entry[K] | None] = []
+            while (
+                len(entries) < batch and (head := self._heap.peek()) is not None and head.deadline_ms <= now
+            ):
+                entries.append(self._heap.pop())
+            keys = [entry.key for entry in entries if entry is not None]
+            for key in keys:
+                self._in_flight[key] = False
+            try:
+                failed = set(await fire_many(keys))
+            except Exception:
+                logger.exception("timers: a batch of %d fires failed", len(keys))
+                failed = set(keys)
+            except BaseException:
+                for entry in entries:
+                    if entry is not None and not self._in_flight.pop(entry.key):
+                        self._heap.push(entry.key, entry.deadline_ms)
+                raise
+            retry_at = self._clock.now_ms() + self._retry_ms
+            for key in keys:
+                moved = self._in_flight.pop(key)
+                if key in failed and not moved:
+                    logger.warning("timer %r: fire failed; retrying at %d", key, retry_at)
+                    self._heap.push(key, retry_at)
 
     async def _sleep_until_or_changed(self, deadline_ms: int, changed: trio.Event) -> None:
         async with trio.open_nursery() as nursery:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 
 import trio
 
 from .._config import CausalLimits
 from .._notices import TimerArmed, TimerCancelled
 from .._timers import FireRequest, Firing, RecurrencePolicy
-from ..kernel.timers import fire_timer_in_tx
+from ..kernel.timers import fire_timers_in_tx
 from ..store import StorageActor, Tx
 from .timer_service import TimerService
 
@@ -69,7 +70,7 @@ class TimerActor:
         try:
             await self.rebuild()
             async with trio.open_nursery() as nursery:
-                await nursery.start(self.service.run, self._fire)
+                await nursery.start(partial(self.service.run, self._fire, fire_many=self._fire_many))
                 task_status.started(self)
                 while True:
                     notices = await feed.next_batch()
@@ -86,16 +87,23 @@ class TimerActor:
         finally:
             self._storage.unsubscribe(feed)
 
+    async def _fire_many(self, timer_ids: list[str]) -> list[str]:
+        """Fire due timers together: one storage request, each firing atomic on its own."""
+        pending = [(timer_id, self._armed[timer_id]) for timer_id in timer_ids if timer_id in self._armed]
+        requests = [FireRequest(timer_id=t, revision=r, fire_at_ms=f) for t, (r, f) in pending]
+        results = await self._storage.submit(fire_timers_in_tx, requests, self._limits(), self.policies)
+        failed = []
+        for (timer_id, armed), result in zip(pending, results, strict=True):
+            if isinstance(result, str):
+                log.warning("timer %s: firing failed: %s", timer_id, result)
+                failed.append(timer_id)
+                continue
+            if self._armed.get(timer_id) == armed and result.next_fire_at_ms is None:
+                self._armed.pop(timer_id, None)
+            if self.keep_history:
+                self.fired.append(result)
+        return failed
+
     async def _fire(self, timer_id: str) -> None:
-        armed = self._armed.get(timer_id)
-        if armed is None:
-            return
-        revision, fire_at = armed
-        request = FireRequest(timer_id=timer_id, revision=revision, fire_at_ms=fire_at)
-        firing = await self._storage.submit(fire_timer_in_tx, request, self._limits(), self.policies)
-        if self._armed.get(timer_id) == armed and firing.next_fire_at_ms is None:
-            # a one-shot (or disabled) timer is done; a re-armed one arrives as a notice
-            self._armed.pop(timer_id, None)
-        if self.keep_history:
-            self.fired.append(firing)
-        log.debug("timer %s fired: %s", timer_id, firing.result)
+        if await self._fire_many([timer_id]):
+            raise RuntimeError(f"timer {timer_id}: firing failed (see the log)")

@@ -9,7 +9,7 @@ does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -142,18 +142,19 @@ def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Tim
 def due_in_tx(tx: Tx, now_ms: int, limit: int) -> list[FireRequest]:
     """Up to ``limit`` due firing requests, fair across calls at a fixed clock.
 
-    A persisted round-robin cursor starts each call after the last timer the previous one
-    returned, so one overdue recurrence or invalid timer cannot monopolise the answer.
+    Timers come in (fire_at, id) order, and a persisted round-robin cursor starts each call
+    after the last timer the previous one returned (wrapping around), so one overdue
+    recurrence or invalid timer cannot monopolise the answer.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DUE:
         raise InvalidRequest(f"due: limit must be an integer from 1 to {MAX_DUE}, got {limit!r}")
     entry = tx.kv_get(TIMERS_NAMESPACE, DUE_CURSOR)
-    cursor = str(entry.value["after"]) if entry else ""
+    cursor = (int(entry.value["fire_at_ms"]), str(entry.value["id"])) if entry else (-1, "")
     rows = tx.due_timers(now_ms, cursor, limit, wrapped=False)
-    if len(rows) < limit and cursor:
+    if len(rows) < limit and entry is not None:
         rows += tx.due_timers(now_ms, cursor, limit - len(rows), wrapped=True)
     if rows:
-        tx.kv_put(TIMERS_NAMESPACE, DUE_CURSOR, {"after": rows[-1][0]}, now_ms)
+        tx.kv_put(TIMERS_NAMESPACE, DUE_CURSOR, {"fire_at_ms": rows[-1][2], "id": rows[-1][0]}, now_ms)
     return [FireRequest(timer_id=i, revision=r, fire_at_ms=f) for i, r, f in rows]
 
 
@@ -185,6 +186,30 @@ def fire_timer_in_tx(
         return _accept(tx, now_ms, timer, occurrence, replacement, limits)
     occurrence = Occurrence(occurrence_ms=timer.fire_at_ms, delivery_id=timer.delivery_id)
     return _accept(tx, now_ms, timer, occurrence, None, limits)
+
+
+def fire_timers_in_tx(
+    tx: Tx,
+    now_ms: int,
+    requests: Sequence[FireRequest],
+    limits: CausalLimits,
+    policies: Mapping[str, RecurrencePolicy],
+) -> list[Firing | str]:
+    """Fire many timer identities in one storage request (one commit), in the given order.
+
+    Each firing is atomic on its own: one that raises leaves its own effects undone and its
+    error (a string) in its slot, and the others stand. A storage failure fails them all.
+    """
+    results: list[Firing | str] = []
+    for request in requests:
+        try:
+            with tx.savepoint():
+                results.append(fire_timer_in_tx(tx, now_ms, request, limits, policies))
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            results.append(f"{type(exc).__name__}: {exc}")
+    return results
 
 
 def interval_occurrence(timer: Timer, now_ms: int) -> tuple[Occurrence, Replacement]:

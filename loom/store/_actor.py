@@ -27,7 +27,7 @@ import trio
 from .._clock import Clock
 from .._errors import StorageClosed, StorageError
 from ._sqlite import SQLiteStore
-from ._tx import Tx
+from ._tx import STORAGE_FAILURES, Tx
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,8 +36,7 @@ Procedure = Callable[Concatenate[Tx, int, P], R]
 FaultHook = Callable[[str, int], None]
 """Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
 
-# Errors that mean the store itself failed, not one request's logic.
-_STORAGE_ERRORS = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
+_STORAGE_ERRORS = STORAGE_FAILURES
 
 
 class CrashPoint(BaseException):

@@ -7,9 +7,10 @@ the notices reach the actors only after the batch commits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .._records import Diagnostic, Event, KVEntry
@@ -20,10 +21,40 @@ from . import _sql
 Params = Sequence[Any]
 
 
+STORAGE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
+"""Errors that mean the store itself failed, not one request's logic."""
+
+
 class Tx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self.notices: list[object] = []
+        self._savepoints = 0
+
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Run a block atomically inside the transaction: an exception undoes only its effects
+        (and its notices), then propagates."""
+        name = f"nested_{self._savepoints}"
+        self._savepoints += 1
+        mark = len(self.notices)
+        self._conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException as exc:
+            if not isinstance(exc, STORAGE_FAILURES):
+                self._conn.execute(f"ROLLBACK TO {name}")
+                self._conn.execute(f"RELEASE {name}")
+                del self.notices[mark:]
+            raise
+        else:
+            self._conn.execute(f"RELEASE {name}")
+        finally:
+            self._savepoints -= 1
+
+    @staticmethod
+    def is_storage_failure(exc: BaseException) -> bool:
+        return isinstance(exc, STORAGE_FAILURES)
 
     # -- plumbing ---------------------------------------------------------
 
@@ -282,7 +313,8 @@ class Tx:
         probes = [("e.work_id = ?", work_id)] + [("e.key = ?", key) for key in dict.fromkeys(keys)]
         for where, value in probes:
             for row in self._all(
-                f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq < ?{unrouted}", (value, before_seq)
+                f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq < ?{unrouted}",
+                (value, before_seq),
             ):
                 found[row[0]] = row
         return sorted((_sql.event_from_row(r) for r in found.values()), key=lambda e: e.seq)
@@ -472,14 +504,16 @@ class Tx:
         return [(r[0], r[1], r[2]) for r in rows]
 
     def due_timers(
-        self, now_ms: int, after_id: str, limit: int, *, wrapped: bool
+        self, now_ms: int, after: tuple[int, str], limit: int, *, wrapped: bool
     ) -> list[tuple[str, int, int]]:
-        """Armed timers due at ``now_ms``: ids after ``after_id`` (or up to it, ``wrapped``), by id."""
+        """Armed timers due at ``now_ms`` in (fire_at, id) order: those after ``after`` (or, once
+        ``wrapped``, those up to it). An indexed range: the cost follows ``limit``, not the table."""
         op = "<=" if wrapped else ">"
         rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' AND fire_at_ms <= ?"
-            f" AND id {op} ? ORDER BY id LIMIT ?",
-            (now_ms, after_id, limit),
+            "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due"
+            f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
+            " ORDER BY fire_at_ms, id LIMIT ?",
+            (now_ms, after[0], after[1], limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
