@@ -210,13 +210,18 @@ async def test_a_failing_request_rolls_back_only_its_own_effects(store: SQLiteSt
 # -- storage failure --------------------------------------------------------
 
 
-def fail_storage(tx: Tx, now_ms: int, key: str) -> None:
+def fail_storage(tx: Tx, now_ms: int, key: str, failure: sqlite3.Error | None = None) -> None:
     put(tx, now_ms, key, "notice-storage")
-    raise sqlite3.OperationalError("disk I/O error")
+    raise failure or sqlite3.OperationalError("disk I/O error")
 
 
+@pytest.mark.parametrize(
+    "failure",
+    [sqlite3.OperationalError("disk I/O error"), sqlite3.DatabaseError("database disk image is malformed")],
+    ids=["io-error", "corrupt"],
+)
 async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
-    store: SQLiteStore, nursery: trio.Nursery
+    store: SQLiteStore, nursery: trio.Nursery, failure: sqlite3.Error
 ) -> None:
     actor = await start_actor(nursery, store)
     feed = actor.feed()
@@ -225,7 +230,7 @@ async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
     calls.start("gate", gate.proc)
     await wait_all_tasks_blocked()
     calls.start("before", put, "before", "notice-before")
-    calls.start("broken", fail_storage, "broken")
+    calls.start("broken", fail_storage, "broken", failure)
     calls.start("after", put, "after", "notice-after")
     await wait_all_tasks_blocked()
     gate.open()
@@ -236,8 +241,8 @@ async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
     assert set(calls.errors) == {"before", "broken", "after"}
     for error in calls.errors.values():
         assert isinstance(error, StorageError)
-        assert "disk I/O error" in str(error)
-        assert isinstance(error.__cause__, sqlite3.OperationalError)
+        assert str(failure) in str(error)
+        assert error.__cause__ is failure
     assert actor.stats.failed_batches == 1
 
     # The actor keeps serving: the next batch commits, and only its notices are published.

@@ -27,7 +27,7 @@ import trio
 from .._clock import Clock
 from .._errors import StorageClosed, StorageError
 from ._sqlite import SQLiteStore
-from ._tx import STORAGE_FAILURES, Tx
+from ._tx import Tx
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,7 +36,6 @@ Procedure = Callable[Concatenate[Tx, int, P], R]
 FaultHook = Callable[[str, int], None]
 """Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
 
-_STORAGE_ERRORS = STORAGE_FAILURES
 
 
 class CrashPoint(BaseException):
@@ -222,7 +221,7 @@ class StorageActor:
         tx = Tx(conn)
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except _STORAGE_ERRORS as exc:
+        except sqlite3.Error as exc:
             raise _StorageFailure(exc) from exc
         try:
             for request in batch:
@@ -231,9 +230,9 @@ class StorageActor:
                 try:
                     request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
                     request.ok = True
-                except _STORAGE_ERRORS:
-                    raise
                 except Exception as exc:
+                    if Tx.is_storage_failure(exc):
+                        raise
                     conn.execute("ROLLBACK TO request")
                     del tx.notices[mark:]
                     request.ok = False
@@ -245,9 +244,11 @@ class StorageActor:
         except CrashPoint:
             self._abandon()
             raise
-        except _STORAGE_ERRORS as exc:
+        except Exception as exc:
             self._rollback()
-            raise _StorageFailure(exc) from exc
+            if Tx.is_storage_failure(exc):
+                raise _StorageFailure(exc) from exc
+            raise
         except BaseException:
             self._rollback()
             raise

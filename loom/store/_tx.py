@@ -42,7 +42,7 @@ class Tx:
         try:
             yield
         except BaseException as exc:
-            if not isinstance(exc, STORAGE_FAILURES):
+            if not self.is_storage_failure(exc):
                 self._conn.execute(f"ROLLBACK TO {name}")
                 self._conn.execute(f"RELEASE {name}")
                 del self.notices[mark:]
@@ -54,7 +54,8 @@ class Tx:
 
     @staticmethod
     def is_storage_failure(exc: BaseException) -> bool:
-        return isinstance(exc, STORAGE_FAILURES)
+        """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
+        return isinstance(exc, STORAGE_FAILURES) or type(exc) is sqlite3.DatabaseError
 
     # -- plumbing ---------------------------------------------------------
 
