@@ -14,7 +14,8 @@ import trio
 from .._clock import ManualClock
 from .._config import Config
 from .._records import CausalRejection, Event, EventIn
-from .._runtime import Runtime, open_runtime
+from .._runtime import DEFAULT_LEASE_MS, Runtime, open_runtime
+from ..store import FaultHook
 from ..plugins import hookimpl
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
@@ -107,8 +108,12 @@ class RuntimeDriver:
         clock: ManualClock | None = None,
         config: Config | None = None,
         plugins: Iterable[object] = (),
+        fault: FaultHook | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
     ) -> None:
         self._nursery = nursery
+        self.fault = fault
+        self.lease_ms = lease_ms
         self.store = store
         self.clock = clock if clock is not None else ManualClock(start_ms=T0_MS)
         self.config = config if config is not None else Config()
@@ -143,6 +148,8 @@ class RuntimeDriver:
                     config=self.config,
                     plugins=self.plugins,
                     load_entry_points=False,
+                    fault=self.fault,
+                    lease_ms=self.lease_ms,
                 ) as rt:
                     task_status.started(rt)
                     await trio.sleep_forever()
