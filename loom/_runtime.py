@@ -23,12 +23,13 @@ from ._serde import structure
 from ._timers import FireRequest, Firing, Timer, TimerSpec, TimerState
 from ._work import Checkpoint, Execution, Intent, Lease, Outcome, Work, WorkState
 from .actors.ingress import IngressActor
-from .actors.router import TRIGGER_SELECTORS, RouterPool, merged
+from .actors.router import RouterPool, merged
 from .actors.timer_service import TimerService
 from .actors.timers import TimerActor
 from .actors.toolbelt import RuntimeToolbelt
 from .kernel.causal import REJECTIONS_NAMESPACE
 from .kernel.executions import (
+    TRIGGER_SELECTORS,
     Authority,
     BindingRef,
     ClaimRequest,
@@ -36,6 +37,7 @@ from .kernel.executions import (
     claim_in_tx,
     complete_in_tx,
     hold_in_tx,
+    kind_policy,
     manual_interrupt_in_tx,
     release_in_tx,
     renew_in_tx,
@@ -205,7 +207,7 @@ class Runtime:
         capacity = config.scopes[work.scope].capacity if work.scope in config.scopes else None
         request = ClaimRequest(
             work_id=work_id, owner=owner, token=secrets.token_urlsafe(24), lease_ms=lease_ms, binding=binding,
-            kind=(kind := self.router.kind_policy(config, work.kind)), capacity=capacity,
+            kind=(kind := kind_policy(config, work.kind)), capacity=capacity,
             generation=config.generation, timeout_ms=kind.timeout_ms,
         )  # fmt: skip
         return await self.storage.submit(claim_in_tx, request)
@@ -216,7 +218,7 @@ class Runtime:
 
     async def complete(self, lease: Lease, outcome: Outcome) -> Execution:
         """Commit an attempt's outcome under its fence (`StaleAuthority` if the lease is stale)."""
-        kind = self.router.kind_policy(self.config, lease.request.kind)
+        kind = kind_policy(self.config, lease.request.kind)
         return await self.storage.submit(complete_in_tx, Authority.of(lease), outcome, kind)
 
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:

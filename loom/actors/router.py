@@ -25,7 +25,7 @@ import pluggy
 import trio
 
 from .._clock import Clock
-from .._config import Config, EffectiveRoute, Policy, effective_routes
+from .._config import Config, EffectiveRoute, effective_routes
 from .._errors import Conflict, NotAccepting, StaleAuthority
 from .._executor import Executor
 from .._notices import EventAccepted, EventRouted, ExecutionFenced, IntentPending, WorkChanged
@@ -36,21 +36,23 @@ from ..kernel.executions import (
     BindingRef,
     ClaimRequest,
     DispatchResult,
-    KindPolicy,
     begin_dispatch_in_tx,
     claim_in_tx,
     claimable,
     complete_in_tx,
     finish_dispatch_in_tx,
     hold_in_tx,
+    kind_policy,
 )
 from ..kernel.routing import (
     OutOfOrder,
-    RouteRef,
     RouteRequest,
+    decide_without_handler,
+    first_match,
     record_handler_error_in_tx,
     route_batch_in_tx,
     route_in_tx,
+    route_ref,
 )
 from ..store import Reader, StorageActor
 from .toolbelt import RuntimeToolbelt
@@ -58,11 +60,6 @@ from .toolbelt import RuntimeToolbelt
 log = logging.getLogger("loom.router")
 
 MAX_REEVALUATIONS = 100
-
-TRIGGER_SELECTORS: Mapping[str, Callable[[Any], int]] = {
-    "first": lambda inputs: 0,
-    "newest": lambda inputs: len(inputs) - 1,
-}
 
 
 def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -255,15 +252,12 @@ class RouterPool:
         in one storage request instead of a router task each.
         """
         config = self._config()
-        match = next((r for r in self._routes(config, event.scope) if r.matches(event.type)), None)
-        if match is None:
-            decision: Decision = Unmatched(reason="no route matched")
-            ref = None
-        elif match.policy is Policy.DROP:
-            decision = Drop(reason=match.route.reason or f"route {match.name!r} drops {event.type}")
-            ref = self._route_ref(config, match)
-        else:
+        decided = decide_without_handler(
+            config, first_match(self._routes(config, event.scope), event.type), event
+        )
+        if decided is None:
             return None
+        decision, ref = decided
         return RouteRequest(event_id=event.id, decision=decision, route=ref, expected_revision=None,
                             generation=config.generation)  # fmt: skip
 
@@ -318,20 +312,20 @@ class RouterPool:
                 if event is None:
                     return
             config = self._config()
-            match = next((r for r in self._routes(config, event.scope) if r.matches(event.type)), None)
+            match = first_match(self._routes(config, event.scope), event.type)
             decision: Decision
             work: Work | None = None
-            if match is None:
-                decision, ref = Unmatched(reason="no route matched"), None
-            elif match.policy is Policy.DROP:
-                ref = self._route_ref(config, match)
-                decision = Drop(reason=match.route.reason or f"route {match.name!r} drops {event.type}")
+            if (decided := decide_without_handler(config, match, event)) is not None:
+                decision, ref = decided
             else:
-                ref = self._route_ref(config, match)
+                assert match is not None
+                ref = route_ref(config, match)
                 work = await self._snapshot(event)
                 evaluated = await self._evaluate(event, work, match)
                 if isinstance(evaluated, str):
-                    await self._storage.submit(record_handler_error_in_tx, event.id, ref, evaluated, config.generation)
+                    await self._storage.submit(
+                        record_handler_error_in_tx, event.id, ref, evaluated, config.generation
+                    )
                     return
                 decision = evaluated
             changes = self._changes
@@ -373,15 +367,6 @@ class RouterPool:
             return f"returned {type(decision).__name__}, not a Deliver, Drop or Unmatched decision"
         return decision
 
-    @staticmethod
-    def _route_ref(config: Config, route: EffectiveRoute) -> RouteRef:
-        kind = config.work_kinds.get(route.route.work_kind or "")
-        fallback = next((p for p in route.route.fallback if p in (Policy.QUEUE, Policy.DROP)), None)
-        return RouteRef(
-            name=route.name, scope=route.scope, declared=route.route.policy, policy=route.policy,
-            fallback=fallback, fallback_reason=route.fallback_reason, reopen=bool(kind and kind.reopen),
-        )  # fmt: skip
-
     # -- starting attempts ----------------------------------------------------------
 
     def kick(self, work_id: str) -> None:
@@ -419,18 +404,6 @@ class RouterPool:
             )  # fmt: skip
         return None
 
-    @staticmethod
-    def kind_policy(config: Config, kind: str | None) -> KindPolicy:
-        policy = config.work_kinds.get(kind or "")
-        if policy is None:
-            return KindPolicy()
-        return KindPolicy(
-            standing=policy.standing,
-            run_once=policy.run_once,
-            select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
-            timeout_ms=policy.timeout_ms,
-        )
-
     async def _maybe_start(self, work_id: str) -> None:
         work = await self._reader.work(work_id)
         if work is None or claimable(work) is not None:
@@ -450,7 +423,7 @@ class RouterPool:
         capacity = config.scopes[work.scope].capacity if work.scope in config.scopes else None
         request = ClaimRequest(
             work_id=work.id, owner=self.owner, token=secrets.token_urlsafe(24), lease_ms=self.lease_ms,
-            binding=binding, kind=(kind := self.kind_policy(config, work.kind)), capacity=capacity,
+            binding=binding, kind=(kind := kind_policy(config, work.kind)), capacity=capacity,
             generation=config.generation, timeout_ms=kind.timeout_ms,
         )  # fmt: skip
         try:
@@ -487,7 +460,7 @@ class RouterPool:
             finally:
                 self._enter()
             nursery.cancel_scope.cancel()
-        kind = self.kind_policy(config, lease.request.kind)
+        kind = kind_policy(config, lease.request.kind)
         for _ in range(MAX_REEVALUATIONS):
             changes = self._changes
             try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from .._config import CausalLimits
+from .._config import CausalLimits, Config
 from .._errors import Conflict, InvalidRequest, NotFound
 from .._ids import stable_id
 from .._notices import ExecutionFenced, IntentPending, WorkChanged
@@ -82,6 +82,26 @@ class ClaimRequest:
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
+
+
+TRIGGER_SELECTORS: Mapping[str, TriggerSelector] = {
+    "first": lambda inputs: 0,
+    "newest": lambda inputs: len(inputs) - 1,
+}
+"""Built-in trigger selection by Work kind (``first`` is the default)."""
+
+
+def kind_policy(config: Config, kind: str | None) -> KindPolicy:
+    """The kernel's view of a configured Work kind (an unknown or absent kind: the defaults)."""
+    policy = config.work_kinds.get(kind or "")
+    if policy is None:
+        return KindPolicy()
+    return KindPolicy(
+        standing=policy.standing,
+        run_once=policy.run_once,
+        select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
+        timeout_ms=policy.timeout_ms,
+    )
 
 
 def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) -> Event | None:

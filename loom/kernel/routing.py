@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._config import CausalLimits
+from .._config import CausalLimits, Config, EffectiveRoute
 from .._errors import Conflict, NotFound
 from .._ids import stable_id
 from .._notices import EventRouted, IntentPending, WorkChanged
@@ -76,6 +76,37 @@ class RouteResult:
     replay: bool = False
     joined: tuple[str, ...] = ()
     """Earlier unrouted Events that joined the Work's backlog through a key attachment."""
+
+
+def first_match(routes: Sequence[EffectiveRoute], event_type: str) -> EffectiveRoute | None:
+    """The first route, in effective order, whose type filter passes: no broadcast."""
+    return next((route for route in routes if route.matches(event_type)), None)
+
+
+def route_ref(config: Config, route: EffectiveRoute) -> RouteRef:
+    """What a checkpoint pins of the route a decision came from."""
+    kind = config.work_kinds.get(route.route.work_kind or "")
+    fallback = next((p for p in route.route.fallback if p in (Policy.QUEUE, Policy.DROP)), None)
+    return RouteRef(
+        name=route.name, scope=route.scope, declared=route.route.policy, policy=route.policy,
+        fallback=fallback, fallback_reason=route.fallback_reason, reopen=bool(kind and kind.reopen),
+    )  # fmt: skip
+
+
+def decide_without_handler(
+    config: Config, route: EffectiveRoute | None, event: Event
+) -> tuple[Decision, RouteRef | None] | None:
+    """The decision when the first match needs no handler: no match (unmatched) or a drop route.
+
+    ``None``: the route's handler decides. Such decisions depend on no Work snapshot.
+    """
+    if route is None:
+        return Unmatched(reason="no route matched"), None
+    if route.policy is Policy.DROP:
+        return Drop(reason=route.route.reason or f"route {route.name!r} drops {event.type}"), route_ref(
+            config, route
+        )
+    return None
 
 
 def types_match(patterns: Sequence[str], event_type: str) -> bool:

@@ -15,8 +15,8 @@ from .._clock import ManualClock
 from .._config import Config
 from .._records import CausalRejection, Event, EventIn
 from .._runtime import DEFAULT_LEASE_MS, Runtime, open_runtime
-from ..store import FaultHook
 from ..plugins import hookimpl
+from ..store import FaultHook
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
 
