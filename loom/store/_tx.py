@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._records import Diagnostic, Event, KVEntry
+from .._records import Event, KVEntry
 from .._timers import Firing, Timer
 from .._work import Checkpoint, Execution, Intent, Work
 from . import _sql
@@ -124,12 +124,6 @@ class Tx:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(row) if row else None
 
-    def events_after(self, seq: int, limit: int) -> list[Event]:
-        return [_sql.event_from_row(r) for r in self._all(_sql.EVENTS_AFTER, (seq, limit))]
-
-    def events_of_root(self, root_id: str, after_seq: int, limit: int) -> list[Event]:
-        return [_sql.event_from_row(r) for r in self._all(_sql.EVENTS_OF_ROOT, (root_id, after_seq, limit))]
-
     def max_seq(self) -> int:
         row = self._one("SELECT coalesce(max(seq), 0) FROM events")
         assert row is not None
@@ -178,10 +172,6 @@ class Tx:
         return [_sql.kv_from_row(r) for r in self._all(_sql.KV_LIST, (namespace, limit))]
 
     # -- diagnostics ------------------------------------------------------
-
-    def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
-        rows = self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
-        return [_sql.diagnostic_from_row(r) for r in rows]
 
     def add_diagnostic(
         self, kind: str, subject: str, message: str, detail: dict[str, Any], now_ms: int
@@ -237,19 +227,6 @@ class Tx:
         assert row is not None
         return int(row[0])
 
-    def release_once(self, work_id: str) -> bool:
-        row = self._one("SELECT release_once FROM works WHERE id = ?", (work_id,))
-        return bool(row and row[0])
-
-    def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
-        if state is None:
-            rows = self._all(f"{_sql.WORK_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
-        else:
-            rows = self._all(
-                f"{_sql.WORK_SELECT} WHERE state = ? AND id > ? ORDER BY id LIMIT ?", (state, after_id, limit)
-            )
-        return [self._work_from_row(r) for r in rows]
-
     def running_in_scope(self, scope: str) -> int:
         row = self._one(
             "SELECT count(*) FROM executions x JOIN works w ON w.id = x.work_id"
@@ -258,9 +235,6 @@ class Tx:
         )
         assert row is not None
         return int(row[0])
-
-    def children_of(self, work_id: str) -> list[str]:
-        return [r[0] for r in self._all("SELECT id FROM works WHERE parent_id = ? ORDER BY id", (work_id,))]
 
     def successor_of(self, work_id: str) -> str | None:
         row = self._one(
@@ -298,13 +272,6 @@ class Tx:
                 cp.fallback_reason, cp.reason, cp.generation, cp.at_ms,
             ),
         )  # fmt: skip
-
-    def checkpoints_of_work(self, work_id: str) -> list[Checkpoint]:
-        return [_sql.checkpoint_from_row(r) for r in self._all(_sql.CHECKPOINTS_OF_WORK, (work_id,))]
-
-    def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
-        """Accepted Events with no routing checkpoint, in acceptance order."""
-        return [_sql.event_from_row(r) for r in self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
 
     def earlier_unrouted_for(self, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
         """Unrouted Events before ``before_seq`` that resolve to ``work_id`` (explicitly or by ``keys``)."""
@@ -365,10 +332,6 @@ class Tx:
             f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN ('running', 'stopping')", (work_id,)
         )
         return _sql.execution_from_row(row) if row else None
-
-    def executions_of_work(self, work_id: str) -> list[Execution]:
-        rows = self._all(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? ORDER BY attempt", (work_id,))
-        return [_sql.execution_from_row(r) for r in rows]
 
     def insert_execution(
         self,
@@ -441,21 +404,6 @@ class Tx:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
         return [_sql.intent_from_row(r) for r in rows]
 
-    def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
-        if work_id is None:
-            rows = self._all(
-                f"{_sql.INTENT_SELECT} WHERE status IN ('pending', 'dispatching') ORDER BY updated_at_ms, id"
-                " LIMIT ?",
-                (limit,),
-            )
-        else:
-            rows = self._all(
-                f"{_sql.INTENT_SELECT} WHERE work_id = ? AND status IN ('pending', 'dispatching') ORDER BY id"
-                " LIMIT ?",
-                (work_id, limit),
-            )
-        return [_sql.intent_from_row(r) for r in rows]
-
     # -- timers -------------------------------------------------------------------
 
     def timer(self, timer_id: str) -> Timer | None:
@@ -518,13 +466,6 @@ class Tx:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
-        rows = self._all(
-            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
-            (state, state, after_id, limit),
-        )
-        return [_sql.timer_from_row(r) for r in rows]
-
     def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
         row = self._one(
             f"SELECT {_sql.FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? AND revision = ? AND fire_at_ms = ?",
@@ -540,6 +481,3 @@ class Tx:
                 firing.next_fire_at_ms, firing.detail, firing.at_ms,
             ),
         )  # fmt: skip
-
-    def firings_of_timer(self, timer_id: str) -> list[Firing]:
-        return [_sql.firing_from_row(r) for r in self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]
