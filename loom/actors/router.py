@@ -37,6 +37,7 @@ from ..kernel.executions import (
     ClaimRequest,
     DispatchResult,
     begin_dispatch_in_tx,
+    binding_for_in_tx,
     claim_in_tx,
     claimable,
     complete_in_tx,
@@ -387,22 +388,15 @@ class RouterPool:
         finally:
             self._checking.discard(work_id)
 
+    def advertised(self) -> dict[str, frozenset[str]]:
+        """Executor name -> the capabilities it advertises now."""
+        return {
+            name: frozenset(str(c) for c in getattr(e, "capabilities", ()))
+            for name, e in self.executors.items()
+        }
+
     async def binding_for(self, work: Work, config: Config) -> BindingRef | None:
-        """The binding of the route that routed the Work's earliest pending input."""
-        routes = {r.name: r for r in effective_routes(config, work.scope)}
-        for event_id in work.pending_inputs:
-            checkpoint = await self._reader.checkpoint(event_id)
-            route = routes.get(checkpoint.route or "") if checkpoint else None
-            if route is None or route.binding is None:
-                continue
-            binding = route.binding.binding
-            executor = self.executors.get(binding.executor)
-            advertised = frozenset(str(c) for c in getattr(executor, "capabilities", ()))
-            return BindingRef(
-                name=route.binding.name, executor=binding.executor,
-                capabilities=frozenset(str(c) for c in binding.capabilities) & advertised, config=binding.config,
-            )  # fmt: skip
-        return None
+        return await self._storage.submit(binding_for_in_tx, work.id, config, self.advertised())
 
     async def _maybe_start(self, work_id: str) -> None:
         work = await self._reader.work(work_id)

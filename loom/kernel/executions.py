@@ -10,12 +10,12 @@ fenced call presents execution id, attempt, epoch and token; anything stale rais
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from .._config import CausalLimits, Config
+from .._config import CausalLimits, Config, effective_routes
 from .._errors import Conflict, InvalidRequest, NotFound
 from .._ids import stable_id
 from .._notices import ExecutionFenced, IntentPending, WorkChanged
@@ -102,6 +102,32 @@ def kind_policy(config: Config, kind: str | None) -> KindPolicy:
         select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
         timeout_ms=policy.timeout_ms,
     )
+
+
+def binding_for_in_tx(
+    tx: Tx, now_ms: int, work_id: str, config: Config, advertised: Mapping[str, Collection[str]]
+) -> BindingRef | None:
+    """The binding a Work's next attempt runs with: that of the route which routed its earliest
+    pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
+
+    ``None``: no pending input came through a route with a binding (a host may still claim).
+    """
+    work = tx.work(work_id)
+    if work is None:
+        raise NotFound(f"no work with id {work_id!r}")
+    routes = {route.name: route for route in effective_routes(config, work.scope)}
+    for event_id in work.pending_inputs:
+        checkpoint = tx.checkpoint(event_id)
+        route = routes.get(checkpoint.route or "") if checkpoint else None
+        if route is None or route.binding is None:
+            continue
+        binding = route.binding.binding
+        capabilities = frozenset(str(c) for c in binding.capabilities)
+        return BindingRef(
+            name=route.binding.name, executor=binding.executor,
+            capabilities=capabilities & frozenset(advertised.get(binding.executor, ())), config=binding.config,
+        )  # fmt: skip
+    return None
 
 
 def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) -> Event | None:
