@@ -162,10 +162,15 @@ class OffsetClock:
         self._callbacks.append(callback)
 
     async def sleep_until(self, deadline_ms: int) -> None:
-        while True:
-            remaining = deadline_ms - self.now_ms()
-            if remaining <= 0:
-                return
+        """Sleep on the base clock until the deadline, minus the offset; a shift re-aims it at once."""
+        while self.now_ms() < deadline_ms:
             shifted = self._shifted
-            with trio.move_on_after(remaining / 1000):
+            async with trio.open_nursery() as nursery:
+
+                async def base_sleep() -> None:
+                    await self._base.sleep_until(deadline_ms - self._offset)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(base_sleep)
                 await shifted.wait()
+                nursery.cancel_scope.cancel()

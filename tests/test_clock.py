@@ -243,3 +243,24 @@ async def test_system_clock_sleep_until_the_past_returns_at_once(monkeypatch: py
     assert await finishes_without_waiting(lambda: clock.sleep_until(T0))
     assert await finishes_without_waiting(lambda: clock.sleep_until(T0 - 1))
     assert not await finishes_without_waiting(lambda: clock.sleep_until(T0 + 60_000))
+
+
+async def test_an_offset_clock_sleeper_wakes_when_its_base_clock_reaches_the_deadline() -> None:
+    base = ManualClock(start_ms=T0)
+    clock = OffsetClock(base)
+    clock.shift(1_000)
+    woke = trio.Event()
+
+    async def sleeper() -> None:
+        await clock.sleep_until(T0 + 5_000)
+        woke.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(sleeper)
+        await trio.testing.wait_all_tasks_blocked()
+        base.advance(3_999)  # offset time T0 + 4_999: not yet
+        await trio.testing.wait_all_tasks_blocked()
+        assert not woke.is_set()
+        base.advance(1)  # offset time T0 + 5_000: due
+        await trio.testing.wait_all_tasks_blocked()
+        assert woke.is_set()
