@@ -29,7 +29,7 @@ from loom.kernel.executions import (
     deadline_timer_id,
 )
 from loom.kernel.routing import CORE_SOURCE
-from loom.testing import T0_MS, RuntimeDriver
+from loom.testing import T0_MS, RuntimeDriver, wait_routed
 
 T0 = T0_MS
 SCOPE = "acme"
@@ -62,12 +62,7 @@ def job(delivery_id: str, *, key: str = "job/1") -> EventIn:
 
 
 async def routed(driver: RuntimeDriver, event: Event) -> str:
-    async def check() -> bool:
-        return await driver.runtime.checkpoint(event.id) is not None
-
-    await driver.until(check, f"event {event.delivery_id} to be routed")
-    checkpoint = await driver.runtime.checkpoint(event.id)
-    assert checkpoint is not None
+    (checkpoint,) = await wait_routed(driver, event)
     assert checkpoint.work_id is not None
     return checkpoint.work_id
 

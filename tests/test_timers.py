@@ -51,7 +51,7 @@ from loom.actors.timers import TimerActor
 from loom.kernel import timers as kernel_timers  # the firing procedures the timer actor and poll run
 from loom.kernel.timers import fire_timer_in_tx
 from loom.store import Tx
-from loom.testing import T0_MS, RuntimeDriver
+from loom.testing import T0_MS, RuntimeDriver, wait_routed
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashPoint
 
 T0 = T0_MS  # 2026-01-01T00:00:00Z
@@ -132,12 +132,7 @@ async def claim_by_key(driver: RuntimeDriver, event: EventIn) -> tuple[Event, Le
 
 
 async def claim_routed(driver: RuntimeDriver, accepted: Event) -> Lease:
-    async def routed() -> bool:
-        return await driver.runtime.checkpoint(accepted.id) is not None
-
-    await driver.until(routed, f"event {accepted.delivery_id} to be routed")
-    checkpoint = await driver.runtime.checkpoint(accepted.id)
-    assert checkpoint is not None
+    (checkpoint,) = await wait_routed(driver, accepted)
     assert checkpoint.work_id is not None, checkpoint
     lease = await driver.runtime.claim(checkpoint.work_id, owner="host")
     assert lease.request.trigger is not None

@@ -15,6 +15,7 @@ from .._clock import ManualClock
 from .._config import Config
 from .._records import CausalRejection, Event, EventIn
 from .._runtime import DEFAULT_LEASE_MS, Runtime, open_runtime
+from .._work import Checkpoint
 from ..plugins import hookimpl
 from ..store import FaultHook
 from ._fake import FakeExecutor
@@ -218,3 +219,14 @@ class RuntimeDriver:
 
     async def causal_rejections(self) -> list[CausalRejection]:
         return await self.runtime.causal_rejections(limit=100_000)
+
+
+async def wait_routed(driver: Driver, *events: Event) -> list[Checkpoint]:
+    """Wait (on commits, never a timer) until every Event has its routing checkpoint; return them."""
+
+    async def check() -> bool:
+        return all([await driver.runtime.checkpoint(e.id) is not None for e in events])
+
+    await driver.until(check, f"events {[e.delivery_id for e in events]} to be routed")
+    checkpoints = [await driver.runtime.checkpoint(e.id) for e in events]
+    return [cp for cp in checkpoints if cp is not None]

@@ -27,7 +27,7 @@ from .._work import (
 )
 from ..kernel.routing import OutOfOrder, RouteRef, RouteRequest, route_in_tx
 from ..plugins.handlers import correlate, work_id_for_key
-from ._driver import Driver
+from ._driver import Driver, wait_routed
 from ._fake import InjectAnswer
 from ._scenario import expect
 
@@ -133,7 +133,7 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     ))  # fmt: skip
     deep = await driver.derive(_event("R/32-keyed", type="deep.work", key="deep/1"), parent_id=chain_31.id)
     expect(deep.depth == 32, f"the keyed depth-32 event has depth {deep.depth}")
-    await _routed(driver, deep)
+    await wait_routed(driver, deep)
     work = await driver.runtime.work_for_key("deep/1")
     lease = await driver.runtime.claim(work.id, owner="scenario")
     expect(lease.request.trigger is not None and lease.request.trigger.id == deep.id,
@@ -164,13 +164,6 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     driver.clock.advance(60 * MINUTE_MS)
     await driver.settle()
     expect(len(await driver.runtime.firings(timer.id)) == 1, "a refused timer firing is retried (a loop)")
-
-
-async def _routed(driver: Driver, *events: Event) -> None:
-    async def check() -> bool:
-        return all([await driver.runtime.checkpoint(e.id) is not None for e in events])
-
-    await driver.until(check, f"events {[e.delivery_id for e in events]} to be routed")
 
 
 async def concurrent_chain_budget(driver: Driver) -> None:
@@ -321,7 +314,7 @@ async def concurrent_correlations_and_attempts(driver: Driver) -> None:
         events.append(await driver.runtime.publish(_ev(f"issue-7/{i}", "issue.comment", key="issue/7")))
 
     await _barrier(20, publish)
-    await _routed(driver, *events)
+    await wait_routed(driver, *events)
     await driver.settle()
     work = await _work_of(driver, "issue/7")
     expect(work is not None, "no Work owns issue/7 after twenty concurrent events")
@@ -425,7 +418,7 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
         {"name": "r3", "types": ["x.*"], "handler": "scenario", "config": {"fn": "r3"}, "create_work": True},
     ]))  # fmt: skip
     dropped = await driver.runtime.publish(_ev("drop-1", "x.drop", key="d1"))
-    await _routed(driver, dropped)
+    await wait_routed(driver, dropped)
     cp = await _checkpoint(driver, dropped)
     expect(cp.status is CheckpointStatus.DROP, f"x.drop was checkpointed {cp.status}, not drop")
     expect(cp.route == "r1" and cp.generation == config.generation and cp.reason == "audit: drops are kept",
@@ -443,14 +436,14 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
     expect(calls == {"r2": 0, "r3": 0}, f"routes after the first match were called: {calls}")
 
     one = await driver.runtime.publish(_ev("one-1", "x.one", key="k1"))
-    await _routed(driver, one)
+    await wait_routed(driver, one)
     cp = await _checkpoint(driver, one)
     expect(cp.status is CheckpointStatus.ROUTED and cp.route == "r2" and cp.effective_policy is Policy.QUEUE,
            f"x.one was not routed by r2 and queued: {cp}")  # fmt: skip
     expect(calls == {"r2": 1, "r3": 0}, f"r3 was called although r2 matched first (no broadcast): {calls}")
 
     err = await driver.runtime.publish(_ev("err-1", "x.err", key="k9"))
-    await _routed(driver, err)
+    await wait_routed(driver, err)
     cp = await _checkpoint(driver, err)
     expect(cp.status is CheckpointStatus.UNROUTED and cp.work_id is None, f"x.err should stay unrouted: {cp}")
     diagnostics = await driver.runtime.diagnostics(subject=err.id)
@@ -475,13 +468,13 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
     await driver.configure(_config([{"name": "keys", "types": ["m.*"], "handler": "scenario", "create_work": True,
                                      "config": {"fn": "holding", "keys_field": "keys"}}]))  # fmt: skip
     e1 = await driver.runtime.publish(_ev("e1", "m.open", key="k1"))
-    await _routed(driver, e1)
+    await wait_routed(driver, e1)
     w1 = await driver.runtime.work_for_key("k1")
     stale = await driver.runtime.publish(_ev("e0", "other.type", key="k2"))  # matches no route
-    await _routed(driver, stale)
+    await wait_routed(driver, stale)
     e2 = await driver.runtime.publish(_ev("e2", "m.note", key="k2"))  # its handler is held
     e3 = await driver.runtime.publish(_ev("e3", "m.link", key="k1", payload={"keys": ["k2"]}))
-    await _routed(driver, e3)
+    await wait_routed(driver, e3)
     w1 = await driver.runtime.work(w1.id)
     expect(set(w1.keys) == {"k1", "k2"}, f"W1 should own k1 and k2 after the attachment, owns {w1.keys}")
     expect(list(w1.pending_inputs) == [e1.id, e2.id, e3.id], "e2 did not join W1's input before e3")
@@ -496,10 +489,10 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
     )
 
     e4 = await driver.runtime.publish(_ev("e4", "m.open", key="k3"))
-    await _routed(driver, e4)
+    await wait_routed(driver, e4)
     w2 = await driver.runtime.work_for_key("k3")
     e5 = await driver.runtime.publish(_ev("e5", "m.link", key="k1", payload={"keys": ["k3", "k4"]}))
-    await _routed(driver, e5)
+    await wait_routed(driver, e5)
     cp5 = await _checkpoint(driver, e5)
     expect(cp5.status is CheckpointStatus.UNROUTED and "owned_by_other" in (cp5.reason or ""),
            f"attaching a key owned by W2 did not abort with owned_by_other: {cp5}")  # fmt: skip
@@ -527,7 +520,7 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
         refused = True
     expect(refused, "the store accepted e7's checkpoint while the earlier e6 for the same Work was unrouted")
     hold.set()
-    await _routed(driver, e6, e7)
+    await wait_routed(driver, e6, e7)
     w1 = await driver.runtime.work(w1.id)
     order = [i for i in w1.pending_inputs if i in (e6.id, e7.id)]
     expect(order == [e6.id, e7.id], "W1's routing effects did not follow acceptance order")
@@ -548,13 +541,13 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
         work_kinds={"reopenable": {"reopen": True}},
     ))  # fmt: skip
     loose = await driver.runtime.publish(_ev("u1", "u.note"))
-    await _routed(driver, loose)
+    await wait_routed(driver, loose)
     cp = await _checkpoint(driver, loose)
     expect(cp.status is CheckpointStatus.UNMATCHED and cp.work_id is None,
            f"an uncorrelated event was routed somewhere: {cp}")  # fmt: skip
 
     fresh = await driver.runtime.publish(_ev("f1", "f.start"))
-    await _routed(driver, fresh)
+    await wait_routed(driver, fresh)
     before = len(await driver.runtime.works(limit=1000))
     first = (await _checkpoint(driver, fresh)).work_id
     replay = await driver.runtime.publish(_ev("f1", "f.start"))
@@ -565,7 +558,7 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
 
     async def finish(key: str, delivery: str, type: str) -> Work:
         event = await driver.runtime.publish(_ev(delivery, type, key=key))
-        await _routed(driver, event)
+        await wait_routed(driver, event)
         work = await driver.runtime.work_for_key(key)
         lease = await driver.runtime.claim(work.id, owner="scenario")
         await driver.runtime.complete(lease, Completed())
@@ -576,7 +569,7 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
     w = await finish("k", "t1", "t.start")
     count = len(await driver.runtime.works(limit=1000))
     late = await driver.runtime.publish(_ev("t2", "t.late", key="k"))
-    await _routed(driver, late)
+    await wait_routed(driver, late)
     cp = await _checkpoint(driver, late)
     expect(cp.status is CheckpointStatus.TERMINAL and cp.work_id == w.id,
            f"a late event for terminal Work was not checkpointed terminal: {cp}")  # fmt: skip
@@ -588,7 +581,7 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
 
     w2 = await finish("k2", "r1", "r.start")
     late2 = await driver.runtime.publish(_ev("r2", "r.late", key="k2"))
-    await _routed(driver, late2)
+    await wait_routed(driver, late2)
     successor = await _work_of(driver, "k2/generation/reopen-1")
     expect(successor is not None, "the reopen policy created no successor with key k2/generation/reopen-1")
     assert successor is not None
@@ -622,7 +615,7 @@ async def scope_route_inheritance(driver: Driver) -> None:
            f"effective routes of acme/web are {[(r.name, r.scope) for r in routes]}")  # fmt: skip
     bb = await driver.runtime.publish(_ev("bb", "bb.x", key="w-bb", scope=WEB))
     cd = await driver.runtime.publish(_ev("cd", "cd.x", key="w-cd", scope=WEB))
-    await _routed(driver, bb, cd)
+    await wait_routed(driver, bb, cd)
     cp = await _checkpoint(driver, bb)
     expect(cp.route == "b" and cp.route_scope == WEB, f"bb.x did not use acme/web's route b: {cp}")
     cp = await _checkpoint(driver, cd)
@@ -688,7 +681,7 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
 
     await driver.until(launched, "the fallback route's Work to launch")
     second = await driver.runtime.publish(_ev("p2", "p.more", key="pk"))
-    await _routed(driver, second)
+    await wait_routed(driver, second)
     cp = await _checkpoint(driver, second)
     expect(cp.policy is Policy.INJECT and cp.effective_policy is Policy.QUEUE and cp.fallback_reason,
            f"the queue fallback and its reason were not recorded: {cp}")  # fmt: skip
@@ -741,13 +734,13 @@ async def unmatched_and_contradictory_target(driver: Driver) -> None:
     """No match is unmatched and kept; a contradictory explicit target is refused, nothing routed."""
     await driver.configure(_config([{"name": "by-key", "types": ["c.*"], "create_work": True}]))
     stray = await driver.runtime.publish(_ev("s1", "nobody.cares", key="s"))
-    await _routed(driver, stray)
+    await wait_routed(driver, stray)
     cp = await _checkpoint(driver, stray)
     expect(cp.status is CheckpointStatus.UNMATCHED, f"an unmatched event was checkpointed {cp.status}")
     expect((await driver.runtime.event(stray.id)).id == stray.id, "the unmatched event was not kept")
     owner = await driver.runtime.publish(_ev("c1", "c.open", key="ck"))
     other = await driver.runtime.publish(_ev("c2", "c.open", key="ok"))
-    await _routed(driver, owner, other)
+    await wait_routed(driver, owner, other)
     w = await driver.runtime.work_for_key("ck")
     cases = (
         (_ev("x1", "c.more", work_id=w.id, scope=WEB), "scope"),
@@ -828,7 +821,7 @@ async def completion_inject_orders(driver: Driver) -> None:
         blocked = True
     expect(blocked, "terminal completion succeeded while an accepted event for W was unrouted")
     hold.set()
-    await _routed(driver, held)
+    await wait_routed(driver, held)
     await driver.runtime.complete(second.toolbelt.lease, Completed())
     expect((await driver.runtime.work(w)).state is not WorkState.COMPLETED, "W completed with pending input")
     driver.fake.finish(w, Completed())
@@ -843,7 +836,7 @@ async def completion_inject_orders(driver: Driver) -> None:
 
     await driver.until(done, "W to complete")
     late = await driver.runtime.publish(_ev("i3", "i.more", key="ik"))
-    await _routed(driver, late)
+    await wait_routed(driver, late)
     expect(
         (await _checkpoint(driver, late)).status is CheckpointStatus.TERMINAL,
         "a post-terminal event was not terminal",
