@@ -26,6 +26,7 @@ import trio
 
 import loom
 from loom.store import SQLiteStore
+from loom.testing.internals import storage_of
 
 PRODUCERS = 100
 RAW_BATCH = 500
@@ -115,7 +116,7 @@ async def loom_acceptance(path: Path, events: int, producers: int, synchronous: 
             for p in range(producers):
                 nursery.start_soon(produce, p)
         elapsed = time.perf_counter() - start
-        stats = attrs.evolve(rt.storage.stats)  # the figures of the publishing phase alone
+        stats = attrs.evolve(storage_of(rt).stats)  # the figures of the publishing phase alone
     conn = sqlite3.connect(path)
     try:
         stored = conn.execute("SELECT count(*), max(seq) FROM events").fetchone()

@@ -24,10 +24,11 @@ import attrs
 import trio
 
 import loom
-from loom._executor import Toolbelt
-from loom._work import Completed, Outcome, RunRequest
 from loom.plugins.python_executor import PythonExecutor
+from loom.records.executor import Toolbelt
+from loom.records.work import Completed, Outcome, RunRequest
 from loom.store import SQLiteStore
+from loom.testing.internals import storage_of
 
 SCOPE = "bench"
 
@@ -83,7 +84,7 @@ async def acceptance(path: Path, events: int, producers: int, synchronous: str) 
         start = time.perf_counter()
         await publish_all(rt, events, producers, keys=None)
         elapsed = time.perf_counter() - start
-        await rt.router.wait_idle()  # the router checkpoints each as unmatched; not timed
+        await rt.wait_idle()  # the router checkpoints each as unmatched; not timed
     return Figure(events / elapsed, f"{producers} producers")
 
 
@@ -108,11 +109,11 @@ async def routed(path: Path, events: int, producers: int, keys: int, synchronous
         await publish_all(rt, events, producers, keys=keys)
         published = time.perf_counter() - start
         await seen.done.wait()
-        await rt.router.wait_idle()  # the last attempts' completions have committed
+        await rt.wait_idle()  # the last attempts' completions have committed
         elapsed = time.perf_counter() - start
         works = await rt.works(limit=keys + 1)
         pending = sum(len(work.pending_inputs) for work in works)
-        stats = rt.storage.stats
+        stats = storage_of(rt).stats
     assert len(works) == keys, f"expected {keys} Works, found {len(works)}"
     assert pending == 0, f"{pending} inputs still pending"
     assert seen.inputs == events, f"attempts took {seen.inputs} inputs for {events} events"

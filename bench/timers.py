@@ -29,12 +29,13 @@ import trio
 import trio.testing
 
 import loom
-from loom._notices import EventAccepted
-from loom._timers import Timer, TimerSpec, TimerState
 from loom.actors.timer_service import TimerService
 from loom.actors.timers import TimerActor
 from loom.kernel.timers import arm_in_tx
+from loom.records.notices import EventAccepted
+from loom.records.timers import Timer, TimerSpec, TimerState
 from loom.store import SQLiteStore, Tx
+from loom.testing.internals import storage_of, timer_service_of
 
 SCOPE = "bench"
 SOURCE = "bench-timer"
@@ -155,13 +156,13 @@ async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure
     async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
         start = time.perf_counter()
         for first in range(0, n, ARM_CHUNK):
-            await rt.storage.submit(arm_many_in_tx, first, min(ARM_CHUNK, n - first), T0 + HOUR_MS)
+            await storage_of(rt).submit(arm_many_in_tx, first, min(ARM_CHUNK, n - first), T0 + HOUR_MS)
         arm_s = time.perf_counter() - start
-        await rt.storage.submit(_noop)  # every arm notice has been handed out ...
+        await storage_of(rt).submit(_noop)  # every arm notice has been handed out ...
         await trio.testing.wait_all_tasks_blocked()  # ... and taken in by the timer actor
-        assert len(rt.timer_actor.service) == n
-        feed = rt.storage.feed(capacity=1_000_000)
-        before = attrs.evolve(rt.storage.stats)
+        assert len(timer_service_of(rt)) == n
+        feed = storage_of(rt).feed(capacity=1_000_000)
+        before = attrs.evolve(storage_of(rt).stats)
         fired = 0
         start = time.perf_counter()
         clock.set(T0 + HOUR_MS)
@@ -170,8 +171,8 @@ async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure
             assert batch, "the feed lagged; enlarge its capacity"
             fired += sum(1 for x in batch if isinstance(x, EventAccepted) and x.event.source == SOURCE)
         elapsed = time.perf_counter() - start
-        rt.storage.unsubscribe(feed)
-        stats = rt.storage.stats
+        storage_of(rt).unsubscribe(feed)
+        stats = storage_of(rt).stats
         batches = stats.batches - before.batches
         requests = stats.requests - before.requests
     check_fired(path, n)
@@ -186,9 +187,9 @@ async def fire_through_poll(path: Path, n: int, synchronous: str) -> FireFigure:
     clock = loom.ManualClock(start_ms=T0)
     async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
         for first in range(0, n, INSERT_CHUNK):
-            await rt.storage.submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), lambda i: T0)
-        assert len(rt.timer_actor.service) == 0
-        before = attrs.evolve(rt.storage.stats)
+            await storage_of(rt).submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), lambda i: T0)
+        assert len(timer_service_of(rt)) == 0
+        before = attrs.evolve(storage_of(rt).stats)
         passes = fired = 0
         start = time.perf_counter()
         while report := (await rt.poll(limit=POLL_LIMIT)).firings:
@@ -196,7 +197,7 @@ async def fire_through_poll(path: Path, n: int, synchronous: str) -> FireFigure:
             fired += len(report)
         elapsed = time.perf_counter() - start
         assert fired == n, (fired, n)
-        batches = rt.storage.stats.batches - before.batches
+        batches = storage_of(rt).stats.batches - before.batches
     check_fired(path, n)
     return FireFigure(n / elapsed, f"{n:,} timers, {passes:,} passes, {batches:,} commits")
 
@@ -260,7 +261,7 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
     async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
         start = time.perf_counter()
         for first in range(0, n, INSERT_CHUNK):
-            await rt.storage.submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), fire_at)
+            await storage_of(rt).submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), fire_at)
         fill_s = time.perf_counter() - start
         # the written rows raised no notice: the timer actor holds none of them and fires nothing
         due_some = await due_latencies(rt, due_now)
@@ -268,7 +269,7 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
         clock.set(T0 + 2 * HOUR_MS)
         due_all = await due_latencies(rt, POLL_LIMIT)
         raw_due_all = raw_due_latencies(path, T0 + 2 * HOUR_MS)
-        assert len(rt.timer_actor.service) == 0
+        assert len(timer_service_of(rt)) == 0
 
     conn = sqlite3.connect(path)
     try:
@@ -289,12 +290,12 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
     start = time.perf_counter()
     async with loom.open_runtime(store(path, synchronous), clock=early, load_entry_points=False) as rt:
         startup_s = time.perf_counter() - start
-        assert len(rt.timer_actor.service) == n
+        assert len(timer_service_of(rt)) == n
 
         # the rebuild alone, into a fresh service
         def fresh() -> TimerActor:
             return TimerActor(
-                rt.storage, TimerService[str](early), limits=lambda: rt.config.causal, policies={}
+                storage_of(rt), TimerService[str](early), limits=lambda: rt.config.causal, policies={}
             )
 
         actor = fresh()

@@ -47,7 +47,7 @@ async def main() -> None:
                 for order in ("o-1", "o-2"):
                     await rt.publish(loom.EventIn(source="shop", delivery_id=f"{order}/{n}", type=kind,
                                                   scope="shop", key=f"order/{order}"))
-            await rt.router.wait_idle()
+            await rt.wait_idle()
             for order in ("o-1", "o-2"):
                 work = await rt.work_for_key(f"order/{order}")
                 history = await rt.history(work.id)

@@ -30,13 +30,14 @@ from loom import (
     Runtime,
     open_runtime,
 )
-from loom._config import MAX_CAUSAL_DEPTH, MAX_PER_MINUTE
-from loom._ids import event_id
-from loom._notices import EventAccepted
-from loom._records import MAX_PAYLOAD_BYTES
+from loom.config.model import MAX_CAUSAL_DEPTH, MAX_PER_MINUTE
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.causal import REJECTIONS_NAMESPACE
+from loom.records.ids import event_id
+from loom.records.notices import EventAccepted
+from loom.records.validation import MAX_PAYLOAD_BYTES
 from loom.store import Tx
+from loom.testing.internals import storage_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the start of a UTC minute
 MINUTE = T0 // 60_000
@@ -73,7 +74,7 @@ async def bucket(rt: Runtime, root_id: str, minute: int = MINUTE) -> int:
     def count(tx: Tx, now_ms: int) -> int:
         return tx.bucket_count(root_id, minute)
 
-    return await rt.storage.submit(count)
+    return await storage_of(rt).submit(count)
 
 
 async def refused(rt: Runtime, event: EventIn, parent_id: str, cause_id: str | None = None) -> CausalRejection:
@@ -209,13 +210,13 @@ async def test_an_invalid_event_is_refused_naming_the_field_and_nothing_is_store
     rt: Runtime, field: str, fields: dict[str, Any]
 ) -> None:
     names_field = rf"^{re.escape(field)}\b"
-    requests = rt.storage.stats.requests
+    requests = storage_of(rt).stats.requests
     with pytest.raises(InvalidRequest, match=names_field):
         await rt.publish(bad_event(fields))
-    assert rt.storage.stats.requests == requests, "refused before reaching storage"
+    assert storage_of(rt).stats.requests == requests, "refused before reaching storage"
     # The kernel procedure checks the same rules itself (it trusts no caller).
     with pytest.raises(InvalidRequest, match=names_field):
-        await rt.storage.submit(accept_in_tx, bad_event(fields), CausalLimits())
+        await storage_of(rt).submit(accept_in_tx, bad_event(fields), CausalLimits())
     assert await stored(rt) == []
 
 
@@ -254,7 +255,7 @@ async def test_the_core_family_is_open_to_trusted_derived_acceptance_only(rt: Ru
 async def test_a_duplicate_delivery_returns_the_original_and_stores_nothing(
     rt: Runtime, clock: ManualClock
 ) -> None:
-    feed = rt.storage.feed()
+    feed = storage_of(rt).feed()
     original = await rt.publish(ev("d-1", key="pr/1", payload={"v": 1}))
     clock.advance(5 * 60_000)
     again = await rt.publish(EventIn(source="github", delivery_id="d-1", type="pr.closed", scope="other",
@@ -493,7 +494,7 @@ async def test_a_cited_emission_is_checked_against_the_stricter_roots_depth_limi
 ) -> None:
     async with runtime(store_path, clock, Config(causal=CausalLimits(max_depth=10))) as rt:
         # A report root pinned (by a trusted path) with a depth limit of 3.
-        report = await rt.storage.submit(
+        report = await storage_of(rt).submit(
             accept_in_tx, ev("report", key="report/1"), CausalLimits(max_depth=3, per_minute=128)
         )
         trigger_root = await rt.publish(ev("slot"))

@@ -10,12 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loom import CausalLimits, Config, ConfigError
-from loom._config import (
+from loom import Capability, CausalLimits, Config, ConfigError, Policy
+from loom.config import (
     Binding,
-    Capability,
     ConfigHolder,
-    Policy,
     Route,
     ScopeConfig,
     Synchronous,

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from loom import CausalLimits, Config, Event, EventIn, ManualClock, Runtime, StorageClosed, open_runtime
-from loom._config import MAX_PER_MINUTE
+from loom.config.model import MAX_PER_MINUTE
 from loom.store import FaultHook
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
 

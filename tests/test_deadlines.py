@@ -18,18 +18,13 @@ import pytest
 import trio
 
 from loom import Config, Event, EventIn, Runtime, StaleAuthority
-from loom._timers import FireRequest, Firing, FiringResult, TimerSpec, TimerState
-from loom._work import CheckpointStatus, Completed, ExecutionState, Handoff, Lease, WorkState
-from loom.kernel.executions import (
-    EXECUTION_TIMEOUT,
-    BindingRef,
-    ClaimRequest,
-    KindPolicy,
-    claim_in_tx,
-    deadline_timer_id,
-)
-from loom.kernel.routing import CORE_SOURCE
+from loom.kernel.executions import BindingRef, ClaimRequest, KindPolicy, claim_in_tx
+from loom.kernel.segments import deadline_timer_id
+from loom.records.core_events import CORE_SOURCE, EXECUTION_TIMEOUT
+from loom.records.timers import FireRequest, Firing, FiringResult, TimerSpec, TimerState
+from loom.records.work import CheckpointStatus, Completed, ExecutionState, Handoff, Lease, WorkState
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
+from loom.testing.internals import storage_of, timer_service_of
 
 T0 = T0_MS
 SCOPE = "acme"
@@ -75,7 +70,7 @@ async def claim(rt: Runtime, work_id: str) -> Lease:
         binding=BindingRef(name=None, executor=None), kind=KindPolicy(timeout_ms=kind.timeout_ms), capacity=None,
         generation=rt.config.generation, timeout_ms=kind.timeout_ms,
     )  # fmt: skip
-    return await rt.storage.submit(claim_in_tx, request)
+    return await storage_of(rt).submit(claim_in_tx, request)
 
 
 async def ledger(driver: RuntimeDriver, timer_id: str, n: int) -> list[Firing]:
@@ -132,7 +127,7 @@ async def test_an_expired_deadline_fences_and_fails_the_attempt(store_path: str)
         driver.clock.advance(TIMEOUT_MS // 2)
         await driver.reopen()  # the deadline is durable: a restart in the middle changes nothing
         if driver.reopenable:  # the reopened timer actor re-armed it from the store
-            assert driver.runtime.timer_actor.service.deadline(timer_id) == T0 + TIMEOUT_MS
+            assert timer_service_of(driver.runtime).deadline(timer_id) == T0 + TIMEOUT_MS
 
         driver.clock.advance(TIMEOUT_MS // 2)
         (firing,) = await ledger(driver, timer_id, 1)
@@ -287,6 +282,6 @@ async def test_a_claim_without_a_timeout_arms_no_deadline(store_path: str) -> No
             work_id=work_id, owner="host", token="t", lease_ms=LEASE_MS, binding=BindingRef(name=None, executor=None),
             kind=KindPolicy(), capacity=None, generation=rt.config.generation,
         )  # fmt: skip
-        lease = await rt.storage.submit(claim_in_tx, request)
+        lease = await storage_of(rt).submit(claim_in_tx, request)
         assert await rt.timers() == []
         assert (await rt.execution(lease.execution_id)).budget_ms is None

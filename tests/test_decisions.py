@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from loom import Config, Drop, Event, Unmatched
 from loom.kernel.causal import position, utc_minute
 from loom.kernel.executions import kind_policy, select_trigger
-from loom.kernel.routing import decide_without_handler, first_match
+from loom.kernel.resolve import decide_without_handler, first_match
 from loom.testing import T0_MS
 
 SEGMENTS = st.sampled_from(["issue", "pr", "x", "build", "*"])
@@ -32,7 +32,7 @@ def config_with(patterns: list[list[str]]) -> Config:
 
 @given(st.lists(PATTERNS, max_size=5), TYPES)
 def test_first_match_is_the_first_route_whose_filter_passes(patterns: list[list[str]], event_type: str) -> None:
-    from loom._config import effective_routes
+    from loom.config import effective_routes
 
     routes = effective_routes(config_with(patterns), "acme")
     chosen = first_match(routes, event_type)
@@ -49,7 +49,7 @@ def test_no_match_and_drop_routes_decide_without_a_handler() -> None:
         {"name": "bots", "types": ["bot.*"], "policy": "drop", "reason": "bots never start work"},
         {"name": "work", "types": ["job.*"], "create_work": True},
     ]}}})  # fmt: skip
-    from loom._config import effective_routes
+    from loom.config import effective_routes
 
     routes = effective_routes(config, "acme")
     unmatched = decide_without_handler(config, first_match(routes, "other.x"), event("other.x"))

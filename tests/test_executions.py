@@ -31,8 +31,12 @@ from loom import (
     StaleAuthority,
     open_runtime,
 )
-from loom._executor import Toolbelt
-from loom._work import (
+from loom.kernel.executions import BindingRef
+from loom.plugins.handlers import correlate
+from loom.plugins.python_executor import PythonExecutor
+from loom.records.core_events import MANUAL_INTERRUPT, WORK_CREATED
+from loom.records.executor import Toolbelt
+from loom.records.work import (
     CheckpointStatus,
     Completed,
     ExecutionState,
@@ -48,10 +52,7 @@ from loom._work import (
     Work,
     WorkState,
 )
-from loom.kernel.executions import MANUAL_INTERRUPT, BindingRef
-from loom.kernel.routing import WORK_CREATED
-from loom.plugins.handlers import correlate
-from loom.plugins.python_executor import PythonExecutor
+from loom.testing.internals import storage_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SCOPE = "acme/web"
@@ -109,7 +110,7 @@ def open_rt(store_path: str, clock: ManualClock) -> OpenRuntime:
 async def publish(rt: Runtime, *events: EventIn) -> list[Event]:
     """Publish in order and wait until the router has handled every one."""
     accepted = [await rt.publish(event) for event in events]
-    await rt.router.wait_idle()
+    await rt.wait_idle()
     return accepted
 
 
@@ -120,13 +121,13 @@ async def work_with_input(rt: Runtime, *events: EventIn) -> tuple[Work, list[Eve
 
 async def until(rt: Runtime, check: Callable[[], Awaitable[bool]]) -> None:
     """Wait on commit notices (never on time) until ``check()`` holds."""
-    feed = rt.storage.feed()
+    feed = storage_of(rt).feed()
     try:
         with trio.fail_after(STALL_S):
             while not await check():
                 await feed.next_batch()
     finally:
-        rt.storage.unsubscribe(feed)
+        storage_of(rt).unsubscribe(feed)
 
 
 async def stale(rt: Runtime, lease: Lease) -> None:
@@ -289,7 +290,7 @@ async def test_completion_is_refused_while_an_accepted_event_for_the_work_is_unr
         assert (await rt.work(work.id)).state is WorkState.RUNNING
 
         blocking.release.set()  # routing wins: the input keeps the Work ready for attempt 2
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         await rt.complete(lease, Completed())
         ready = await rt.work(work.id)
         assert (ready.state, ready.pending_inputs) == (WorkState.READY, (late.id,))
@@ -470,7 +471,7 @@ async def test_create_child_makes_work_in_the_same_scope_atomically_and_idempote
         assert (await toolbelt.create_child("review", keys=["review/1"])).id == child.id
         with pytest.raises(InvalidRequest, match="already owned by work"):
             await toolbelt.create_child("other", keys=["pr/1"])
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert len([e for e in await rt.events(limit=100) if e.type == WORK_CREATED]) == 1
         assert {w.id for w in await rt.works()} == {work.id, child.id}
 
@@ -753,7 +754,7 @@ async def test_an_interrupt_route_fences_the_old_attempt_before_a_replacement_st
         assert isinstance(seen["renew"], StaleAuthority)
         await stale(rt, recorder.leases[0])
 
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         cp = await rt.checkpoint(stop.id)
         assert cp is not None
         assert (cp.policy, cp.effective_policy) == (Policy.INTERRUPT, Policy.INTERRUPT)
@@ -801,7 +802,7 @@ async def test_an_operator_interrupt_records_its_event_and_ends_the_attempt_keep
         )  # fmt: skip
         await stale(rt, lease)  # fenced at the commit, before the executor is even asked
 
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         ended = await rt.execution(lease.execution_id)
         assert (ended.state, ended.interrupt_event_id) == (ExecutionState.CANCELLED, control.id)
         ready = await rt.work(work.id)

@@ -34,6 +34,7 @@ EXPECTED = {
     "FiringResult", "Occurrence", "Replacement", "Skip", "Timer", "TimerSpec", "TimerState", "Capability",
     "Checkpoint", "CheckpointStatus", "Completed", "Deliver", "Drop", "Execution", "ExecutionState", "Failed",
     "Handoff", "Intent", "IntentStatus", "Lease", "Policy", "RunRequest", "Unmatched", "Work", "WorkState",
+    "Decision", "Outcome", "IntentKind", "Watch", "DiagnosticKind", "IllegalTransition", "notices",
 }
 
 
@@ -45,6 +46,9 @@ def test_loom_exports_exactly_the_public_api() -> None:
         "store",
         "testing",
         "service",
+        "records",
+        "config",
+        "runtime",
     }
     assert exported == EXPECTED
 

@@ -29,18 +29,19 @@ from loom import (
     Runtime,
     open_runtime,
 )
-from loom._work import Checkpoint, CheckpointStatus, Completed, Deliver, Policy, Work, WorkState
 from loom.kernel.executions import BindingRef
+from loom.kernel.resolve import RouteRequest
 from loom.kernel.routing import (
-    WORK_CREATED,
     OutOfOrder,
-    RouteRequest,
     RouteResult,
     route_in_tx,
     successor_key,
 )
 from loom.plugins.handlers import correlate, work_id_for_key
 from loom.plugins.python_executor import PythonExecutor
+from loom.records.core_events import WORK_CREATED
+from loom.records.work import Checkpoint, CheckpointStatus, Completed, Deliver, Policy, Work, WorkState
+from loom.testing.internals import storage_of
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 SCOPE = "acme/web"
@@ -112,7 +113,7 @@ def open_rt(store_path: str, clock: ManualClock, handlers: Handlers) -> OpenRunt
 async def publish(rt: Runtime, *events: EventIn) -> list[Event]:
     """Publish in order and wait until the router has handled every one."""
     accepted = [await rt.publish(event) for event in events]
-    await rt.router.wait_idle()
+    await rt.wait_idle()
     return accepted
 
 
@@ -124,13 +125,13 @@ async def checkpoint(rt: Runtime, event: Event) -> Checkpoint:
 
 async def until(rt: Runtime, check: Callable[[], Awaitable[bool]]) -> None:
     """Wait on commit notices (never on time) until ``check()`` holds."""
-    feed = rt.storage.feed()
+    feed = storage_of(rt).feed()
     try:
         with trio.fail_after(STALL_S):
             while not await check():
                 await feed.next_batch()
     finally:
-        rt.storage.unsubscribe(feed)
+        storage_of(rt).unsubscribe(feed)
 
 
 def routed_to(rt: Runtime, event: Event) -> Callable[[], Awaitable[bool]]:
@@ -144,7 +145,7 @@ async def route_directly(rt: Runtime, event: Event, decision: Deliver, expected_
     request = RouteRequest(
         event_id=event.id, decision=decision, route=None, expected_revision=expected_revision, generation=1
     )
-    return await rt.storage.submit(route_in_tx, request, CausalLimits())
+    return await storage_of(rt).submit(route_in_tx, request, CausalLimits())
 
 
 # -- first match ------------------------------------------------------------------------------------------
@@ -213,7 +214,7 @@ async def test_a_drop_route_commits_an_audited_drop_and_creates_no_work(open_rt:
 
         # replaying the delivery is a no-op: same Event, same checkpoint, still no Work
         again = await rt.publish(ev("d-1", type="bot.comment", key="pr/1", payload={"body": "hi"}))
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert again.duplicate
         assert again.id == bot.id
         assert await checkpoint(rt, bot) == cp
@@ -259,7 +260,7 @@ async def test_concurrent_events_with_one_key_create_exactly_one_work(open_rt: O
             for i in range(20):
                 nursery.start_soon(offer, i)
             go.set()
-        await rt.router.wait_idle()
+        await rt.wait_idle()
 
         [work] = await rt.works()
         assert work.id == work_id_for_key(SCOPE, "pr/1")
@@ -301,7 +302,7 @@ async def test_two_creates_proposing_one_id_make_one_work_and_the_loser_must_ree
         [work] = await rt.works()
         assert work.keys == ("pr/1",)
         handlers.release.set()
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert (await rt.work(work.id)).pending_inputs == (first.id, second.id)
 
 
@@ -342,7 +343,7 @@ async def test_publish_refuses_an_explicit_work_id_that_contradicts_the_event(
         offered = {"work_id": target.id, **fields}
         with pytest.raises(InvalidRequest, match=message):
             await rt.publish(ev("d-3", **offered))
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert await rt.events() == before
         with pytest.raises(NotFound):
             await rt.event_by_delivery("github", "d-3")
@@ -389,7 +390,7 @@ async def test_key_attachment_pulls_earlier_unrouted_events_into_the_backlog_in_
 
         joined_a1 = await checkpoint(rt, a1)
         handlers.release.set()
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert await checkpoint(rt, a1) == joined_a1  # the blocked handler's late decision was a replay
         assert (await rt.work(work.id)).pending_inputs == (a1.id, a2.id, opener.id)
         assert await rt.diagnostics() == []
@@ -433,7 +434,7 @@ async def test_route_in_tx_with_a_stale_revision_raises_conflict_and_changes_not
         assert await rt.work(work.id) == work
 
         handlers.release.set()  # the router rereads and applies its own decision
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert (await rt.work(work.id)).pending_inputs == (opener.id, held.id)
 
 
@@ -452,7 +453,7 @@ async def test_an_out_of_order_checkpoint_is_refused(open_rt: OpenRuntime, handl
         assert await rt.work(work.id) == work
 
         handlers.release.set()
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert (await rt.work(work.id)).pending_inputs == (opener.id, earlier.id, later.id)
 
 
@@ -546,6 +547,6 @@ async def test_checkpoints_record_the_config_generation_they_used(open_rt: OpenR
         assert (dropped.status, dropped.generation) == (CheckpointStatus.DROP, 2)
         # a replay keeps the committed decision and its generation
         await rt.publish(ev("d-1", key="pr/1"))
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         assert (await checkpoint(rt, first)).generation == 1
         assert (await rt.work_for_key("pr/1")).generation == 1

@@ -11,6 +11,7 @@ from loom import CausalLimits, Event, EventIn
 from loom.kernel.accept import _insert
 from loom.store import Tx
 from loom.testing import RuntimeDriver, ScenarioFailure, scenarios
+from loom.testing.internals import storage_of
 
 Scenario = Callable[[RuntimeDriver], Awaitable[None]]
 
@@ -29,7 +30,7 @@ def _accept_without_bounds(tx: Tx, now_ms: int, event: EventIn, parent_id: str) 
         return existing
     parent = tx.event(parent_id)
     assert parent is not None
-    from loom._ids import event_id
+    from loom.records.ids import event_id
 
     return _insert(
         tx,
@@ -48,7 +49,7 @@ class BypassingDriver(RuntimeDriver):
     """A driver whose derived acceptance bypasses the causal bounds."""
 
     async def derive(self, event: EventIn, *, parent_id: str, cause_id: str | None = None) -> Event:
-        return await self.runtime.storage.submit(_accept_without_bounds, event, parent_id)
+        return await storage_of(self.runtime).submit(_accept_without_bounds, event, parent_id)
 
 
 @pytest.mark.parametrize("scenario", scenarios.CAUSAL_SCENARIOS, ids=lambda s: s.__name__)

@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loom import InvalidRequest
-from loom._timers import Occurrence, Replacement, Skip, Timer, TimerState
 from loom.plugins import hookspecs, schedule
 from loom.plugins.schedule import (
     MAX_COUNTED_SKIPS,
@@ -28,6 +27,7 @@ from loom.plugins.schedule import (
     previous_occurrence,
     spec_from_mapping,
 )
+from loom.records.timers import Occurrence, Replacement, Skip, Timer, TimerState
 
 MINUTE = 60_000
 HOUR = 60 * MINUTE

@@ -1,4 +1,4 @@
-"""The private cattrs converter (`loom._serde`): records survive a round trip, as dicts and as JSON."""
+"""The private cattrs converter (`loom.records.serde`): records survive a round trip, as dicts and as JSON."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from loom import (
     EventIn,
     KVEntry,
     RejectionReason,
-    _serde,
 )
-from loom._config import MAX_CAUSAL_DEPTH, MAX_PER_MINUTE
+from loom.config.model import MAX_CAUSAL_DEPTH, MAX_PER_MINUTE
+from loom.records import serde as _serde
 
 json_scalars = (
     st.none()

@@ -14,6 +14,7 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from loom import ManualClock, SchemaTooNew, StorageClosed, StorageError
+from loom.notices import Lagged
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Tx
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
 
@@ -336,7 +337,7 @@ async def test_a_feed_that_falls_behind_is_told_to_resynchronise(
     await actor.submit(put, "a", "notice-a")
     await actor.submit(put, "b", "notice-b")  # no room: the feed lags
     assert feed.lagged
-    assert await feed.next_batch() == [], "an empty batch means: rescan the store"
+    assert await feed.next_batch() == [Lagged()], "Lagged means: rescan the store"
     assert await feed.next_batch() == ["notice-a"]
 
 

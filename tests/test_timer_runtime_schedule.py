@@ -18,11 +18,12 @@ import trio
 import trio.testing
 
 from loom import Config, Event, ManualClock, Runtime
-from loom._timers import Firing, FiringResult, TimerSpec, TimerState
-from loom._work import CheckpointStatus, Completed
 from loom.plugins.schedule import ScheduleSpec, occurrence_id, schedule_timer
+from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
+from loom.records.work import CheckpointStatus, Completed
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver
+from loom.testing.internals import storage_of
 
 SCOPE = "acme"
 SECOND = 1_000
@@ -233,7 +234,7 @@ async def keep_runs_going(driver: RuntimeDriver, target_ms: int) -> None:
         # the router's renewers woke on the clock and sent their heartbeats (which commit no
         # notice to wait on); a round trip through the storage actor follows their commits
         await trio.testing.wait_all_tasks_blocked()
-        await rt.storage.submit(_barrier)
+        await storage_of(rt).submit(_barrier)
         renewed = [(await rt.execution(x)).expires_at_ms for x in running]
         assert all(e is not None and e > expiring for e in renewed), "a running attempt lost its lease"
 

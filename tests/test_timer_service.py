@@ -10,8 +10,8 @@ import trio
 import trio.testing
 
 from loom import InvalidRequest
-from loom._clock import ManualClock, OffsetClock
 from loom.actors.timer_service import TimerService
+from loom.records.clock import ManualClock, OffsetClock
 
 
 class Recorder:

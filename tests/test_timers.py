@@ -34,7 +34,11 @@ from loom import (
     StorageError,
     open_runtime,
 )
-from loom._timers import (
+from loom.actors.timer_service import DEFAULT_RETRY_MS
+from loom.actors.timers import TimerActor
+from loom.kernel import firing as kernel_timers  # the firing procedures the timer actor and poll run
+from loom.kernel.firing import fire_timer_in_tx
+from loom.records.timers import (
     FireRequest,
     Firing,
     FiringResult,
@@ -45,14 +49,11 @@ from loom._timers import (
     TimerSpec,
     TimerState,
 )
-from loom._work import Handoff, Lease
-from loom.actors.timer_service import DEFAULT_RETRY_MS
-from loom.actors.timers import TimerActor
-from loom.kernel import timers as kernel_timers  # the firing procedures the timer actor and poll run
-from loom.kernel.timers import fire_timer_in_tx
+from loom.records.work import Handoff, Lease
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashPoint
+from loom.testing.internals import storage_of, timer_service_of
 
 T0 = T0_MS  # 2026-01-01T00:00:00Z
 SCOPE = "acme"
@@ -211,10 +212,10 @@ async def test_fired_timers_leave_the_service(store_path: str) -> None:
         rt = driver.runtime
         await rt.arm(tick("once", T0 + SECOND))
         await quiet(driver)  # the arm notice has reached the timer actor
-        assert rt.timer_actor.service.deadline("once") == T0 + SECOND
+        assert timer_service_of(rt).deadline("once") == T0 + SECOND
         driver.clock.advance(SECOND)
         await ledger(driver, "once", 1)
-        assert "once" not in rt.timer_actor.service
+        assert "once" not in timer_service_of(rt)
         driver.clock.advance(MINUTE)
         await quiet(driver)
         assert len(await rt.firings("once")) == 1
@@ -241,15 +242,15 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
     async with running(store_path) as driver:
         rt = driver.runtime
         await rt.arm(tick("wake", T0 + 10 * SECOND))
-        failures_before = rt.storage.stats.failed_batches
+        failures_before = storage_of(rt).stats.failed_batches
         driver.clock.advance(10 * SECOND)
         with trio.fail_after(STALL_S):
             await failed.wait()
-        await rt.storage.submit(lambda tx, now_ms: None)  # the failed batch has been answered
-        assert rt.storage.stats.failed_batches == failures_before + 1
+        await storage_of(rt).submit(lambda tx, now_ms: None)  # the failed batch has been answered
+        assert storage_of(rt).stats.failed_batches == failures_before + 1
         assert await rt.firings("wake") == [], "the failed batch committed nothing"
         assert (await rt.timer("wake")).state is TimerState.ARMED
-        assert rt.timer_actor.service.deadline("wake") == T0 + 10 * SECOND + DEFAULT_RETRY_MS
+        assert timer_service_of(rt).deadline("wake") == T0 + 10 * SECOND + DEFAULT_RETRY_MS
 
         driver.clock.advance(DEFAULT_RETRY_MS)
         (firing,) = await ledger(driver, "wake", 1)
@@ -271,14 +272,14 @@ async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline
             await driver.runtime.arm(tick(timer_id, T0 + after * SECOND))
 
         await driver.reopen()
-        assert {k: driver.runtime.timer_actor.service.deadline(k) for k in "abc"} == {
+        assert {k: timer_service_of(driver.runtime).deadline(k) for k in "abc"} == {
             "a": T0 + 10 * SECOND, "b": T0 + 20 * SECOND, "c": T0 + 30 * SECOND,
         }  # fmt: skip
         driver.clock.advance(15 * SECOND)
         await ledger(driver, "a", 1)
 
         await driver.reopen()
-        service = driver.runtime.timer_actor.service
+        service = timer_service_of(driver.runtime)
         assert "a" not in service, "a fired timer is not armed again after a restart"
         assert len(service) == 2
         driver.clock.advance(15 * SECOND)  # b and c are both due after one jump
@@ -287,7 +288,7 @@ async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline
 
         await driver.reopen()
         rt = driver.runtime
-        assert len(rt.timer_actor.service) == 0
+        assert len(timer_service_of(rt)) == 0
         driver.clock.advance(MINUTE)
         await quiet(driver)
         fired = {k: (await rt.firings(k))[0] for k in "abc"}
@@ -327,7 +328,7 @@ async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path)
         await driver.until(handed_off, "the first attempt to hand off")
 
         await driver.reopen()  # the process restarts in the middle of the sleep
-        assert driver.runtime.timer_actor.service.deadline("sleep:job/1") == T0 + 30 * SECOND
+        assert timer_service_of(driver.runtime).deadline("sleep:job/1") == T0 + 30 * SECOND
         driver.clock.advance(30 * SECOND)
         (firing,) = await ledger(driver, "sleep:job/1", 1)
         await launches(2)
@@ -372,7 +373,7 @@ async def test_revisioned_cancellation_and_rearming(store_path: str) -> None:
         with pytest.raises(Conflict, match="not armed"):
             await rt.cancel_timer("t", revision=1)
         await quiet(driver)  # the cancel notice has reached the timer actor
-        assert "t" not in rt.timer_actor.service, "a cancelled timer is disarmed, not only refused at fire"
+        assert "t" not in timer_service_of(rt), "a cancelled timer is disarmed, not only refused at fire"
         driver.clock.advance(MINUTE)
         stale = await rt.fire(FireRequest(timer_id="t", revision=1, fire_at_ms=at))
         assert stale.result is FiringResult.STALE
@@ -457,7 +458,7 @@ async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_ju
             start + 12 * MINUTE,
             3,
         )
-        assert rt.timer_actor.service.deadline("every") == start + 12 * MINUTE
+        assert timer_service_of(rt).deadline("every") == start + 12 * MINUTE
 
 
 async def test_a_derived_recurring_timer_keeps_its_arming_parent(store_path: str) -> None:
@@ -577,7 +578,7 @@ async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(st
         (last,) = await ledger(driver, "final2", 1)
         assert (last.result, last.next_fire_at_ms) == (FiringResult.ACCEPTED, None)
         assert (await rt.timer("final2")).state is TimerState.FIRED
-        assert rt.timer_actor.service.deadline("final2") is None
+        assert timer_service_of(rt).deadline("final2") is None
 
 
 @pytest.mark.parametrize(
@@ -759,7 +760,7 @@ async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_neve
         driver.clock.advance(60 * MINUTE)
         await quiet(driver)
         assert len(await rt.firings("too-deep")) == 1, "no retry loop"
-        assert "too-deep" not in rt.timer_actor.service
+        assert "too-deep" not in timer_service_of(rt)
 
 
 async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(store_path: str) -> None:
@@ -855,7 +856,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         assert firing.at_ms == first_at
         timer = await rt.timer("every")
         assert (timer.fire_at_ms, timer.occurrences) == (firing.next_fire_at_ms, 1) == (first_at + MINUTE, 1)
-        assert rt.timer_actor.service.deadline("every") == first_at + MINUTE
+        assert timer_service_of(rt).deadline("every") == first_at + MINUTE
         await quiet(driver)
         events = await deliveries(rt, "clock")
         assert [e.delivery_id for e in events] == [f"every@{first_at}"]

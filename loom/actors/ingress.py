@@ -14,10 +14,11 @@ from collections.abc import Callable
 
 import trio
 
-from .._config import CausalLimits
-from .._errors import CausalRefused
-from .._records import CausalRejection, Event, EventIn, validate_event_in
+from ..config import CausalLimits
 from ..kernel.accept import accept_derived_in_tx, accept_in_tx
+from ..records.errors import CausalRefused
+from ..records.events import CausalRejection, Event, EventIn
+from ..records.validation import validate_event_in
 from ..store import StorageActor
 
 
@@ -32,11 +33,6 @@ class IngressActor:
         self._storage = storage
         self._limits = limits
         self._in_flight = trio.CapacityLimiter(max_in_flight)
-
-    async def run(self, *, task_status: trio.TaskStatus[IngressActor] = trio.TASK_STATUS_IGNORED) -> None:
-        """Ingress needs no task of its own (see the module docstring); it lives until the runtime stops."""
-        task_status.started(self)
-        await trio.sleep_forever()
 
     async def publish(self, event: EventIn, *, trusted: bool = False) -> Event:
         """Accept a root Event; return it once committed (or the original, marked duplicate).

@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 import trio
 
-from .._clock import Clock
-from .._errors import InvalidRequest
+from ..records.clock import Clock
+from ..records.errors import InvalidRequest
 from ._heap import Entry, TimerHeap
 
 K = TypeVar("K", bound=Hashable)
@@ -45,6 +45,17 @@ class TimerService(Generic[K]):
         # The key whose fire is running -> whether it was scheduled or cancelled meanwhile.
         self._in_flight: dict[K, bool] = {}
         self._running = False
+        self._passed = trio.Event()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing firing and nothing due at the clock's current time."""
+        head = self._heap.peek()
+        return not self._in_flight and (head is None or head.deadline_ms > self._clock.now_ms())
+
+    async def wait_pass(self) -> None:
+        """Return after the run loop's next completed pass over what is due."""
+        await self._passed.wait()
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -112,6 +123,8 @@ class TimerService(Generic[K]):
                     await self._fire_due(fire)
                 else:
                     await self._fire_due_batched(fire_many, batch)
+                passed, self._passed = self._passed, trio.Event()
+                passed.set()
                 head = self._heap.peek()
                 if head is None:
                     await changed.wait()

@@ -14,10 +14,10 @@ from functools import partial
 
 import trio
 
-from .._config import CausalLimits
-from .._notices import TimerArmed, TimerCancelled
-from .._timers import FireRequest, Firing, RecurrencePolicy
-from ..kernel.timers import fire_timers_in_tx
+from ..config import CausalLimits
+from ..kernel.firing import fire_timers_in_tx
+from ..records.notices import Lagged, TimerArmed, TimerCancelled
+from ..records.timers import FireRequest, RecurrencePolicy
 from ..store import StorageActor, Tx
 from .timer_service import TimerService
 
@@ -44,8 +44,8 @@ class TimerActor:
         self._limits = limits
         self.policies = dict(policies)
         self._armed: dict[str, tuple[int, int]] = {}
-        self.fired: list[Firing] = []
-        self.keep_history = False
+        self._feed_pending = False
+        self._progress = trio.Event()
 
     async def rebuild(self) -> int:
         """Re-arm every armed timer from the store; return how many."""
@@ -73,12 +73,14 @@ class TimerActor:
                 await nursery.start(partial(self.service.run, self._fire, fire_many=self._fire_many))
                 task_status.started(self)
                 while True:
-                    notices = await feed.next_batch()
-                    if not notices:
-                        await self.rebuild()
-                        continue
-                    for notice in notices:
-                        if isinstance(notice, TimerArmed):
+                    self._feed_pending = feed.pending
+                    self._signal_progress()
+                    batch = await feed.next_batch()
+                    self._feed_pending = True
+                    for notice in batch:
+                        if isinstance(notice, Lagged):
+                            await self.rebuild()
+                        elif isinstance(notice, TimerArmed):
                             self._arm(notice.timer_id, notice.revision, notice.fire_at_ms)
                         elif isinstance(notice, TimerCancelled):
                             self._disarm(notice.timer_id)
@@ -86,6 +88,28 @@ class TimerActor:
             return  # the storage actor stopped: the runtime is going down
         finally:
             self._storage.unsubscribe(feed)
+
+    @property
+    def idle(self) -> bool:
+        """No unread notice, nothing firing, nothing due at the clock's current time."""
+        return not self._feed_pending and self.service.idle
+
+    def _signal_progress(self) -> None:
+        progress, self._progress = self._progress, trio.Event()
+        progress.set()
+
+    async def wait_idle(self) -> None:
+        """Return once `idle` (a host's quiescence check; timers due later do not count)."""
+        while not self.idle:
+            async with trio.open_nursery() as nursery:
+
+                async def on_pass() -> None:
+                    await self.service.wait_pass()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(on_pass)
+                await self._progress.wait()
+                nursery.cancel_scope.cancel()
 
     async def _fire_many(self, timer_ids: list[str]) -> list[str]:
         """Fire due timers together: one storage request, each firing atomic on its own."""
@@ -100,8 +124,6 @@ class TimerActor:
                 continue
             if self._armed.get(timer_id) == armed and result.next_fire_at_ms is None:
                 self._armed.pop(timer_id, None)
-            if self.keep_history:
-                self.fired.append(result)
         return failed
 
     async def _fire(self, timer_id: str) -> None:

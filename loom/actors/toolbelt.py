@@ -9,13 +9,14 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._config import CausalLimits
-from .._errors import CausalRefused
-from .._records import CausalRejection, Event, EventIn
-from .._timers import Timer, TimerSpec
-from .._work import Lease, Work
-from ..kernel.executions import Authority, create_child_in_tx, emit_in_tx, renew_in_tx
-from ..kernel.timers import arm_derived_in_tx
+from ..config import CausalLimits
+from ..kernel.authority import Authority
+from ..kernel.executions import renew_in_tx
+from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
+from ..records.errors import CausalRefused
+from ..records.events import CausalRejection, Event, EventIn
+from ..records.timers import Timer, TimerSpec
+from ..records.work import Lease, Work
 from ..store import StorageActor
 
 

@@ -11,11 +11,12 @@ import json
 
 import attrs
 
-from .._config import CausalLimits
-from .._errors import InvalidRequest, NotFound
-from .._ids import event_id
-from .._notices import EventAccepted
-from .._records import CausalRejection, Event, EventIn, validated_payload
+from ..config import CausalLimits
+from ..records.errors import InvalidRequest, NotFound
+from ..records.events import CausalRejection, Event, EventIn
+from ..records.ids import event_id
+from ..records.notices import EventAccepted
+from ..records.validation import validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 

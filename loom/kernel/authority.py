@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import attrs
 
-from .._errors import StaleAuthority
-from .._work import Execution, ExecutionState, Lease
+from ..records.errors import StaleAuthority
+from ..records.work import Execution, ExecutionState, Lease
 from ..store import Tx
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import attrs
 
-from .._config import CausalLimits
-from .._records import CausalRejection, Event, EventIn, RejectionReason
-from .._serde import unstructure
+from ..config import CausalLimits
+from ..records.events import CausalRejection, Event, EventIn, RejectionReason
+from ..records.serde import unstructure
 from ..store import Tx
 
 REJECTIONS_NAMESPACE = "core.causal.rejections"

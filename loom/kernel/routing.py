@@ -1,25 +1,25 @@
-"""Routing: first-match resolution and the atomic apply of a decision (seed 003, "Routing and
-ownership", "Active-event policies and acknowledgements").
+"""Routing: the atomic apply of a route decision (seed 003, "Routing and ownership", "Active-event
+policies and acknowledgements").
 
-Handlers run outside any transaction over detached snapshots; `route_in_tx` revalidates
-ownership and revision and applies create/attach-keys, inputs, intents and the route
-checkpoint together. No executor call happens here.
+Handlers run outside any transaction over detached snapshots (`resolve` holds the pure decisions);
+`route_in_tx` revalidates ownership and revision and applies create/attach-keys, inputs, intents and
+the route checkpoint together. No executor call happens here.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Sequence
 
 import attrs
 
-from .._config import CausalLimits, Config, EffectiveRoute
-from .._errors import Conflict, NotFound
-from .._ids import stable_id
-from .._notices import EventRouted, IntentPending, WorkChanged
-from .._records import CausalRejection, Event, EventIn
-from .._work import (
+from ..config import CausalLimits
+from ..records.core_events import CORE_SOURCE, WORK_CREATED
+from ..records.errors import Conflict, NotFound
+from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
+from ..records.ids import stable_id
+from ..records.notices import EventRouted, IntentPending, WorkChanged
+from ..records.work import (
     Capability,
     Checkpoint,
     CheckpointStatus,
@@ -34,40 +34,15 @@ from .._work import (
 )
 from ..store import Tx
 from .accept import accept_derived_in_tx
+from .checkpoints import control_checkpoint
+from .intents import intent_id
+from .resolve import RouteRef, RouteRequest
 
-CORE_SOURCE = "core"
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
-WORK_CREATED = "core.work.created"
 
 
 class OutOfOrder(Conflict):
     """An earlier accepted Event for the same Work is still unrouted; route that one first."""
-
-
-@attrs.frozen(kw_only=True)
-class RouteRef:
-    """The route a decision came from, as pinned on its checkpoint."""
-
-    name: str
-    scope: str
-    declared: Policy
-    """The route's own policy."""
-    policy: Policy
-    """The effective policy for the binding the route resolved to (a fallback when it lacks the capability)."""
-    fallback: Policy | None = None
-    """The queue or drop fallback for an attempt pinned without the capability."""
-    fallback_reason: str | None = None
-    reopen: bool = False
-
-
-@attrs.frozen(kw_only=True)
-class RouteRequest:
-    event_id: str
-    decision: Decision
-    route: RouteRef | None
-    expected_revision: int | None
-    """The revision of the Work the handler saw (``None``: it saw no Work)."""
-    generation: int
 
 
 @attrs.frozen(kw_only=True)
@@ -76,42 +51,6 @@ class RouteResult:
     replay: bool = False
     joined: tuple[str, ...] = ()
     """Earlier unrouted Events that joined the Work's backlog through a key attachment."""
-
-
-def first_match(routes: Sequence[EffectiveRoute], event_type: str) -> EffectiveRoute | None:
-    """The first route, in effective order, whose type filter passes: no broadcast."""
-    return next((route for route in routes if route.matches(event_type)), None)
-
-
-def route_ref(config: Config, route: EffectiveRoute) -> RouteRef:
-    """What a checkpoint pins of the route a decision came from."""
-    kind = config.work_kinds.get(route.route.work_kind or "")
-    fallback = next((p for p in route.route.fallback if p in (Policy.QUEUE, Policy.DROP)), None)
-    return RouteRef(
-        name=route.name, scope=route.scope, declared=route.route.policy, policy=route.policy,
-        fallback=fallback, fallback_reason=route.fallback_reason, reopen=bool(kind and kind.reopen),
-    )  # fmt: skip
-
-
-def decide_without_handler(
-    config: Config, route: EffectiveRoute | None, event: Event
-) -> tuple[Decision, RouteRef | None] | None:
-    """The decision when the first match needs no handler: no match (unmatched) or a drop route.
-
-    ``None``: the route's handler decides. Such decisions depend on no Work snapshot.
-    """
-    if route is None:
-        return Unmatched(reason="no route matched"), None
-    if route.policy is Policy.DROP:
-        return Drop(reason=route.route.reason or f"route {route.name!r} drops {event.type}"), route_ref(
-            config, route
-        )
-    return None
-
-
-def types_match(patterns: Sequence[str], event_type: str) -> bool:
-    """A route's type filter: glob patterns, OR'd; an empty filter matches every type."""
-    return not patterns or any(fnmatch.fnmatchcase(event_type, p) for p in patterns)
 
 
 def successor_key(key: str, n: int) -> str:
@@ -133,16 +72,18 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
         return RouteResult(checkpoint=existing, replay=True)
     decision = req.decision
     if isinstance(decision, Unmatched):
-        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req,
-                                                  reason=decision.reason))  # fmt: skip
+        cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req, reason=decision.reason)
+        return RouteResult(checkpoint=cp)
     target = _target(tx, event, decision)
-    if isinstance(target, str):
-        return _unrouted(tx, now_ms, event, req, target)
+    if isinstance(target, tuple):
+        return _unrouted(tx, now_ms, event, req, *target)
     work = target
     if isinstance(decision, Drop):
         # a drop depends on no Work state: it is associated with the target as of now
-        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req,
-                                                  work_id=work.id if work else None, reason=decision.reason))  # fmt: skip
+        cp = _checkpoint(
+            tx, now_ms, event, CheckpointStatus.DROP, req, work_id=work.id if work else None, reason=decision.reason
+        )
+        return RouteResult(checkpoint=cp)
     assert isinstance(decision, Deliver)
     if (work.revision if work else None) != req.expected_revision:
         raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
@@ -161,12 +102,21 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     for key in decision.attach_keys:
         owner = tx.key_owner(key)
         if owner is not None and owner != owner_work_id:
-            return _unrouted(tx, now_ms, event, req, f"owned_by_other: key {key!r} is owned by work {owner}")
+            return _unrouted(
+                tx, now_ms, event, req, DiagnosticKind.OWNED_BY_OTHER, f"key {key!r} is owned by work {owner}"
+            )
         if owner is None and key not in new_keys:
             new_keys.append(key)
     if work is None:
-        tx.insert_work(id=decision.work_id, scope=event.scope, kind=decision.kind, parent_id=None,
-                       predecessor_id=None, generation=req.generation, now_ms=now_ms)  # fmt: skip
+        tx.insert_work(
+            id=decision.work_id,
+            scope=event.scope,
+            kind=decision.kind,
+            parent_id=None,
+            predecessor_id=None,
+            generation=req.generation,
+            now_ms=now_ms,
+        )
         work = tx.work(decision.work_id)
         assert work is not None
     return _deliver(tx, now_ms, event, req, work, new_keys)
@@ -180,26 +130,33 @@ def route_batch_in_tx(
     retry: list[str] = []
     for req in requests:
         try:
-            route_in_tx(tx, now_ms, req, limits)
+            with tx.savepoint():
+                route_in_tx(tx, now_ms, req, limits)
         except Conflict:
             retry.append(req.event_id)
     return retry
 
 
-def _target(tx: Tx, event: Event, decision: Decision) -> Work | str | None:
+def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[DiagnosticKind, str] | None:
     """The Work a decision selects (``None``: to be created or none), or a contradiction."""
     if isinstance(decision, Deliver):
         if event.work_id is not None and decision.work_id != event.work_id:
-            return f"contradiction: event names work {event.work_id} but the route chose {decision.work_id}"
+            return (
+                DiagnosticKind.CONTRADICTION,
+                f"event names work {event.work_id} but the route chose {decision.work_id}",
+            )
         work = tx.work(decision.work_id)
         if work is None and not decision.create:
-            return f"unknown_work: work {decision.work_id!r} does not exist"
+            return DiagnosticKind.UNKNOWN_WORK, f"work {decision.work_id!r} does not exist"
         if work is not None and work.scope != event.scope:
-            return f"contradiction: work {work.id} is in scope {work.scope!r}, the event in {event.scope!r}"
+            return (
+                DiagnosticKind.CONTRADICTION,
+                f"work {work.id} is in scope {work.scope!r}, the event in {event.scope!r}",
+            )
         if work is not None and event.key is not None:
             owner = tx.key_owner(event.key)
             if owner is not None and owner != work.id:
-                return f"contradiction: key {event.key!r} is owned by work {owner}, not {work.id}"
+                return DiagnosticKind.CONTRADICTION, f"key {event.key!r} is owned by work {owner}, not {work.id}"
         return work
     if event.work_id is not None:
         return tx.work(event.work_id)
@@ -216,23 +173,49 @@ def _deliver(
     effective, fallback_reason = _effective_policy(tx, work, req.route)
     if effective is None:
         # decided before any write: an unsupported control attaches no key and joins nothing
-        return _unrouted(tx, now_ms, event, req, fallback_reason or "unsupported policy", work_id=work.id)
+        return _unrouted(
+            tx,
+            now_ms,
+            event,
+            req,
+            DiagnosticKind.UNSUPPORTED_CAPABILITY,
+            fallback_reason or "unsupported policy",
+            work_id=work.id,
+        )
     for key in new_keys:
         tx.attach_key(key, work.id, event.seq, now_ms)
     joined = tx.earlier_unrouted_for(work.id, new_keys, event.seq) if new_keys else []
     for earlier in joined:
-        tx.insert_checkpoint(Checkpoint(
-            event_id=earlier.id, seq=earlier.seq, status=CheckpointStatus.ROUTED, work_id=work.id,
-            route=req.route.name if req.route else None, route_scope=req.route.scope if req.route else None,
-            policy=Policy.QUEUE, effective_policy=Policy.QUEUE, fallback_reason=None,
-            reason=f"joined the backlog when event {event.id} attached its key", generation=req.generation,
-            at_ms=now_ms,
-        ))  # fmt: skip
-        tx.notify(EventRouted(event_id=earlier.id, work_id=work.id, status=CheckpointStatus.ROUTED.value))
+        tx.insert_checkpoint(
+            Checkpoint(
+                event_id=earlier.id,
+                seq=earlier.seq,
+                status=CheckpointStatus.ROUTED,
+                work_id=work.id,
+                route=req.route.name if req.route else None,
+                route_scope=req.route.scope if req.route else None,
+                policy=Policy.QUEUE,
+                effective_policy=Policy.QUEUE,
+                fallback_reason=None,
+                reason=f"joined the backlog when event {event.id} attached its key",
+                generation=req.generation,
+                at_ms=now_ms,
+            )
+        )
+        tx.notify(EventRouted(event_id=earlier.id, work_id=work.id, status=CheckpointStatus.ROUTED))
         tx.add_input(work.id, earlier.id, earlier.seq)
     if effective is Policy.DROP:
-        cp = _checkpoint(tx, now_ms, event, CheckpointStatus.DROP, req, work_id=work.id,
-                         effective=effective, fallback_reason=fallback_reason, reason=fallback_reason)  # fmt: skip
+        cp = _checkpoint(
+            tx,
+            now_ms,
+            event,
+            CheckpointStatus.DROP,
+            req,
+            work_id=work.id,
+            effective=effective,
+            fallback_reason=fallback_reason,
+            reason=fallback_reason,
+        )
         tx.update_work(work.id, now_ms)
         tx.notify(WorkChanged(work_id=work.id))
         return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
@@ -244,14 +227,31 @@ def _deliver(
         and effective in (Policy.INJECT, Policy.INTERRUPT)
     ):
         kind = IntentKind.INJECT if effective is Policy.INJECT else IntentKind.INTERRUPT
-        tx.insert_intent(id=intent_id(kind, event.id, live.id), kind=kind.value, work_id=work.id,
-                         event_id=event.id, execution_id=live.id, epoch=live.epoch, now_ms=now_ms)  # fmt: skip
-        tx.notify(IntentPending(intent_id=intent_id(kind, event.id, live.id), work_id=work.id))
+        iid = intent_id(kind, event.id, live.id)
+        tx.insert_intent(
+            id=iid,
+            kind=kind,
+            work_id=work.id,
+            event_id=event.id,
+            execution_id=live.id,
+            epoch=live.epoch,
+            now_ms=now_ms,
+        )
+        tx.notify(IntentPending(intent_id=iid, work_id=work.id))
         if effective is Policy.INTERRUPT:
             # the old attempt is fenced before any replacement can start
-            tx.update_execution(live.id, state=ExecutionState.STOPPING.value, token=None)
-    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.ROUTED, req, work_id=work.id, policy=policy,
-                     effective=effective, fallback_reason=fallback_reason)  # fmt: skip
+            tx.set_execution_state(live, ExecutionState.STOPPING, token=None)
+    cp = _checkpoint(
+        tx,
+        now_ms,
+        event,
+        CheckpointStatus.ROUTED,
+        req,
+        work_id=work.id,
+        policy=policy,
+        effective=effective,
+        fallback_reason=fallback_reason,
+    )
     tx.update_work(work.id, now_ms)
     tx.notify(WorkChanged(work_id=work.id))
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
@@ -279,7 +279,7 @@ def _effective_policy(tx: Tx, work: Work, route: RouteRef | None) -> tuple[Polic
     reason = f"the running attempt's executor {live.executor!r} lacks the {needed} capability"
     if route.fallback in (Policy.QUEUE, Policy.DROP):
         return route.fallback, f"fallback to {route.fallback}: {reason}"
-    return None, f"unsupported_capability: {reason} and route {route.name!r} has no queue or drop fallback"
+    return None, f"{reason} and route {route.name!r} has no queue or drop fallback"
 
 
 def _terminal(
@@ -287,8 +287,16 @@ def _terminal(
 ) -> RouteResult:
     """Terminal Work is immutable: a late Event gets `terminal`, or a successor under a reopen policy."""
     if req.route is None or not req.route.reopen or event.key is None or event.work_id is not None:
-        return RouteResult(checkpoint=_checkpoint(tx, now_ms, event, CheckpointStatus.TERMINAL, req,
-                                                  work_id=work.id, reason=f"work {work.id} is {work.state}"))  # fmt: skip
+        cp = _checkpoint(
+            tx,
+            now_ms,
+            event,
+            CheckpointStatus.TERMINAL,
+            req,
+            work_id=work.id,
+            reason=f"work {work.id} is {work.state}",
+        )
+        return RouteResult(checkpoint=cp)
     first = work
     while first.predecessor_id is not None:  # the chain's first Work, whose key generations count
         earlier = tx.work(first.predecessor_id)
@@ -304,43 +312,49 @@ def _terminal(
     new_id = stable_id("wk", first.id, "reopen", str(n + 1))
     new_key = successor_key(_base_key(event.key), n + 1)
     if tx.key_owner(new_key) is not None:
-        return _unrouted(tx, now_ms, event, req, f"owned_by_other: key {new_key!r} is already owned")
-    created = accept_derived_in_tx(
-        tx, now_ms,
-        EventIn(source=CORE_SOURCE, delivery_id=f"work.created/{new_id}", type=WORK_CREATED, scope=work.scope,
-                key=new_key, payload={"predecessor": last.id, "successor": new_id, "key": event.key}),
-        event.id, limits,
-    )  # fmt: skip
+        return _unrouted(
+            tx, now_ms, event, req, DiagnosticKind.OWNED_BY_OTHER, f"key {new_key!r} is already owned"
+        )
+    record = EventIn(
+        source=CORE_SOURCE,
+        delivery_id=f"work.created/{new_id}",
+        type=WORK_CREATED,
+        scope=work.scope,
+        key=new_key,
+        payload={"predecessor": last.id, "successor": new_id, "key": event.key},
+    )
+    created = accept_derived_in_tx(tx, now_ms, record, event.id, limits)
     if isinstance(created, CausalRejection):
-        return _unrouted(tx, now_ms, event, req, f"causal_rejection: {created.describe()}")
-    tx.insert_work(id=new_id, scope=work.scope, kind=work.kind, parent_id=None, predecessor_id=last.id,
-                   generation=req.generation, now_ms=now_ms)  # fmt: skip
+        return _unrouted(tx, now_ms, event, req, DiagnosticKind.CAUSAL_REJECTION, created.describe())
+    tx.insert_work(
+        id=new_id,
+        scope=work.scope,
+        kind=work.kind,
+        parent_id=None,
+        predecessor_id=last.id,
+        generation=req.generation,
+        now_ms=now_ms,
+    )
     control_checkpoint(tx, now_ms, created, new_id, "records the successor of a terminal work")
     successor = tx.work(new_id)
     assert successor is not None
     return _deliver(tx, now_ms, event, req, successor, [new_key])
 
 
-def control_checkpoint(tx: Tx, now_ms: int, event: Event, work_id: str | None, reason: str) -> None:
-    """A nonrunnable checkpoint: the control Event keeps its association and never becomes input."""
-    tx.insert_checkpoint(Checkpoint(
-        event_id=event.id, seq=event.seq, status=CheckpointStatus.ROUTED, work_id=work_id, route=None,
-        route_scope=None, policy=None, effective_policy=None, fallback_reason=None, reason=f"control: {reason}",
-        generation=None, at_ms=now_ms,
-    ))  # fmt: skip
-
-
-def intent_id(kind: IntentKind, event_id: str, execution_id: str) -> str:
-    return stable_id("in", kind.value, event_id, execution_id)
-
-
 def _unrouted(
-    tx: Tx, now_ms: int, event: Event, req: RouteRequest, reason: str, *, work_id: str | None = None
+    tx: Tx,
+    now_ms: int,
+    event: Event,
+    req: RouteRequest,
+    kind: DiagnosticKind,
+    reason: str,
+    *,
+    work_id: str | None = None,
 ) -> RouteResult:
-    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNROUTED, req, work_id=work_id, reason=reason)
-    tx.add_diagnostic(
-        reason.split(":", 1)[0], event.id, reason, {"event": event.id, "seq": event.seq}, now_ms
-    )
+    """Routing stops with a diagnostic: the Event keeps an ``unrouted`` checkpoint naming why."""
+    message = f"{kind}: {reason}"
+    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNROUTED, req, work_id=work_id, reason=message)
+    tx.add_diagnostic(kind, event.id, message, {"event": event.id, "seq": event.seq}, now_ms)
     return RouteResult(checkpoint=cp)
 
 
@@ -357,7 +371,9 @@ def record_handler_error_in_tx(
     req = RouteRequest(
         event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=generation
     )
-    return _unrouted(tx, now_ms, event, req, f"handler_error: route {route.name!r} raised {error}")
+    return _unrouted(
+        tx, now_ms, event, req, DiagnosticKind.HANDLER_ERROR, f"route {route.name!r} raised {error}"
+    )
 
 
 def _checkpoint(
@@ -375,11 +391,19 @@ def _checkpoint(
 ) -> Checkpoint:
     route = req.route
     cp = Checkpoint(
-        event_id=event.id, seq=event.seq, status=status, work_id=work_id,
-        route=route.name if route else None, route_scope=route.scope if route else None,
-        policy=policy or (route.declared if route else None), effective_policy=effective,
-        fallback_reason=fallback_reason, reason=reason, generation=req.generation or None, at_ms=now_ms,
-    )  # fmt: skip
+        event_id=event.id,
+        seq=event.seq,
+        status=status,
+        work_id=work_id,
+        route=route.name if route else None,
+        route_scope=route.scope if route else None,
+        policy=policy or (route.declared if route else None),
+        effective_policy=effective,
+        fallback_reason=fallback_reason,
+        reason=reason,
+        generation=req.generation or None,
+        at_ms=now_ms,
+    )
     tx.insert_checkpoint(cp)
-    tx.notify(EventRouted(event_id=cp.event_id, work_id=cp.work_id, status=cp.status.value))
+    tx.notify(EventRouted(event_id=cp.event_id, work_id=cp.work_id, status=cp.status))
     return cp

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._config import EffectiveRoute
-from .._ids import stable_id
-from .._records import Event
-from .._work import Decision, Deliver, Unmatched, Work
+from ..config import EffectiveRoute
+from ..records.events import Event
+from ..records.ids import stable_id
+from ..records.work import Decision, Deliver, Unmatched, Work
 from ._manager import hookimpl
 
 

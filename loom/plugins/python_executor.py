@@ -13,10 +13,10 @@ from typing import Any
 import attrs
 import trio
 
-from .._errors import InvalidRequest, NotAccepting
-from .._executor import Toolbelt
-from .._records import Event
-from .._work import Failed, Outcome, RunRequest
+from ..records.errors import InvalidRequest, NotAccepting
+from ..records.events import Event
+from ..records.executor import Toolbelt
+from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
 
 Function = Callable[[RunRequest, Toolbelt], Awaitable[Outcome]]

@@ -43,11 +43,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 from croniter import CroniterError, croniter
 
-from .._errors import InvalidRequest
-from .._ids import stable_id
-from .._records import Event
-from .._timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer, TimerSpec
-from .._work import Decision, Deliver, Drop, Unmatched, Work
+from ..records.errors import InvalidRequest
+from ..records.events import Event
+from ..records.ids import stable_id
+from ..records.timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer, TimerSpec
+from ..records.work import Decision, Deliver, Drop, Unmatched, Work
 from ._manager import hookimpl
 
 HOUR_MS = 3_600_000

@@ -24,8 +24,9 @@ import anyio
 import attrs
 import trio
 
-from .._clock import Clock
-from .._errors import StorageClosed, StorageError
+from ..records.clock import Clock
+from ..records.errors import StorageClosed, StorageError
+from ..records.notices import Committed, Lagged
 from ._sqlite import SQLiteStore
 from ._tx import Tx
 
@@ -58,18 +59,20 @@ class NoticeFeed:
     """One subscriber's view of commit notices.
 
     Notices are hints; durable state is the truth. A subscriber that falls more than
-    ``capacity`` notices behind is marked lagged and must resynchronise from the store.
+    ``capacity`` batches behind gets `Lagged` and must resynchronise from the store. With
+    ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
     """
 
     _send: trio.MemorySendChannel[list[object]]
     _receive: trio.MemoryReceiveChannel[list[object]]
+    commits: bool = False
     lagged: bool = False
 
     async def next_batch(self) -> list[object]:
-        """The notices of the next committed batch (an empty list means: you lagged, rescan)."""
+        """The notices of the next committed batch (``[Lagged()]``: you missed some, rescan)."""
         if self.lagged:
             self.lagged = False
-            return []
+            return [Lagged()]
         return await self._receive.receive()
 
     @property
@@ -141,9 +144,10 @@ class StorageActor:
             await trio.lowlevel.checkpoint_if_cancelled()
         raise request.error
 
-    def feed(self, capacity: int = 1024) -> NoticeFeed:
+    def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
+        """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
         send, receive = trio.open_memory_channel[list[object]](capacity)
-        feed = NoticeFeed(send, receive)
+        feed = NoticeFeed(send, receive, commits=commits)
         self._feeds.append(feed)
         return feed
 
@@ -211,8 +215,11 @@ class StorageActor:
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         for request in batch:
             request.done.set()
-        if notices:
-            for feed in list(self._feeds):
+        with_commit = [*notices, Committed(batch=batch_no, at_ms=now_ms)]
+        for feed in list(self._feeds):
+            if feed.commits:
+                feed._offer(with_commit)
+            elif notices:
                 feed._offer(notices)
 
     def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:

@@ -12,9 +12,9 @@ from typing import Any
 import sqlite_anyio
 import trio
 
-from .._records import Diagnostic, Event, KVEntry
-from .._timers import Firing, Timer
-from .._work import Checkpoint, Execution, Intent, Work
+from ..records.events import Diagnostic, Event, KVEntry
+from ..records.timers import Firing, Timer
+from ..records.work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
 from ._tx import Tx
@@ -150,7 +150,7 @@ class Reader:
 
     async def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
         rows = await self._all(
-            f"{_sql.INTENT_SELECT} WHERE (? IS NULL OR work_id = ?) AND status IN ('pending', 'dispatching')"
+            f"{_sql.INTENT_SELECT} WHERE (? IS NULL OR work_id = ?) AND status IN {_sql.OPEN_INTENTS}"
             " ORDER BY id LIMIT ?",
             (work_id, work_id, limit),
         )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
-from .._records import Diagnostic, Event, KVEntry
-from .._timers import Firing, FiringResult, Timer, TimerState
-from .._work import (
+from ..records.events import Diagnostic, Event, KVEntry
+from ..records.timers import Firing, FiringResult, Timer, TimerState
+from ..records.work import (
+    LIVE_EXECUTION_STATES,
+    OPEN_INTENT_STATUSES,
     Checkpoint,
     CheckpointStatus,
     Execution,
     ExecutionState,
+    InputState,
     Intent,
     IntentKind,
     IntentStatus,
@@ -67,14 +71,27 @@ WORK_COLUMNS = (
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
 WORK_KEYS = "SELECT key FROM work_keys WHERE work_id = ? ORDER BY attached_seq, key"
-WORK_PENDING = "SELECT event_id FROM work_inputs WHERE work_id = ? AND state = 'pending' ORDER BY seq"
-WORK_LIVE_EXECUTION = "SELECT id FROM executions WHERE work_id = ? AND state IN ('running', 'stopping')"
+
+
+
+def _sql_set(states: tuple[enum.Enum, ...]) -> str:
+    """An SQL list literal of enum values (loom's own constants, never input)."""
+    return "(" + ", ".join(f"'{state.value}'" for state in states) + ")"
+
+
+LIVE = _sql_set(LIVE_EXECUTION_STATES)
+OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
+WORK_PENDING = (
+    f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
+)
+WORK_LIVE_EXECUTION = f"SELECT id FROM executions WHERE work_id = ? AND state IN {LIVE}"
 CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
     " generation, at_ms"
 )
 CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
-CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY seq"
+CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY rowid"
+"""A Work's checkpoints in the order they were committed (rowids grow with each insert; none is deleted)."""
 UNROUTED_EVENTS = (
     f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
     " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"

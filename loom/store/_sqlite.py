@@ -11,7 +11,7 @@ from pathlib import Path
 
 import attrs
 
-from .._errors import InvalidRequest, SchemaTooNew, StorageError
+from ..records.errors import InvalidRequest, SchemaTooNew, StorageError
 from ._schema import MIGRATIONS, SCHEMA_VERSION
 
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")

@@ -3,6 +3,10 @@
 A `Tx` wraps one DB-API connection inside an open transaction (the storage actor
 opened it). Procedures call its methods and record commit notices with `notify`;
 the notices reach the actors only after the batch commits.
+
+Every state write goes through a ``set_*_state`` method that checks the record's lifecycle
+(`loom.records.states`) and writes with a compare-and-set on the state it read, so an
+illegal or stale transition raises `IllegalTransition` and writes nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +17,39 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .._records import Event, KVEntry
-from .._timers import Firing, Timer
-from .._work import Checkpoint, Execution, Intent, Work
+from ..records.errors import IllegalTransition
+from ..records.events import DiagnosticKind, Event, KVEntry
+from ..records.timers import TIMER_LIFECYCLE, Firing, Timer, TimerState
+from ..records.work import (
+    EXECUTION_LIFECYCLE,
+    INPUT_LIFECYCLE,
+    INTENT_LIFECYCLE,
+    WORK_LIFECYCLE,
+    Checkpoint,
+    Execution,
+    ExecutionState,
+    InputState,
+    Intent,
+    IntentKind,
+    IntentStatus,
+    Work,
+    WorkState,
+)
 from . import _sql
 
 Params = Sequence[Any]
+
+_LIVE = _sql.LIVE
+_EXECUTION_FIELDS = frozenset({
+    "epoch", "token", "owner", "expires_at_ms", "outcome", "interrupt_event_id", "ended_at_ms",
+    "segment", "budget_ms", "used_ms", "segment_started_ms", "deadline_timer_id",
+})  # fmt: skip
+
+
+def _written(cursor: sqlite3.Cursor, what: str, old: object, new: object) -> None:
+    """A compare-and-set wrote nothing: the record was not in the state it was read in."""
+    if cursor.rowcount != 1:
+        raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
 
 
 STORAGE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
@@ -146,11 +177,11 @@ class Tx:
     # -- diagnostics ------------------------------------------------------
 
     def add_diagnostic(
-        self, kind: str, subject: str, message: str, detail: dict[str, Any], now_ms: int
+        self, kind: DiagnosticKind, subject: str, message: str, detail: dict[str, Any], now_ms: int
     ) -> int:
         cur = self._conn.execute(
             "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?)",
-            (kind, subject, message, json.dumps(detail, sort_keys=True), now_ms),
+            (kind.value, subject, message, json.dumps(detail, sort_keys=True), now_ms),
         )
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -186,10 +217,10 @@ class Tx:
         )
 
     def update_work(self, work_id: str, now_ms: int, **fields: Any) -> int:
-        """Set ``fields`` on a Work and bump its revision; return the new revision."""
-        allowed = {"state", "held", "hold_reason", "attempts", "started", "release_once"}
+        """Set non-state ``fields`` on a Work and bump its revision; return the new revision."""
+        allowed = {"held", "hold_reason", "attempts", "started", "release_once"}
         unknown = set(fields) - allowed
-        assert not unknown, f"update_work: unknown fields {unknown}"
+        assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
         self._conn.execute(
             f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ?",
@@ -199,10 +230,28 @@ class Tx:
         assert row is not None
         return int(row[0])
 
+    def set_work_state(self, work: Work, new: WorkState, now_ms: int, **fields: Any) -> int:
+        """Move ``work`` from the state it was read in to ``new`` (checked against its lifecycle), with
+        other ``fields``; bump its revision and return it."""
+        WORK_LIFECYCLE.check(work.id, work.state, new)
+        allowed = {"held", "hold_reason", "attempts", "started", "release_once"}
+        unknown = set(fields) - allowed
+        assert not unknown, f"set_work_state: unknown fields {unknown}"
+        sets = "".join(f"{name} = ?, " for name in fields)
+        cur = self._conn.execute(
+            f"UPDATE works SET state = ?, {sets}revision = revision + 1, updated_at_ms = ?"
+            " WHERE id = ? AND state = ?",
+            (new.value, *fields.values(), now_ms, work.id, work.state.value),
+        )
+        _written(cur, f"work {work.id}", work.state, new)
+        row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
+        assert row is not None
+        return int(row[0])
+
     def running_in_scope(self, scope: str) -> int:
         row = self._one(
             "SELECT count(*) FROM executions x JOIN works w ON w.id = x.work_id"
-            " WHERE w.scope = ? AND x.state IN ('running', 'stopping')",
+            f" WHERE w.scope = ? AND x.state IN {_LIVE}",
             (scope,),
         )
         assert row is not None
@@ -263,21 +312,27 @@ class Tx:
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, 'pending')",
-            (work_id, event_id, seq),
+            "INSERT OR IGNORE INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?)",
+            (work_id, event_id, seq, InputState.PENDING.value),
         )
 
-    def input_state(self, work_id: str, event_id: str) -> str | None:
+    def input_state(self, work_id: str, event_id: str) -> InputState | None:
         row = self._one(
             "SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id)
         )
-        return str(row[0]) if row else None
+        return InputState(row[0]) if row else None
 
     def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
-        self._conn.execute(
-            "UPDATE work_inputs SET state = 'consumed', execution_id = ? WHERE work_id = ? AND event_id = ?",
-            (execution_id, work_id, event_id),
+        """Mark a pending input consumed by ``execution_id`` (checked against the input lifecycle)."""
+        state = self.input_state(work_id, event_id)
+        if state is None:
+            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
+        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.CONSUMED)
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
         )
+        _written(cur, f"input {event_id}", state, InputState.CONSUMED)
 
     def pending_inputs(self, work_id: str) -> list[str]:
         return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]
@@ -301,7 +356,7 @@ class Tx:
 
     def live_execution(self, work_id: str) -> Execution | None:
         row = self._one(
-            f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN ('running', 'stopping')", (work_id,)
+            f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,)
         )
         return _sql.execution_from_row(row) if row else None
 
@@ -325,22 +380,31 @@ class Tx:
         self._conn.execute(
             "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
             " inputs, binding, executor, capabilities, generation, created_at_ms)"
-            " VALUES (?, ?, ?, 'running', 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                id, work_id, attempt, token, owner, expires_at_ms, trigger_id, json.dumps(list(inputs)),
+                id, work_id, attempt, ExecutionState.RUNNING.value, token, owner, expires_at_ms, trigger_id, json.dumps(list(inputs)),
                 binding, executor, json.dumps(sorted(capabilities)), generation, now_ms,
             ),
         )  # fmt: skip
 
     def update_execution(self, execution_id: str, **fields: Any) -> None:
-        allowed = {
-            "state", "epoch", "token", "owner", "expires_at_ms", "outcome", "interrupt_event_id", "ended_at_ms",
-            "segment", "budget_ms", "used_ms", "segment_started_ms", "deadline_timer_id",
-        }  # fmt: skip
-        unknown = set(fields) - allowed
+        """Set non-state ``fields`` on an execution (its state goes through `set_execution_state`)."""
+        unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"update_execution: unknown fields {unknown}"
         sets = ", ".join(f"{name} = ?" for name in fields)
         self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
+
+    def set_execution_state(self, execution: Execution, new: ExecutionState, **fields: Any) -> None:
+        """Move ``execution`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+        EXECUTION_LIFECYCLE.check(execution.id, execution.state, new)
+        unknown = set(fields) - _EXECUTION_FIELDS
+        assert not unknown, f"set_execution_state: unknown fields {unknown}"
+        sets = "".join(f", {name} = ?" for name in fields)
+        cur = self._conn.execute(
+            f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
+            (new.value, *fields.values(), execution.id, execution.state.value),
+        )
+        _written(cur, f"execution {execution.id}", execution.state, new)
 
     # -- intents ----------------------------------------------------------------
 
@@ -349,28 +413,32 @@ class Tx:
         return _sql.intent_from_row(row) if row else None
 
     def insert_intent(
-        self, *, id: str, kind: str, work_id: str, event_id: str, execution_id: str, epoch: int, now_ms: int
+        self, *, id: str, kind: IntentKind, work_id: str, event_id: str, execution_id: str, epoch: int, now_ms: int
     ) -> None:
         self._conn.execute(
             "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
-            " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
-            (id, kind, work_id, event_id, execution_id, epoch, now_ms),
+            " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (id, kind.value, work_id, event_id, execution_id, epoch, IntentStatus.PENDING.value, now_ms),
         )
 
-    def update_intent(
+    def set_intent_status(
         self,
-        intent_id: str,
-        status: str,
+        intent: Intent,
+        new: IntentStatus,
         now_ms: int,
         *,
         attempted: bool = False,
         next_attempt_ms: int | None = None,
     ) -> None:
-        self._conn.execute(
+        """Move ``intent`` from the status it was read in to ``new`` (checked against its lifecycle);
+        ``attempted`` counts a dispatch attempt, ``next_attempt_ms`` schedules the next one."""
+        INTENT_LIFECYCLE.check(intent.id, intent.status, new)
+        cur = self._conn.execute(
             "UPDATE intents SET status = ?, attempts = attempts + ?, next_attempt_ms = ?, updated_at_ms = ?"
-            " WHERE id = ?",
-            (status, 1 if attempted else 0, next_attempt_ms, now_ms, intent_id),
+            " WHERE id = ? AND status = ?",
+            (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
         )
+        _written(cur, f"intent {intent.id}", intent.status, new)
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
@@ -382,8 +450,12 @@ class Tx:
         row = self._one(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(row) if row else None
 
-    def put_timer(self, timer: Timer) -> None:
-        """Insert or replace a timer row (arming, re-arming, recreating)."""
+    def put_timer(self, timer: Timer, previous: Timer | None) -> None:
+        """Insert a new timer, or replace ``previous`` (arming again, recreating under a new revision)."""
+        if previous is not None:
+            TIMER_LIFECYCLE.check(previous.id, previous.state, timer.state)
+        elif timer.state is not TimerState.ARMED:
+            raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
         self._conn.execute(
             f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -395,19 +467,23 @@ class Tx:
                 timer.parent_id, timer.execution_id, timer.occurrences, timer.reason, timer.created_at_ms,
                 timer.updated_at_ms,
             ),
-        )  # fmt: skip
-
-    def set_timer_state(self, timer_id: str, state: str, reason: str | None, now_ms: int) -> None:
-        self._conn.execute(
-            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ?",
-            (state, reason, now_ms, timer_id),
         )
 
-    def rearm_timer(self, timer_id: str, fire_at_ms: int, now_ms: int) -> None:
+    def set_timer_state(self, timer: Timer, new: TimerState, reason: str | None, now_ms: int) -> None:
+        """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+        TIMER_LIFECYCLE.check(timer.id, timer.state, new)
+        cur = self._conn.execute(
+            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ? AND state = ? AND revision = ?",
+            (new.value, reason, now_ms, timer.id, timer.state.value, timer.revision),
+        )
+        _written(cur, f"timer {timer.id}", timer.state, new)
+
+    def rearm_timer(self, timer: Timer, fire_at_ms: int, now_ms: int) -> None:
         """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
+        TIMER_LIFECYCLE.check(timer.id, timer.state, TimerState.ARMED)
         self._conn.execute(
             "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
-            (fire_at_ms, now_ms, timer_id),
+            (fire_at_ms, now_ms, timer.id),
         )
 
     def count_firing(self, timer_id: str, now_ms: int) -> None:
@@ -419,8 +495,8 @@ class Tx:
     def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
         """(id, revision, fire_at) of armed timers, by id (the timer service's rebuild)."""
         rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' AND id > ? ORDER BY id LIMIT ?",
-            (after_id, limit),
+            "SELECT id, revision, fire_at_ms FROM timers WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+            (TimerState.ARMED.value, after_id, limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
@@ -433,7 +509,7 @@ class Tx:
         rows = self._all(
             "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due"
             f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
-            " ORDER BY fire_at_ms, id LIMIT ?",
+            " ORDER BY fire_at_ms, id LIMIT ?",  # 'armed': the partial index's own predicate
             (now_ms, after[0], after[1], limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]

@@ -5,8 +5,8 @@ functions taking a driver; ``loom.testing.faults`` stops the storage actor at co
 boundaries; ``loom.testing.pytest_plugin`` provides fixtures.
 """
 
-from .._clock import ManualClock as ManualClock
-from .._clock import OffsetClock as OffsetClock
+from .. import ManualClock as ManualClock
+from .. import OffsetClock as OffsetClock
 from ._driver import T0_MS as T0_MS
 from ._driver import Driver as Driver
 from ._driver import RuntimeDriver as RuntimeDriver

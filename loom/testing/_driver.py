@@ -11,12 +11,18 @@ from typing import Any, Protocol
 
 import trio
 
-from .._clock import ManualClock
-from .._config import Config
-from .._records import CausalRejection, Event, EventIn
-from .._runtime import DEFAULT_LEASE_MS, Runtime, open_runtime
-from .._work import Checkpoint
-from ..plugins import hookimpl
+from .. import (
+    CausalRejection,
+    Checkpoint,
+    Config,
+    Event,
+    EventIn,
+    ManualClock,
+    Runtime,
+    hookimpl,
+    open_runtime,
+)
+from ..runtime import DEFAULT_LEASE_MS
 from ..store import FaultHook
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
@@ -178,20 +184,18 @@ class RuntimeDriver:
 
     async def settle(self) -> None:
         with trio.move_on_after(STALL_SECONDS) as scope:
-            await self.runtime.router.wait_idle()
+            await self.runtime.wait_idle()
         if scope.cancelled_caught:
-            raise ScenarioFailure("the runtime did not settle: routing work stayed in flight")
+            raise ScenarioFailure("the runtime did not settle: work stayed in flight")
 
     async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
-        runtime = self.runtime
-        feed = runtime.storage.feed()
-        try:
+        async with self.runtime.watch() as notices:
             with trio.move_on_after(STALL_SECONDS) as scope:
                 while not await check():
                     async with trio.open_nursery() as nursery:
 
                         async def on_commit() -> None:
-                            await feed.next_batch()
+                            await notices.__anext__()
                             nursery.cancel_scope.cancel()
 
                         async def on_launch() -> None:
@@ -202,8 +206,6 @@ class RuntimeDriver:
                         nursery.start_soon(on_launch)
             if scope.cancelled_caught:
                 raise ScenarioFailure(f"timed out waiting for {what}")
-        finally:
-            runtime.storage.unsubscribe(feed)
 
     async def publish(self, event: EventIn) -> Event:
         return await self.runtime.publish(event)

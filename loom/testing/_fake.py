@@ -10,11 +10,8 @@ from typing import Any
 import attrs
 import trio
 
-from .._errors import NotAccepting
-from .._executor import Toolbelt
-from .._records import Event
-from .._work import Completed, Failed, Outcome, RunRequest
-from ..plugins import hookimpl
+from .. import Completed, Event, Failed, NotAccepting, RunRequest, Toolbelt, hookimpl
+from ..records.work import Outcome
 
 
 class InjectAnswer(enum.StrEnum):

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Protocol, runtime_checkable
 
-from ._records import Event, EventIn
-from ._timers import Timer, TimerSpec
-from ._work import Lease, Outcome, RunRequest, Work
+from .events import Event, EventIn
+from .timers import Timer, TimerSpec
+from .work import Lease, Outcome, RunRequest, Work
 
 
 class Toolbelt(Protocol):

@@ -34,6 +34,11 @@ class Conflict(LoomError, RuntimeError):
     """A revision or ownership conflict; rereading and retrying may succeed."""
 
 
+class IllegalTransition(Conflict):
+    """A state change its record's lifecycle does not allow (``ready -> completed`` is fine,
+    ``completed -> running`` never is). Nothing was changed."""
+
+
 class StaleAuthority(LoomError, PermissionError):
     """A stale lease token, epoch or attempt: the caller lost its authority."""
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import attrs
 
-from ._records import JSONObject
+from .events import JSONObject
+from .states import Lifecycle
 
 
 class TimerState(enum.StrEnum):
@@ -24,6 +25,22 @@ class TimerState(enum.StrEnum):
     """A causal refusal stopped it: no retry loop."""
     INVALID = "invalid"
     """Its recurrence policy is unknown or answered something core refuses."""
+
+
+TIMER_LIFECYCLE = Lifecycle[TimerState](
+    "timer",
+    {
+        # armed -> armed: a recurring timer moves to its next occurrence
+        TimerState.ARMED: frozenset(
+            {TimerState.ARMED, TimerState.FIRED, TimerState.CANCELLED, TimerState.DISABLED, TimerState.INVALID}
+        ),
+        # an ended timer is armed again only as a new revision (a new firing identity)
+        TimerState.FIRED: frozenset({TimerState.ARMED}),
+        TimerState.CANCELLED: frozenset({TimerState.ARMED}),
+        TimerState.DISABLED: frozenset({TimerState.ARMED}),
+        TimerState.INVALID: frozenset({TimerState.ARMED}),
+    },
+)
 
 
 class FiringResult(enum.StrEnum):

@@ -1,126 +1,23 @@
-"""Frozen records and enums shared by every layer (DESIGN section 1, "records").
+"""Validation of untrusted input: plain functions that raise `InvalidRequest` naming the bad field.
 
-Records are pure data: ``@attrs.frozen(kw_only=True)``; change one with ``attrs.evolve``.
-Validation of untrusted input lives here too, as plain functions that raise
-`InvalidRequest` naming the bad field.
+Nothing is stored when one of them refuses; kernel procedures call them again (they trust no caller).
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
 
-import attrs
-
-from ._errors import InvalidRequest
-
-JSONObject = dict[str, Any]
+from .core_events import CORE_PREFIX
+from .errors import InvalidRequest
+from .events import EventIn
 
 MAX_ID_LEN = 200
 MAX_PAYLOAD_BYTES = 1_048_576
-CORE_PREFIX = "core."
 
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
-
-
-class RejectionReason(enum.StrEnum):
-    DEPTH_LIMIT = "depth_limit"
-    RATE_LIMIT = "rate_limit"
-
-
-@attrs.frozen(kw_only=True)
-class EventIn:
-    """An Event as offered to acceptance (untrusted until validated)."""
-
-    source: str
-    delivery_id: str
-    type: str
-    scope: str
-    key: str | None = None
-    work_id: str | None = None
-    payload: JSONObject = attrs.field(factory=dict, hash=False)
-
-
-@attrs.frozen(kw_only=True)
-class Event:
-    """An accepted, immutable Event with its durable sequence and causal position."""
-
-    id: str
-    seq: int
-    source: str
-    delivery_id: str
-    type: str
-    scope: str
-    key: str | None
-    work_id: str | None
-    execution_id: str | None
-    payload: JSONObject = attrs.field(hash=False)
-    parent_id: str | None
-    cause_id: str | None
-    root_id: str
-    depth: int
-    accepted_at_ms: int
-    duplicate: bool = False
-    """True when this acceptance found an earlier Event with the same (source, delivery_id)."""
-
-    @property
-    def is_root(self) -> bool:
-        return self.parent_id is None
-
-
-@attrs.frozen(kw_only=True)
-class CausalRejection:
-    """The redacted diagnostic a causal refusal commits (never the payload)."""
-
-    reason: RejectionReason
-    root_id: str
-    depth: int
-    limit: int
-    budget: int
-    minute: int
-    source: str
-    delivery_id: str
-    type: str
-    parent_id: str
-    cause_id: str | None
-    work_id: str | None
-    execution_id: str | None
-    at_ms: int
-
-    def describe(self) -> str:
-        if self.reason is RejectionReason.DEPTH_LIMIT:
-            return (
-                f"causal bounds refused {self.source}/{self.delivery_id}: its chain would reach depth "
-                f"{self.depth}, over the limit of {self.limit} (depth_limit, root {self.root_id})"
-            )
-        return (
-            f"causal bounds refused {self.source}/{self.delivery_id}: root {self.root_id} already "
-            f"accepted {self.budget} derived events in UTC minute {self.minute} (rate_limit)"
-        )
-
-
-@attrs.frozen(kw_only=True)
-class Diagnostic:
-    """A durable, safe diagnostic (never a payload): what went wrong with which subject."""
-
-    id: int
-    kind: str
-    subject: str
-    message: str
-    detail: JSONObject = attrs.field(hash=False)
-    at_ms: int
-
-
-@attrs.frozen(kw_only=True)
-class KVEntry:
-    namespace: str
-    key: str
-    value: JSONObject = attrs.field(hash=False)
-    updated_at_ms: int
 
 
 def _check_text(field: str, value: object, *, max_len: int = MAX_ID_LEN) -> str:

@@ -12,10 +12,40 @@ from typing import Any
 
 import attrs
 
-from ._config import Capability as Capability
-from ._config import Policy as Policy
-from ._errors import Conflict
-from ._records import Event, JSONObject
+from .events import Event, JSONObject
+from .states import Lifecycle
+
+
+class Capability(enum.StrEnum):
+    """An executor capability that a binding may pin."""
+
+    INJECT = "inject"
+    INTERRUPT = "interrupt"
+    RESUME = "resume"
+    ADOPT = "adopt"
+
+
+class Policy(enum.StrEnum):
+    """What a route does with an Event for Work that has a running attempt."""
+
+    QUEUE = "queue"
+    INJECT = "inject"
+    INTERRUPT = "interrupt"
+    DROP = "drop"
+
+    @property
+    def capability(self) -> Capability | None:
+        """The executor capability this policy needs, if any."""
+        if self is Policy.INJECT:
+            return Capability.INJECT
+        if self is Policy.INTERRUPT:
+            return Capability.INTERRUPT
+        return None
+
+    @property
+    def is_terminal(self) -> bool:
+        """Queue and drop need no capability, so a fallback chain ends at them."""
+        return self.capability is None
 
 
 class WorkState(enum.StrEnum):
@@ -28,28 +58,24 @@ class WorkState(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self in _TERMINAL_WORK
+        return WORK_LIFECYCLE.terminal(self)
 
 
-_TERMINAL_WORK = frozenset({WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED})
-
-_WORK_TRANSITIONS: Mapping[WorkState, frozenset[WorkState]] = {
-    WorkState.READY: frozenset(
-        {WorkState.RUNNING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
-    ),
-    WorkState.RUNNING: frozenset(
-        {WorkState.READY, WorkState.WAITING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
-    ),
-    WorkState.WAITING: frozenset({WorkState.READY, WorkState.RUNNING, WorkState.CANCELLED}),
-    WorkState.COMPLETED: frozenset(),
-    WorkState.CANCELLED: frozenset(),
-    WorkState.FAILED: frozenset(),
-}
-
-
-def check_work_transition(work_id: str, old: WorkState, new: WorkState) -> None:
-    if new != old and new not in _WORK_TRANSITIONS[old]:
-        raise Conflict(f"work {work_id}: illegal transition {old} -> {new}")
+WORK_LIFECYCLE = Lifecycle[WorkState](
+    "work",
+    {
+        WorkState.READY: frozenset(
+            {WorkState.RUNNING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
+        ),
+        WorkState.RUNNING: frozenset(
+            {WorkState.READY, WorkState.WAITING, WorkState.COMPLETED, WorkState.CANCELLED, WorkState.FAILED}
+        ),
+        WorkState.WAITING: frozenset({WorkState.READY, WorkState.RUNNING, WorkState.CANCELLED}),
+        WorkState.COMPLETED: frozenset(),
+        WorkState.CANCELLED: frozenset(),
+        WorkState.FAILED: frozenset(),
+    },
+)
 
 
 class ExecutionState(enum.StrEnum):
@@ -63,30 +89,31 @@ class ExecutionState(enum.StrEnum):
 
     @property
     def terminal(self) -> bool:
-        return self not in (ExecutionState.RUNNING, ExecutionState.STOPPING)
+        return EXECUTION_LIFECYCLE.terminal(self)
 
 
-_EXECUTION_TRANSITIONS: Mapping[ExecutionState, frozenset[ExecutionState]] = {
-    ExecutionState.RUNNING: frozenset(
-        {
-            ExecutionState.STOPPING,
-            ExecutionState.COMPLETED,
-            ExecutionState.HANDOFF,
-            ExecutionState.FAILED,
-            ExecutionState.CANCELLED,
-        }
-    ),
-    ExecutionState.STOPPING: frozenset({ExecutionState.CANCELLED}),
-    ExecutionState.COMPLETED: frozenset(),
-    ExecutionState.HANDOFF: frozenset(),
-    ExecutionState.FAILED: frozenset(),
-    ExecutionState.CANCELLED: frozenset(),
-}
+LIVE_EXECUTION_STATES = (ExecutionState.RUNNING, ExecutionState.STOPPING)
+"""The nonterminal attempt states: at most one attempt per Work is in one of them."""
 
-
-def check_execution_transition(execution_id: str, old: ExecutionState, new: ExecutionState) -> None:
-    if new != old and new not in _EXECUTION_TRANSITIONS[old]:
-        raise Conflict(f"execution {execution_id}: illegal transition {old} -> {new}")
+EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
+    "execution",
+    {
+        ExecutionState.RUNNING: frozenset(
+            {
+                ExecutionState.STOPPING,
+                ExecutionState.COMPLETED,
+                ExecutionState.HANDOFF,
+                ExecutionState.FAILED,
+                ExecutionState.CANCELLED,
+            }
+        ),
+        ExecutionState.STOPPING: frozenset({ExecutionState.CANCELLED}),
+        ExecutionState.COMPLETED: frozenset(),
+        ExecutionState.HANDOFF: frozenset(),
+        ExecutionState.FAILED: frozenset(),
+        ExecutionState.CANCELLED: frozenset(),
+    },
+)
 
 
 class CheckpointStatus(enum.StrEnum):
@@ -103,6 +130,11 @@ class InputState(enum.StrEnum):
     CONSUMED = "consumed"
 
 
+INPUT_LIFECYCLE = Lifecycle[InputState](
+    "input", {InputState.PENDING: frozenset({InputState.CONSUMED}), InputState.CONSUMED: frozenset()}
+)
+
+
 class IntentKind(enum.StrEnum):
     INJECT = "inject"
     INTERRUPT = "interrupt"
@@ -117,6 +149,32 @@ class IntentStatus(enum.StrEnum):
     CONSUMED = "consumed"
     STALE = "stale"
     DONE = "done"
+
+
+OPEN_INTENT_STATUSES = (IntentStatus.PENDING, IntentStatus.DISPATCHING)
+"""Intents still to be dispatched (or dispatched again, after an ambiguous answer)."""
+
+INTENT_LIFECYCLE = Lifecycle[IntentStatus](
+    "intent",
+    {
+        IntentStatus.PENDING: frozenset({IntentStatus.DISPATCHING, IntentStatus.STALE}),
+        IntentStatus.DISPATCHING: frozenset(
+            {
+                IntentStatus.DISPATCHING,  # an ambiguous answer: the same intent is tried again
+                IntentStatus.ACCEPTED,
+                IntentStatus.NOT_ACCEPTING,
+                IntentStatus.CONSUMED,
+                IntentStatus.STALE,
+                IntentStatus.DONE,
+            }
+        ),
+        IntentStatus.ACCEPTED: frozenset({IntentStatus.CONSUMED}),
+        IntentStatus.NOT_ACCEPTING: frozenset(),
+        IntentStatus.CONSUMED: frozenset(),
+        IntentStatus.STALE: frozenset(),
+        IntentStatus.DONE: frozenset(),
+    },
+)
 
 
 # -- routing decisions (what a route handler returns) -------------------------

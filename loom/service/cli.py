@@ -7,8 +7,8 @@ from pathlib import Path
 import trio
 import typer
 
-from ._records import EventIn
-from ._runtime import open_runtime
+from ..records.events import EventIn
+from ..runtime import open_runtime
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="loom: a durable coordination runtime.")
 
@@ -40,13 +40,13 @@ binding = "worker"
 
 
 async def _demo(db: str) -> None:
-    from ._clock import SystemClock
-    from ._config import Config
-    from ._errors import CausalRefused
-    from ._executor import Toolbelt
-    from ._timers import TimerSpec
-    from ._work import Completed, RunRequest
-    from .plugins.python_executor import PythonExecutor
+    from ..config import Config
+    from ..plugins.python_executor import PythonExecutor
+    from ..records.clock import SystemClock
+    from ..records.errors import CausalRefused
+    from ..records.executor import Toolbelt
+    from ..records.timers import TimerSpec
+    from ..records.work import Completed, RunRequest
 
     executor = PythonExecutor()
 
@@ -63,17 +63,18 @@ async def _demo(db: str) -> None:
                                          scope="shop", key="order/1", payload={"total": 42}))  # fmt: skip
         typer.echo(f"accepted {first.id} seq={first.seq} duplicate={first.duplicate}")
         typer.echo(f"redelivered order-1: same event {again.id} seq={again.seq} duplicate={again.duplicate}")
-        await rt.router.wait_idle()
+        await rt.wait_idle()
         work = await rt.work_for_key("order/1")
         typer.echo(f"work {work.id} for key order/1 is {work.state} after {work.attempts} attempt(s)")
 
         timer = await rt.arm(TimerSpec(id=f"demo-reminder-{clock.now_ms()}", fire_at_ms=clock.now_ms() + 300,
                                        source="demo", type="order.reminder", scope="shop", key="order/1"))  # fmt: skip
-        feed = rt.storage.feed()
-        with trio.fail_after(10):
-            while not await rt.firings(timer.id):
-                await feed.next_batch()  # wake on the next commit, not on a timer
-        await rt.router.wait_idle()
+        async with rt.watch() as notices:
+            with trio.fail_after(10):
+                async for _ in notices:  # wake on each commit, not on a timer
+                    if await rt.firings(timer.id):
+                        break
+        await rt.wait_idle()
         typer.echo(f"durable timer {timer.id} fired once: {[f.result.value for f in await rt.firings(timer.id)]}")
 
         parent = first

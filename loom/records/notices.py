@@ -1,10 +1,15 @@
-"""Commit notices: what a committed batch tells the actors (published only after COMMIT)."""
+"""Commit notices: what a committed batch tells the actors and watchers (published only after COMMIT).
+
+Notices are hints, never the truth: durable state is. A watcher that falls behind gets `Lagged`
+and rereads what it needs from the store. `Runtime.watch` hands them to embedders as they are.
+"""
 
 from __future__ import annotations
 
 import attrs
 
-from ._records import Event
+from .events import Event
+from .work import CheckpointStatus
 
 
 @attrs.frozen(kw_only=True)
@@ -47,7 +52,7 @@ class EventRouted:
 
     event_id: str
     work_id: str | None
-    status: str
+    status: CheckpointStatus
 
 
 @attrs.frozen(kw_only=True)
@@ -64,3 +69,32 @@ class TimerCancelled:
     """A timer left the armed set (cancelled, disabled or invalid)."""
 
     timer_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Committed:
+    """A batch committed (the last notice of every batch, even one that changed nothing else).
+
+    ``batch`` counts the storage actor's batches since it started; ``at_ms`` is the batch's clock.
+    """
+
+    batch: int
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class Lagged:
+    """This watcher fell behind and missed notices: reread what it needs from the store."""
+
+
+Notice = (
+    EventAccepted
+    | WorkChanged
+    | IntentPending
+    | ExecutionFenced
+    | EventRouted
+    | TimerArmed
+    | TimerCancelled
+    | Committed
+    | Lagged
+)

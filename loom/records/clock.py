@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 import trio
 
-from ._errors import InvalidRequest
+from .errors import InvalidRequest
 
 
 @runtime_checkable

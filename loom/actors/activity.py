@@ -1,0 +1,86 @@
+"""`Activity`: what the router's parts have in flight, so a host can wait until nothing is.
+
+Every task the router starts counts as busy until it returns; a task that waits for something
+outside the runtime (a running execution, a change it depends on, a clock) steps out of the count
+while it waits. ``changes`` counts commits that may unblock a waiting step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+
+class Activity:
+    def __init__(self) -> None:
+        self._busy = 0
+        self._quiet = trio.Event()
+        self.changes = 0
+        self._changed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self.feed_pending = False
+        """A committed notice batch waits to be read (the pool is not idle until it is)."""
+
+    def bind(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    @property
+    def idle(self) -> bool:
+        return self._busy == 0 and not self.feed_pending
+
+    def enter(self) -> None:
+        self._busy += 1
+
+    def leave(self) -> None:
+        self._busy -= 1
+        if self._busy == 0:
+            quiet, self._quiet = self._quiet, trio.Event()
+            quiet.set()
+
+    def mark_quiet(self) -> None:
+        """Wake quiet-waiters if nothing is busy (after the feed was drained)."""
+        if self._busy == 0:
+            self.enter()
+            self.leave()
+
+    async def wait_quiet(self) -> None:
+        while not self.idle:
+            await self._quiet.wait()
+
+    def signal_change(self) -> None:
+        self.changes += 1
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    async def wait_change(self, changes: int) -> None:
+        """Wait (not busy) until something changed after ``changes`` was read."""
+        if self.changes != changes:
+            return
+        self.leave()
+        try:
+            await self._changed.wait()
+        finally:
+            self.enter()
+
+    async def outside(self, fn: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``fn()`` without counting as busy (it waits on the outside world)."""
+        self.leave()
+        try:
+            return await fn()
+        finally:
+            self.enter()
+
+    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start a task that counts as busy until it returns."""
+        assert self._nursery is not None, "Activity.bind() was not called"
+        self.enter()
+
+        async def counted() -> None:
+            try:
+                await fn(*args)
+            finally:
+                self.leave()
+
+        self._nursery.start_soon(counted)

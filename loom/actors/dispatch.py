@@ -1,0 +1,75 @@
+"""Intent dispatch: inject and interrupt controls sent to executors outside any transaction (seed 003
+"Active-event policies and acknowledgements", "Generic inject acknowledgement"), and the cleanup
+interrupt after a control fenced an attempt (it cannot restore authority).
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+from ..kernel.intents import DispatchResult, begin_dispatch_in_tx, finish_dispatch_in_tx
+from ..records.errors import NotAccepting
+from ..records.notices import ExecutionFenced
+from ..records.work import IntentKind
+from .shared import Shared
+
+log = logging.getLogger("loom.router")
+
+
+class IntentDispatcher:
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+        self._dispatching: set[str] = set()
+
+    def dispatch(self, intent_id: str) -> None:
+        if intent_id not in self._dispatching:
+            self._dispatching.add(intent_id)
+            self._s.activity.spawn(self._dispatch, intent_id)
+
+    def stop_fenced(self, notice: ExecutionFenced) -> None:
+        self._s.activity.spawn(self._stop_fenced, notice)
+
+    async def resync(self) -> None:
+        for intent in await self._s.reader.open_intents(None, 10_000):
+            self.dispatch(intent.id)
+
+    async def _dispatch(self, intent_id: str) -> None:
+        """Dispatch one intent; an ambiguous answer is retried, when the kernel schedules it, with the
+        same intent identity."""
+        storage = self._s.storage
+        try:
+            while True:
+                dispatch = await storage.submit(begin_dispatch_in_tx, intent_id)
+                if dispatch is None:
+                    return
+                executor = self._s.extensions.executors.get(dispatch.execution.executor or "")
+                result = DispatchResult.AMBIGUOUS
+                if executor is not None:
+                    try:
+                        if dispatch.intent.kind is IntentKind.INJECT:
+                            await executor.inject(dispatch.execution.id, dispatch.event)
+                        else:
+                            await executor.interrupt(dispatch.execution.id)
+                        result = DispatchResult.ACCEPTED
+                    except NotAccepting:
+                        result = DispatchResult.NOT_ACCEPTING
+                    except Exception as exc:
+                        log.warning("intent %s: ambiguous dispatch: %r", intent_id, exc)
+                intent = await storage.submit(finish_dispatch_in_tx, intent_id, result)
+                retry_at = intent.next_attempt_ms
+                if result is not DispatchResult.AMBIGUOUS or retry_at is None:
+                    return
+                await self._s.activity.outside(partial(self._s.clock.sleep_until, retry_at))
+        finally:
+            self._dispatching.discard(intent_id)
+
+    async def _stop_fenced(self, notice: ExecutionFenced) -> None:
+        """Cleanup after a control fenced an attempt; it cannot restore authority."""
+        execution = await self._s.reader.execution(notice.execution_id)
+        executor = self._s.extensions.executors.get(execution.executor or "") if execution else None
+        if executor is not None:
+            try:
+                await executor.interrupt(notice.execution_id)
+            except Exception as exc:
+                log.warning("execution %s: interrupt after cancel failed: %r", notice.execution_id, exc)

@@ -1,0 +1,181 @@
+"""Routing lanes: each accepted Event is routed in its lane, one at a time, in acceptance order (DESIGN
+section 4; seed 003 "Routing and ownership").
+
+Events reach a lane by their explicit Work, their key, or themselves. A lane reads detached snapshots,
+runs the first matching route's handler outside any transaction (awaiting it if async) and submits the
+decision to ``route_in_tx``, which revalidates revision and ownership. Lanes are independent tasks, so
+a blocked handler delays only its own Work. Events whose first match needs no handler (no match, a
+drop route) are decided from the notice alone, a whole notice batch per storage request.
+"""
+
+from __future__ import annotations
+
+import heapq
+import inspect
+import logging
+
+import attrs
+
+from ..config import Config, EffectiveRoute, effective_routes
+from ..kernel.resolve import RouteRequest, decide_without_handler, first_match, route_ref
+from ..kernel.routing import OutOfOrder, record_handler_error_in_tx, route_batch_in_tx, route_in_tx
+from ..records.errors import Conflict
+from ..records.events import Event
+from ..records.work import Decision, Deliver, Drop, Unmatched, Work
+from .shared import Shared
+
+log = logging.getLogger("loom.router")
+
+MAX_REEVALUATIONS = 100
+
+
+@attrs.define(eq=False)
+class _Lane:
+    queue: list[tuple[int, str]] = attrs.Factory(list)
+    queued: dict[str, Event | None] = attrs.Factory(dict)
+    """Queued event ids, with the Event itself when a notice carried it (saves a read)."""
+
+
+class RoutingLanes:
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+        self._lanes: dict[str, _Lane] = {}
+        self._routes_cache: dict[str, tuple[EffectiveRoute, ...]] = {}
+        self._routes_generation = -1
+
+    def _routes(self, config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
+        """Effective routes of a scope, cached per config generation."""
+        if self._routes_generation != config.generation:
+            self._routes_cache.clear()
+            self._routes_generation = config.generation
+        routes = self._routes_cache.get(scope)
+        if routes is None:
+            routes = self._routes_cache[scope] = effective_routes(config, scope)
+        return routes
+
+    def without_handler(self, event: Event) -> RouteRequest | None:
+        """The decision for an Event whose first match needs no handler (no match, or a drop route).
+
+        Such decisions depend on no Work snapshot, so a whole notice batch of them is applied
+        in one storage request instead of a router task each.
+        """
+        config = self._s.config()
+        decided = decide_without_handler(config, first_match(self._routes(config, event.scope), event.type), event)
+        if decided is None:
+            return None
+        decision, ref = decided
+        return RouteRequest(
+            event_id=event.id, decision=decision, route=ref, expected_revision=None, generation=config.generation
+        )
+
+    async def route_quick(self, requests: list[RouteRequest]) -> None:
+        limits = self._s.config().causal
+        failed = await self._s.storage.submit(route_batch_in_tx, requests, limits)
+        for event_id in failed:
+            self.enqueue(event_id, 0, None, None)
+
+    def enqueue(
+        self, event_id: str, seq: int, work_id: str | None, key: str | None, event: Event | None = None
+    ) -> None:
+        lane_id = f"w:{work_id}" if work_id else f"k:{key}" if key else f"e:{event_id}"
+        lane = self._lanes.get(lane_id)
+        if lane is None:
+            lane = self._lanes[lane_id] = _Lane()
+            self._s.activity.spawn(self._run_lane, lane_id, lane)
+        if event_id not in lane.queued:
+            lane.queued[event_id] = event
+            heapq.heappush(lane.queue, (seq, event_id))
+
+    async def _run_lane(self, lane_id: str, lane: _Lane) -> None:
+        try:
+            while lane.queue:
+                _, event_id = heapq.heappop(lane.queue)
+                try:
+                    await self.route(event_id, lane.queued.get(event_id))
+                finally:
+                    lane.queued.pop(event_id, None)
+        finally:
+            del self._lanes[lane_id]
+
+    async def resync(self) -> None:
+        """Queue every unrouted Event from the store (at start, and after a lagging feed)."""
+        after = 0
+        while batch := await self._s.reader.unrouted_events(after, 1000):
+            for event in batch:
+                self.enqueue(event.id, event.seq, event.work_id, event.key)
+            after = batch[-1].seq
+
+    async def _snapshot(self, event: Event) -> Work | None:
+        reader = self._s.reader
+        if event.work_id is not None:
+            return await reader.work(event.work_id)
+        if event.key is not None:
+            owner = await reader.key_owner(event.key)
+            return await reader.work(owner) if owner else None
+        return None
+
+    async def route(self, event_id: str, event: Event | None = None, *, wait: bool = True) -> bool:
+        """Route one Event: evaluate outside the transaction, apply with a revision check.
+
+        ``event`` is the accepted Event when a notice carried it; a committed checkpoint makes
+        the apply a replay, so the first pass reads nothing it does not need. An earlier unrouted
+        Event of the same Work blocks it: with ``wait`` it waits for that one, else it returns
+        ``False`` at once (a bounded host pass tries again later).
+        """
+        storage, reader, activity = self._s.storage, self._s.reader, self._s.activity
+        for attempt in range(MAX_REEVALUATIONS):
+            if event is None or attempt > 0:
+                if await reader.checkpoint(event_id) is not None:
+                    return True
+                event = await reader.event(event_id)
+                if event is None:
+                    return True
+            config = self._s.config()
+            match = first_match(self._routes(config, event.scope), event.type)
+            decision: Decision
+            work: Work | None = None
+            if (decided := decide_without_handler(config, match, event)) is not None:
+                decision, ref = decided
+            else:
+                assert match is not None
+                ref = route_ref(config, match)
+                work = await self._snapshot(event)
+                evaluated = await self._evaluate(event, work, match)
+                if isinstance(evaluated, str):
+                    await storage.submit(record_handler_error_in_tx, event.id, ref, evaluated, config.generation)
+                    return True
+                decision = evaluated
+            changes = activity.changes
+            request = RouteRequest(
+                event_id=event.id,
+                decision=decision,
+                route=ref,
+                expected_revision=work.revision if work else None,
+                generation=config.generation,
+            )
+            try:
+                await storage.submit(route_in_tx, request, config.causal)
+                return True
+            except OutOfOrder:
+                if not wait:
+                    return False
+                await activity.wait_change(changes)
+            except Conflict:
+                pass
+        log.warning("event %s: routing gave up after %d re-evaluations", event_id, MAX_REEVALUATIONS)
+        return False
+
+    async def _evaluate(self, event: Event, work: Work | None, route: EffectiveRoute) -> Decision | str:
+        """Run a handler (sync or async); a string is the error that stops routing."""
+        handler = self._s.extensions.handlers.get(route.route.handler)
+        if handler is None:
+            return f"no route handler named {route.route.handler!r} is registered"
+        try:
+            decision = handler(event, event.scope, work, route)
+            if inspect.isawaitable(decision):
+                decision = await decision
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if not isinstance(decision, (Deliver, Drop, Unmatched)):
+            return f"returned {type(decision).__name__}, not a Deliver, Drop or Unmatched decision"
+        return decision

@@ -1,0 +1,183 @@
+"""`Config`: the whole validated configuration; each accepted change is a new generation (DESIGN section 6).
+
+Implements the configuration side of seed 003 ("Routing and ownership", "Active-event policies and
+acknowledgements", "Pending-job coalescing and standing Work"): scopes, ordered routes with inheritance,
+bindings, policies and their fallbacks, Work kinds and retry budgets. Anything refused raises `ConfigError`
+naming the file, the key and the reason, and the previous generation stays in force (`ConfigHolder`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..records.errors import ConfigError, InvalidRequest
+from ..records.serde import converter
+from ..records.validation import validate_scope
+from ._keys import check_name, key_path, known, plain, rekey
+from .model import (
+    DEFAULT_TRIGGER,
+    CausalLimits,
+    EffectiveBinding,
+    EffectiveRoute,
+    ScopeConfig,
+    StoreConfig,
+    WorkKindPolicy,
+)
+from .reader import Where, structure_config_fields
+from .resolve import resolve_bindings, resolve_routes
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """The whole validated configuration; each accepted change is a new generation.
+
+    ``scopes`` maps scope paths to what each declares (a parent of a declared scope need not be declared).
+    ``file`` names the source in error messages; it is not part of the configuration's value.
+    """
+
+    causal: CausalLimits = attrs.field(factory=CausalLimits)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+    scopes: dict[str, ScopeConfig] = attrs.field(factory=dict, hash=False)
+    work_kinds: dict[str, WorkKindPolicy] = attrs.field(factory=dict, hash=False)
+    generation: int = 1
+    file: str | None = attrs.field(default=None, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if isinstance(self.generation, bool) or not isinstance(self.generation, int) or self.generation < 1:
+            raise ConfigError(
+                f"must be a positive integer, got {self.generation!r}", file=self.file, key="generation"
+            )
+        for name in self.scopes:
+            try:
+                validate_scope(name, field="a scope")
+            except InvalidRequest as exc:
+                raise ConfigError(str(exc), file=self.file, key=key_path("scopes", name)) from None
+        for name in self.work_kinds:
+            with rekey(self.file, "work_kinds"):
+                check_name(name, key_path("", name))
+        for scope in self.scopes:
+            resolve_routes(self.scopes, scope, None, file=self.file)
+
+    # -- loading --------------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path, *, generation: int = 1) -> Config:
+        """Read and validate a TOML file."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read the file: {exc}", file=str(path)) from None
+        return cls.from_toml(text, file=str(path), generation=generation)
+
+    @classmethod
+    def from_toml(cls, text: str, *, file: str = "<string>", generation: int = 1) -> Config:
+        """Parse and validate TOML text; ``file`` names the source in error messages."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+        return cls.from_dict(data, file=file, generation=generation)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, file: str = "<dict>", generation: int = 1) -> Config:
+        """Structure and validate plain data shaped like the TOML file (JSON-compatible values)."""
+        fields = structure_config_fields(data, Where(file, ""))
+        with rekey(file, ""):
+            return cls(generation=generation, file=file, **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data that ``from_dict`` reads back to an equal config (without ``generation``)."""
+        data: dict[str, Any] = plain(converter.unstructure(self))
+        data.pop("generation", None)
+        data.pop("file", None)
+        return data
+
+    # -- validation against plugins -------------------------------------------------------------------
+
+    def validate(
+        self,
+        *,
+        executors: Mapping[str, Collection[str]] | None = None,
+        handlers: Collection[str] | None = None,
+        work_kinds: Collection[str] | None = None,
+        triggers: Collection[str] | None = None,
+    ) -> None:
+        """Check the config against the registered plugins; raise `ConfigError` on the first problem.
+
+        ``executors`` maps each executor name to the capabilities it advertises; ``handlers`` are the route
+        handler names; ``work_kinds`` the kinds plugins define (besides ``[work_kinds]``); ``triggers`` the
+        trigger-selection policies (``first`` is built in). Omitted collections are not checked.
+        """
+        file = self.file
+        for scope_name, scope in self.scopes.items():
+            for name, binding in scope.bindings.items():
+                if executors is not None and binding.executor not in executors:
+                    raise ConfigError(
+                        f"unknown executor {binding.executor!r}{known(executors)}",
+                        file=file,
+                        key=key_path(key_path("scopes", scope_name), "bindings", name, "executor"),
+                    )
+            for i, route in enumerate(scope.routes):
+                where = f"{key_path('scopes', scope_name)}.routes[{i}]"
+                if handlers is not None and route.handler not in handlers:
+                    raise ConfigError(
+                        f"unknown route handler {route.handler!r}{known(handlers)}",
+                        file=file,
+                        key=f"{where}.handler",
+                    )
+                if (
+                    work_kinds is not None
+                    and route.work_kind is not None
+                    and not (route.work_kind in self.work_kinds or route.work_kind in work_kinds)
+                ):
+                    raise ConfigError(
+                        f"unknown work kind {route.work_kind!r}{known([*self.work_kinds, *work_kinds])}",
+                        file=file,
+                        key=f"{where}.work_kind",
+                    )
+        if triggers is not None:
+            for kind, policy in self.work_kinds.items():
+                if policy.trigger != DEFAULT_TRIGGER and policy.trigger not in triggers:
+                    raise ConfigError(
+                        f"unknown trigger selection {policy.trigger!r}{known([DEFAULT_TRIGGER, *triggers])}",
+                        file=file,
+                        key=key_path("work_kinds", kind, "trigger"),
+                    )
+        if executors is None:
+            return
+        advertised = {name: frozenset(str(c) for c in caps) for name, caps in executors.items()}
+        for scope_name in self.scopes:
+            resolve_routes(self.scopes, scope_name, advertised, file=file)
+        for scope_name, scope in self.scopes.items():
+            for name, binding in scope.bindings.items():
+                missing = sorted(c for c in binding.capabilities if c not in advertised[binding.executor])
+                if missing:
+                    has = ", ".join(sorted(advertised[binding.executor])) or "nothing"
+                    raise ConfigError(
+                        f"pins {', '.join(missing)}, which executor {binding.executor!r} does not advertise "
+                        f"(it advertises: {has})",
+                        file=file,
+                        key=key_path(key_path("scopes", scope_name), "bindings", name, "capabilities"),
+                    )
+
+
+
+
+def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding]:
+    """The bindings in force in ``scope``: inherited by name, the nearest definition replacing the whole
+    binding (its opaque config included). Ordered by first definition, root to leaf."""
+    return resolve_bindings(config.scopes, scope)
+
+
+def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
+    """The routes in force in ``scope``, in evaluation order (seed 003, "Routing and ownership").
+
+    Resolved root to leaf: a descendant's same-name route replaces the whole ancestor route in its original
+    slot; new names append. Each route's binding is resolved in ``scope``, not in the scope defining it.
+    """
+    return resolve_routes(config.scopes, scope, None, file=config.file)

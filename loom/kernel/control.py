@@ -1,0 +1,125 @@
+"""Operator controls: hold, release, cancel and interrupt (seed 003: "Gated starts", "Lease recovery,
+retry and cancellation", and the operator interrupt in "Active-event policies").
+
+Cancellation fences every attempt and intent before it terminalises the Work, and never rewrites
+terminal Work. An operator interrupt is a ``core.manual.interrupt`` control Event plus an interrupt
+intent against the running attempt; the Event is a control, never input.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..config import CausalLimits
+from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT
+from ..records.errors import Conflict, InvalidRequest
+from ..records.events import EventIn
+from ..records.notices import ExecutionFenced, IntentPending, WorkChanged
+from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
+from ..store import Tx
+from ._common import require_work
+from .accept import accept_in_tx
+from .checkpoints import control_checkpoint
+from .intents import intent_id, stale_open_intents_in_tx
+from .segments import end_segment_in_tx
+
+
+def hold_in_tx(tx: Tx, now_ms: int, work_id: str, reason: str) -> Work:
+    if not reason or not reason.strip():
+        raise InvalidRequest("hold: reason must be a non-empty string")
+    work = require_work(tx, work_id)
+    if work.state.terminal:
+        raise Conflict(f"cannot hold work {work.id}: it is {work.state}")
+    tx.update_work(work.id, now_ms, held=1, hold_reason=reason)
+    tx.notify(WorkChanged(work_id=work.id))
+    return require_work(tx, work_id)
+
+
+def release_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
+    """Release a hold: the next start goes through (start gates let it through once)."""
+    work = require_work(tx, work_id)
+    if work.state.terminal:
+        raise Conflict(f"cannot release work {work.id}: it is {work.state}")
+    if not work.held:
+        raise Conflict(f"work {work.id} is not held")
+    tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1)
+    tx.notify(WorkChanged(work_id=work.id))
+    return require_work(tx, work_id)
+
+
+def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
+    """Cancel Work: fence every attempt and intent first, then terminalise. Never rewrites terminal Work."""
+    work = require_work(tx, work_id)
+    if work.state.terminal:
+        raise Conflict(f"cannot cancel work {work.id}: it is already {work.state}")
+    live = tx.live_execution(work.id)
+    if live is not None:
+        end_segment_in_tx(tx, now_ms, live)
+        tx.set_execution_state(
+            live,
+            ExecutionState.CANCELLED,
+            token=None,
+            ended_at_ms=now_ms,
+            outcome=json.dumps({"kind": "cancelled"}),
+        )
+        stale_open_intents_in_tx(tx, now_ms, live.id)
+        tx.notify(ExecutionFenced(execution_id=live.id, work_id=work.id))
+    tx.set_work_state(work, WorkState.CANCELLED, now_ms, held=0)
+    tx.notify(WorkChanged(work_id=work.id))
+    return require_work(tx, work_id)
+
+
+def manual_interrupt_in_tx(
+    tx: Tx, now_ms: int, work_id: str, request_id: str, reason: str, limits: CausalLimits
+) -> Intent:
+    """The operator interrupt: a ``core.manual.interrupt`` control Event plus an interrupt intent.
+
+    Refused unless the running attempt was pinned with the interrupt capability.
+    """
+    work = require_work(tx, work_id)
+    replayed = tx.event_by_delivery(CORE_SOURCE, f"manual.interrupt/{request_id}")
+    if replayed is not None:
+        # a replayed control targets the attempt it first targeted, never a newer one
+        first = intent_id(IntentKind.INTERRUPT, replayed.id, str(replayed.payload.get("execution")))
+        original = tx.intent(first)
+        if replayed.work_id != work.id or original is None:
+            raise InvalidRequest(
+                f"interrupt request {request_id!r} was already used for work {replayed.work_id}"
+            )
+        return original
+    live = tx.live_execution(work.id)
+    if live is None or live.state is not ExecutionState.RUNNING:
+        raise Conflict(f"cannot interrupt work {work.id}: it has no running attempt")
+    if Capability.INTERRUPT.value not in live.capabilities:
+        raise InvalidRequest(
+            f"cannot interrupt work {work.id}: its attempt {live.id} was not pinned with the interrupt "
+            f"capability (executor {live.executor!r})"
+        )
+    control = EventIn(
+        source=CORE_SOURCE,
+        delivery_id=f"manual.interrupt/{request_id}",
+        type=MANUAL_INTERRUPT,
+        scope=work.scope,
+        work_id=work.id,
+        payload={"reason": reason, "execution": live.id},
+    )
+    event = accept_in_tx(tx, now_ms, control, limits, trusted=True)
+    if not event.duplicate:
+        control_checkpoint(tx, now_ms, event, work.id, "operator interrupt")
+    iid = intent_id(IntentKind.INTERRUPT, event.id, live.id)
+    tx.insert_intent(
+        id=iid,
+        kind=IntentKind.INTERRUPT,
+        work_id=work.id,
+        event_id=event.id,
+        execution_id=live.id,
+        epoch=live.epoch,
+        now_ms=now_ms,
+    )
+    tx.set_execution_state(live, ExecutionState.STOPPING, token=None)
+    tx.update_work(work.id, now_ms)
+    tx.notify(IntentPending(intent_id=iid, work_id=work.id))
+    tx.notify(WorkChanged(work_id=work.id))
+    intent = tx.intent(iid)
+    assert intent is not None
+    return intent

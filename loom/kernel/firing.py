@@ -1,0 +1,235 @@
+"""Firing timers: `fire_timer_in_tx` joins acceptance (with causal charging), the firing ledger and the
+timer's deletion or replacement in one transaction (seed 000 "Timers", seed 004 "FireTimer", seed 003 on
+timers inside the causal bounds).
+
+A committed firing is answered again from the ledger; a request for an older identity (cancelled,
+recreated, already moved on) does nothing. A recurring timer asks its recurrence policy (a pure plugin)
+for the occurrence and the replacement, and core validates both. A timer whose template is one of the
+runtime's control Events applies its effect through its `TimerKind` in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from ..config import CausalLimits
+from ..records.errors import InvalidRequest
+from ..records.events import CausalRejection, DiagnosticKind, Event
+from ..records.notices import TimerArmed, TimerCancelled
+from ..records.timers import (
+    FireRequest,
+    Firing,
+    FiringResult,
+    Occurrence,
+    RecurrencePolicy,
+    Replacement,
+    Skip,
+    Timer,
+    TimerState,
+)
+from ..store import Tx
+from .accept import accept_derived_in_tx, accept_in_tx
+from .timer_kinds import TIMER_KINDS
+from .timers import timer_template
+
+
+def fire_timer_in_tx(
+    tx: Tx,
+    now_ms: int,
+    req: FireRequest,
+    limits: CausalLimits,
+    policies: Mapping[str, RecurrencePolicy],
+) -> Firing:
+    """Fire one timer identity: accept its Event, write the ledger, delete or replace it."""
+    committed = tx.firing(req.timer_id, req.revision, req.fire_at_ms)
+    if committed is not None:
+        return attrs.evolve(committed, replay=True)
+    timer = tx.timer(req.timer_id)
+    if (
+        timer is None
+        or timer.state is not TimerState.ARMED
+        or timer.revision != req.revision
+        or timer.fire_at_ms != req.fire_at_ms
+    ):
+        return _noop(req, FiringResult.STALE, now_ms, "not the timer's current armed identity")
+    if now_ms < timer.fire_at_ms:
+        return _noop(req, FiringResult.NOT_DUE, now_ms, f"due at {timer.fire_at_ms}")
+    if timer.recurrence is not None:
+        return _fire_recurrence(tx, now_ms, timer, limits, policies)
+    if timer.interval_ms is not None:
+        occurrence, replacement = interval_occurrence(timer, now_ms)
+        return _accept(tx, now_ms, timer, occurrence, replacement, limits)
+    occurrence = Occurrence(occurrence_ms=timer.fire_at_ms, delivery_id=timer.delivery_id)
+    return _accept(tx, now_ms, timer, occurrence, None, limits)
+
+
+def fire_timers_in_tx(
+    tx: Tx,
+    now_ms: int,
+    requests: Sequence[FireRequest],
+    limits: CausalLimits,
+    policies: Mapping[str, RecurrencePolicy],
+) -> list[Firing | str]:
+    """Fire many timer identities in one storage request (one commit), in the given order.
+
+    Each firing is atomic on its own: one that raises leaves its own effects undone and its
+    error (a string) in its slot, and the others stand. A storage failure fails them all.
+    """
+    results: list[Firing | str] = []
+    for request in requests:
+        try:
+            with tx.savepoint():
+                results.append(fire_timer_in_tx(tx, now_ms, request, limits, policies))
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            results.append(f"{type(exc).__name__}: {exc}")
+    return results
+
+
+def interval_occurrence(timer: Timer, now_ms: int) -> tuple[Occurrence, Replacement]:
+    """A fixed-interval firing: the latest due tick fires, older missed ticks are counted as
+    skipped (never a burst), and the replacement is the next tick after now."""
+    assert timer.interval_ms is not None
+    missed = (now_ms - timer.fire_at_ms) // timer.interval_ms
+    latest = timer.fire_at_ms + missed * timer.interval_ms
+    occurrence = Occurrence(
+        occurrence_ms=latest, delivery_id=f"{timer.delivery_id}@{latest}", payload={"skipped": missed}
+    )
+    nxt = latest + timer.interval_ms
+    return occurrence, Replacement(fire_at_ms=nxt, delivery_id=f"{timer.delivery_id}@{nxt}")
+
+
+def _fire_recurrence(
+    tx: Tx, now_ms: int, timer: Timer, limits: CausalLimits, policies: Mapping[str, RecurrencePolicy]
+) -> Firing:
+    assert timer.recurrence is not None
+    policy = policies.get(timer.recurrence)
+    if policy is None:
+        return _invalid(
+            tx, now_ms, timer, f"no recurrence policy is registered for kind {timer.recurrence!r}"
+        )
+    try:
+        answer, replacement = policy(timer, now_ms, timer.spec or {})
+    except Exception as exc:
+        return _invalid(
+            tx, now_ms, timer, f"recurrence policy {timer.recurrence!r} raised {type(exc).__name__}: {exc}"
+        )
+    problem = _check_answer(timer, now_ms, answer, replacement)
+    if problem is not None:
+        return _invalid(tx, now_ms, timer, problem)
+    if isinstance(answer, Skip):
+        return _settle(tx, now_ms, timer, FiringResult.SKIPPED, None, replacement, answer.reason)
+    return _accept(tx, now_ms, timer, answer, replacement, limits)
+
+
+def _check_answer(timer: Timer, now_ms: int, answer: object, replacement: object) -> str | None:
+    """Core validates every policy answer: the occurrence keeps the timer's source and parent;
+    the replacement fires after now and has an identity distinct from the occurrence's."""
+    if not isinstance(answer, (Occurrence, Skip)):
+        return f"policy answered {type(answer).__name__}, not an Occurrence or Skip"
+    if replacement is not None and not isinstance(replacement, Replacement):
+        return f"policy answered a {type(replacement).__name__} replacement, not a Replacement"
+    if isinstance(answer, Occurrence):
+        if answer.source is not None and answer.source != timer.source:
+            return f"the occurrence changes the source from {timer.source!r} to {answer.source!r}"
+        if answer.parent_id is not None and answer.parent_id != timer.parent_id:
+            return "the occurrence changes the timer's parent"
+        if not answer.delivery_id:
+            return "the occurrence has no delivery identity"
+    if isinstance(replacement, Replacement):
+        if isinstance(replacement.fire_at_ms, bool) or not isinstance(replacement.fire_at_ms, int):
+            return f"the replacement's fire_at_ms is not integer milliseconds: {replacement.fire_at_ms!r}"
+        if replacement.fire_at_ms <= now_ms:
+            return f"the replacement fires at {replacement.fire_at_ms}, not after now ({now_ms})"
+        if isinstance(answer, Occurrence) and replacement.delivery_id == answer.delivery_id:
+            return "the replacement has the same identity as the occurrence"
+    return None
+
+
+def _accept(
+    tx: Tx,
+    now_ms: int,
+    timer: Timer,
+    occurrence: Occurrence,
+    replacement: Replacement | None,
+    limits: CausalLimits,
+) -> Firing:
+    extra = {"timer": timer.id, "occurrence_ms": occurrence.occurrence_ms, **occurrence.payload}
+    event_in = timer_template(timer, occurrence.delivery_id, extra)
+    try:
+        if timer.parent_id is None:
+            accepted: Event | CausalRejection = accept_in_tx(tx, now_ms, event_in, limits, trusted=True)
+        else:
+            accepted = accept_derived_in_tx(
+                tx, now_ms, event_in, timer.parent_id, limits, execution_id=timer.execution_id
+            )
+    except InvalidRequest as exc:
+        return _invalid(tx, now_ms, timer, f"its event template is refused: {exc}")
+    if isinstance(accepted, CausalRejection):
+        # a refused firing disables the timer: no event, no tight retry loop. The timer is settled
+        # first, so its kind's effect sees it no longer armed.
+        tx.set_timer_state(timer, TimerState.DISABLED, f"causal_rejection: {accepted.reason}", now_ms)
+        tx.notify(TimerCancelled(timer_id=timer.id))
+        firing = _ledger(tx, now_ms, timer, FiringResult.REFUSED, None, None, accepted.describe())
+        kind = TIMER_KINDS.get(timer.type)
+        if kind is not None:
+            kind.on_refused(tx, now_ms, timer)
+        return firing
+    firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
+    kind = TIMER_KINDS.get(timer.type)
+    if kind is not None and not accepted.duplicate:
+        kind.on_fired(tx, now_ms, timer, accepted)
+    return firing
+
+
+def _settle(
+    tx: Tx,
+    now_ms: int,
+    timer: Timer,
+    result: FiringResult,
+    event_id: str | None,
+    replacement: Replacement | None,
+    detail: str | None,
+) -> Firing:
+    """Delete (tombstone) a one-shot timer, or move a recurring one to its replacement."""
+    if replacement is None:
+        tx.set_timer_state(timer, TimerState.FIRED, None, now_ms)
+        tx.count_firing(timer.id, now_ms)
+    else:
+        tx.rearm_timer(timer, replacement.fire_at_ms, now_ms)
+        tx.notify(TimerArmed(timer_id=timer.id, revision=timer.revision, fire_at_ms=replacement.fire_at_ms))
+    return _ledger(
+        tx, now_ms, timer, result, event_id, replacement.fire_at_ms if replacement else None, detail
+    )
+
+
+def _invalid(tx: Tx, now_ms: int, timer: Timer, reason: str) -> Firing:
+    """An unusable recurrence: an ``invalid_timer`` diagnostic, and the timer leaves the due set."""
+    tx.set_timer_state(timer, TimerState.INVALID, reason, now_ms)
+    tx.add_diagnostic(DiagnosticKind.INVALID_TIMER, timer.id, f"timer {timer.id}: {reason}",
+                      {"timer": timer.id, "revision": timer.revision, "fire_at_ms": timer.fire_at_ms}, now_ms)  # fmt: skip
+    tx.notify(TimerCancelled(timer_id=timer.id))
+    return _ledger(tx, now_ms, timer, FiringResult.INVALID, None, None, reason)
+
+
+def _ledger(
+    tx: Tx,
+    now_ms: int,
+    timer: Timer,
+    result: FiringResult,
+    event_id: str | None,
+    next_fire_at_ms: int | None,
+    detail: str | None,
+) -> Firing:
+    firing = Firing(timer_id=timer.id, revision=timer.revision, fire_at_ms=timer.fire_at_ms, result=result,
+                    event_id=event_id, next_fire_at_ms=next_fire_at_ms, detail=detail, at_ms=now_ms)  # fmt: skip
+    tx.insert_firing(firing)
+    return firing
+
+
+def _noop(req: FireRequest, result: FiringResult, now_ms: int, detail: str) -> Firing:
+    return Firing(timer_id=req.timer_id, revision=req.revision, fire_at_ms=req.fire_at_ms, result=result,
+                  event_id=None, next_fire_at_ms=None, detail=detail, at_ms=now_ms)  # fmt: skip

@@ -1,0 +1,140 @@
+"""Intents: inject and interrupt controls, committed before their executor is called (seed 003,
+"Active-event policies and acknowledgements", "Generic inject acknowledgement").
+
+Dispatch happens outside any transaction, between `begin_dispatch_in_tx` (the attempt is recorded)
+and `finish_dispatch_in_tx` (the executor's answer). An inject answer of ``None`` means accepted for
+delivery, never consumed; `NotAccepting` settles the intent and the input stays pending; anything
+else is ambiguous and retried with the same intent identity on a durable schedule.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from ..records.errors import NotFound
+from ..records.events import DiagnosticKind, Event
+from ..records.ids import stable_id
+from ..records.notices import WorkChanged
+from ..records.work import (
+    OPEN_INTENT_STATUSES,
+    Execution,
+    ExecutionState,
+    Intent,
+    IntentKind,
+    IntentStatus,
+    WorkState,
+)
+from ..store import Tx
+from ._common import require_event
+from .segments import end_segment_in_tx
+
+DISPATCH_ATTEMPTS = 5
+DISPATCH_BACKOFF_MS = 1_000
+
+
+class DispatchResult(enum.StrEnum):
+    """What an executor answered to one dispatch."""
+
+    ACCEPTED = "accepted"
+    NOT_ACCEPTING = "not_accepting"
+    AMBIGUOUS = "ambiguous"
+
+
+@attrs.frozen(kw_only=True)
+class Dispatch:
+    intent: Intent
+    execution: Execution
+    event: Event
+
+
+def intent_id(kind: IntentKind, event_id: str, execution_id: str) -> str:
+    """An intent's identity: its kind, its Event and the attempt it targets (stable across retries)."""
+    return stable_id("in", kind.value, event_id, execution_id)
+
+
+def stale_open_intents_in_tx(tx: Tx, now_ms: int, execution_id: str) -> None:
+    """The attempt ended: its undispatched or unanswered intents never retarget another attempt."""
+    for intent in tx.intents_of_execution(execution_id):
+        if intent.status in OPEN_INTENT_STATUSES:
+            tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
+
+
+def begin_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str) -> Dispatch | None:
+    """Mark an intent as dispatched (attempted) before the executor is called.
+
+    ``None``: nothing to dispatch (settled, stale, or its attempt ended: a post-completion
+    dispatch never targets another attempt).
+    """
+    intent = tx.intent(intent_id)
+    if intent is None:
+        raise NotFound(f"no intent with id {intent_id!r}")
+    if intent.status not in OPEN_INTENT_STATUSES:
+        return None
+    execution = tx.execution(intent.execution_id)
+    assert execution is not None
+    live = ExecutionState.RUNNING if intent.kind is IntentKind.INJECT else ExecutionState.STOPPING
+    if execution.state is not live:
+        tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
+        return None
+    tx.set_intent_status(intent, IntentStatus.DISPATCHING, now_ms, attempted=True)
+    tx.notify(WorkChanged(work_id=intent.work_id))
+    return Dispatch(
+        intent=attrs.evolve(intent, status=IntentStatus.DISPATCHING),
+        execution=execution,
+        event=require_event(tx, intent.event_id),
+    )
+
+
+def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: DispatchResult) -> Intent:
+    """Record the executor's answer. A late acknowledgement never undoes a consumption."""
+    intent = tx.intent(intent_id)
+    if intent is None:
+        raise NotFound(f"no intent with id {intent_id!r}")
+    if intent.status is IntentStatus.DISPATCHING:
+        if result is DispatchResult.AMBIGUOUS:
+            # the same intent identity is tried again later, a bounded number of times
+            retry = (
+                now_ms + DISPATCH_BACKOFF_MS * intent.attempts if intent.attempts < DISPATCH_ATTEMPTS else None
+            )
+            tx.set_intent_status(intent, IntentStatus.DISPATCHING, now_ms, next_attempt_ms=retry)
+            if retry is None:
+                tx.add_diagnostic(
+                    DiagnosticKind.DISPATCH_GAVE_UP,
+                    intent.event_id,
+                    f"intent {intent.id}: {intent.attempts} ambiguous dispatches; the input stays pending",
+                    {"intent": intent.id, "execution": intent.execution_id},
+                    now_ms,
+                )
+        elif intent.kind is IntentKind.INTERRUPT:
+            _settle_interrupt(tx, now_ms, intent)
+        elif result is DispatchResult.ACCEPTED:
+            tx.set_intent_status(intent, IntentStatus.ACCEPTED, now_ms)
+        else:
+            tx.set_intent_status(intent, IntentStatus.NOT_ACCEPTING, now_ms)
+    tx.notify(WorkChanged(work_id=intent.work_id))
+    settled = tx.intent(intent_id)
+    assert settled is not None
+    return settled
+
+
+def _settle_interrupt(tx: Tx, now_ms: int, intent: Intent) -> None:
+    """The executor stopped the interrupted attempt: end it and leave the Work ready."""
+    tx.set_intent_status(intent, IntentStatus.DONE, now_ms)
+    execution = tx.execution(intent.execution_id)
+    assert execution is not None
+    if execution.state is ExecutionState.STOPPING:
+        end_segment_in_tx(tx, now_ms, execution)
+        tx.set_execution_state(
+            execution,
+            ExecutionState.CANCELLED,
+            interrupt_event_id=intent.event_id,
+            ended_at_ms=now_ms,
+            outcome='{"kind":"interrupted"}',
+        )
+        work = tx.work(execution.work_id)
+        assert work is not None
+        if work.state is WorkState.RUNNING:
+            tx.set_work_state(work, WorkState.READY, now_ms)
+        tx.notify(WorkChanged(work_id=work.id))

@@ -1,0 +1,10 @@
+"""The timer kinds of the runtime's own control timers, by Event type (see `timer_kind`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import deadlines
+from .timer_kind import TimerKind
+
+TIMER_KINDS: Mapping[str, TimerKind] = {kind.event_type: kind for kind in (deadlines.TIMER_KIND,)}

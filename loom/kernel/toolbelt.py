@@ -1,0 +1,116 @@
+"""The execution's fenced toolbelt, as procedures: emit, create child Work, arm a timer (seed 003
+"Causal bounds": executors must have trusted causal ancestry).
+
+Every call presents the attempt's authority; its parent is the attempt's trigger, so everything an
+execution derives stays on the trigger's causal chain and is charged to its root's budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import CausalLimits
+from ..records.core_events import CORE_PREFIX, CORE_SOURCE, WORK_CREATED
+from ..records.errors import Conflict, InvalidRequest
+from ..records.events import CausalRejection, Event, EventIn
+from ..records.ids import stable_id
+from ..records.notices import WorkChanged
+from ..records.timers import Timer, TimerSpec
+from ..records.validation import validate_event_in
+from ..records.work import Execution, Work
+from ..store import Tx
+from ._common import require_work
+from .accept import accept_derived_in_tx
+from .authority import Authority, authorize
+from .checkpoints import control_checkpoint
+from .timers import arm_in_tx, timer_template, validate_spec
+
+
+def emit_in_tx(
+    tx: Tx, now_ms: int, auth: Authority, event: EventIn, limits: CausalLimits, cause_id: str | None = None
+) -> Event | CausalRejection:
+    """Emit a derived Event from the attempt's trigger, charged to the causal bounds."""
+    execution = authorize(tx, now_ms, auth)
+    validate_event_in(event)  # an execution may not emit the privileged core.* family
+    work = require_work(tx, execution.work_id)
+    if event.scope != work.scope:
+        raise InvalidRequest(
+            f"emit: event.scope {event.scope!r} is not the emitting work's scope {work.scope!r}"
+        )
+    parent = _authority_parent(execution)
+    return accept_derived_in_tx(
+        tx, now_ms, event, parent, limits, cause_id=cause_id, execution_id=execution.id
+    )
+
+
+def create_child_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    name: str,
+    keys: Sequence[str],
+    kind: str | None,
+    generation: int,
+    limits: CausalLimits,
+) -> Work | CausalRejection:
+    """Create child Work in the parent's scope, atomically with its ``core.work.created`` Event."""
+    execution = authorize(tx, now_ms, auth)
+    parent_work = require_work(tx, execution.work_id)
+    if not name or not isinstance(name, str):
+        raise InvalidRequest("create_child: name must be a non-empty string (it makes the child id stable)")
+    child_id = stable_id("wk", parent_work.id, "child", name)
+    existing = tx.work(child_id)
+    if existing is not None:
+        return existing
+    for key in keys:
+        owner = tx.key_owner(key)
+        if owner is not None:
+            raise InvalidRequest(f"create_child: key {key!r} is already owned by work {owner}")
+    created = accept_derived_in_tx(
+        tx, now_ms,
+        EventIn(source=CORE_SOURCE, delivery_id=f"work.created/{child_id}", type=WORK_CREATED,
+                scope=parent_work.scope, payload={"parent": parent_work.id, "child": child_id, "name": name}),
+        _authority_parent(execution), limits, execution_id=execution.id,
+    )  # fmt: skip
+    if isinstance(created, CausalRejection):
+        return created
+    tx.insert_work(id=child_id, scope=parent_work.scope, kind=kind, parent_id=parent_work.id, predecessor_id=None,
+                   generation=generation, now_ms=now_ms)  # fmt: skip
+    for key in keys:
+        tx.attach_key(key, child_id, created.seq, now_ms)
+    control_checkpoint(tx, now_ms, created, child_id, "records the creation of a child work")
+    tx.notify(WorkChanged(work_id=child_id))
+    return require_work(tx, child_id)
+
+
+def _authority_parent(execution: Execution) -> str:
+    if execution.trigger_id is None:
+        raise InvalidRequest(f"execution {execution.id} has no trigger to derive from")
+    return execution.trigger_id
+
+
+def arm_derived_in_tx(tx: Tx, now_ms: int, auth: Authority, spec: TimerSpec) -> Timer:
+    """Arm a timer under an execution's lease; it inherits the attempt's trigger as its parent,
+    so its firing stays on the trigger's causal chain even days later."""
+    execution = authorize(tx, now_ms, auth)
+    # an execution may not schedule the privileged core.* family (a forged core.execution.timeout)
+    validate_spec(spec)
+    validate_event_in(timer_template(spec, spec.delivery_id or spec.id))
+    if execution.trigger_id is None:
+        raise InvalidRequest(f"execution {execution.id} has no trigger to derive a timer from")
+    work = tx.work(execution.work_id)
+    assert work is not None
+    if spec.scope != work.scope:
+        raise InvalidRequest(f"timer.scope {spec.scope!r} is not the arming work's scope {work.scope!r}")
+    existing = tx.timer(spec.id)
+    if existing is not None and not _armed_by_work(tx, existing, work.id):
+        # re-arming would recreate someone else's timer (a root schedule, its own deadline)
+        raise Conflict(f"timer {spec.id!r} was not armed by an execution of work {work.id}")
+    return arm_in_tx(tx, now_ms, spec, parent_id=execution.trigger_id, execution_id=execution.id)
+
+
+def _armed_by_work(tx: Tx, timer: Timer, work_id: str) -> bool:
+    if timer.execution_id is None or timer.type.startswith(CORE_PREFIX):
+        return False
+    armed_by = tx.execution(timer.execution_id)
+    return armed_by is not None and armed_by.work_id == work_id

@@ -1,0 +1,12 @@
+"""Commit notices, as `Runtime.watch` yields them (public frozen records; see `loom.records.notices`)."""
+
+from .records.notices import Committed as Committed
+from .records.notices import EventAccepted as EventAccepted
+from .records.notices import EventRouted as EventRouted
+from .records.notices import ExecutionFenced as ExecutionFenced
+from .records.notices import IntentPending as IntentPending
+from .records.notices import Lagged as Lagged
+from .records.notices import Notice as Notice
+from .records.notices import TimerArmed as TimerArmed
+from .records.notices import TimerCancelled as TimerCancelled
+from .records.notices import WorkChanged as WorkChanged

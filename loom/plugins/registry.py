@@ -1,0 +1,67 @@
+"""`Extensions`: what the registered plugins provide, merged by name once at startup.
+
+Built-in plugins register exactly like third-party ones; when two provide the same name, the one
+registered first wins (pluggy calls the last registered first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import pluggy
+
+from ..records.executor import Executor
+from ..records.timers import RecurrencePolicy
+
+
+def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge hook results; pluggy calls the last registered first, so earlier plugins win last."""
+    out: dict[str, Any] = {}
+    for result in reversed(results):
+        out.update(result or {})
+    return out
+
+
+@attrs.frozen(kw_only=True)
+class Extensions:
+    """Route handlers, executors, start gates and recurrence policies, by name."""
+
+    handlers: Mapping[str, Any] = attrs.field(factory=dict)
+    executors: Mapping[str, Executor] = attrs.field(factory=dict)
+    start_gates: Mapping[str, Any] = attrs.field(factory=dict)
+    recurrence_policies: Mapping[str, RecurrencePolicy] = attrs.field(factory=dict)
+
+    @classmethod
+    def of(cls, pm: pluggy.PluginManager) -> Extensions:
+        return cls(
+            handlers=merged(pm.hook.loom_route_handlers()),
+            executors=merged(pm.hook.loom_executors()),
+            start_gates=merged(pm.hook.loom_start_gates()),
+            recurrence_policies=merged(pm.hook.loom_recurrence_policies()),
+        )
+
+    def advertised(self) -> dict[str, frozenset[str]]:
+        """Executor name -> the capabilities it advertises now (read live: an executor may change them)."""
+        return {
+            name: frozenset(str(c) for c in getattr(executor, "capabilities", ()))
+            for name, executor in self.executors.items()
+        }
+
+
+class LiveCapabilities(Mapping[str, frozenset[str]]):
+    """Executor name -> the capabilities it advertises, read at each lookup (config validation
+    sees what the executors offer when a config is loaded, not when the runtime started)."""
+
+    def __init__(self, executors: Mapping[str, Any]) -> None:
+        self._executors = executors
+
+    def __getitem__(self, name: str) -> frozenset[str]:
+        return frozenset(str(c) for c in getattr(self._executors[name], "capabilities", ()))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._executors)
+
+    def __len__(self) -> int:
+        return len(self._executors)

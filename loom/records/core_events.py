@@ -1,0 +1,25 @@
+"""Every ``core.*`` Event type the runtime itself emits, in one place.
+
+External ingress may not publish this family (see `validation.validate_event_in`); these are
+the runtime's own control and audit Events. Each is accepted under the causal bounds like any
+derived Event, and none of them becomes a Work's input.
+"""
+
+from __future__ import annotations
+
+CORE_PREFIX = "core."
+"""The privileged family: only the runtime (and trusted control paths) may accept these types."""
+
+CORE_SOURCE = "core"
+"""The source namespace of the runtime's own Events."""
+
+WORK_CREATED = "core.work.created"
+"""A child Work was created, or a reopen policy made a successor; the payload names both Works."""
+
+MANUAL_INTERRUPT = "core.manual.interrupt"
+"""An operator interrupted a running attempt; the control, not an input."""
+
+EXECUTION_TIMEOUT = "core.execution.timeout"
+"""An attempt's active-time deadline came; firing it fences and fails that segment."""
+
+ALL_CORE_TYPES = (WORK_CREATED, MANUAL_INTERRUPT, EXECUTION_TIMEOUT)

@@ -1,0 +1,133 @@
+"""Frozen records and enums shared by every layer (DESIGN section 1, "records").
+
+Records are pure data: ``@attrs.frozen(kw_only=True)``; change one with ``attrs.evolve``.
+Validation of untrusted input lives in `validation`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+JSONObject = dict[str, Any]
+
+
+class RejectionReason(enum.StrEnum):
+    DEPTH_LIMIT = "depth_limit"
+    RATE_LIMIT = "rate_limit"
+
+
+@attrs.frozen(kw_only=True)
+class EventIn:
+    """An Event as offered to acceptance (untrusted until validated)."""
+
+    source: str
+    delivery_id: str
+    type: str
+    scope: str
+    key: str | None = None
+    work_id: str | None = None
+    payload: JSONObject = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(kw_only=True)
+class Event:
+    """An accepted, immutable Event with its durable sequence and causal position."""
+
+    id: str
+    seq: int
+    source: str
+    delivery_id: str
+    type: str
+    scope: str
+    key: str | None
+    work_id: str | None
+    execution_id: str | None
+    payload: JSONObject = attrs.field(hash=False)
+    parent_id: str | None
+    cause_id: str | None
+    root_id: str
+    depth: int
+    accepted_at_ms: int
+    duplicate: bool = False
+    """True when this acceptance found an earlier Event with the same (source, delivery_id)."""
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None
+
+
+@attrs.frozen(kw_only=True)
+class CausalRejection:
+    """The redacted diagnostic a causal refusal commits (never the payload)."""
+
+    reason: RejectionReason
+    root_id: str
+    depth: int
+    limit: int
+    budget: int
+    minute: int
+    source: str
+    delivery_id: str
+    type: str
+    parent_id: str
+    cause_id: str | None
+    work_id: str | None
+    execution_id: str | None
+    at_ms: int
+
+    def describe(self) -> str:
+        if self.reason is RejectionReason.DEPTH_LIMIT:
+            return (
+                f"causal bounds refused {self.source}/{self.delivery_id}: its chain would reach depth "
+                f"{self.depth}, over the limit of {self.limit} (depth_limit, root {self.root_id})"
+            )
+        return (
+            f"causal bounds refused {self.source}/{self.delivery_id}: root {self.root_id} already "
+            f"accepted {self.budget} derived events in UTC minute {self.minute} (rate_limit)"
+        )
+
+
+class DiagnosticKind(enum.StrEnum):
+    """What a durable diagnostic is about; each is passed explicitly where it is written."""
+
+    HANDLER_ERROR = "handler_error"
+    """A route handler raised or answered something that is not a decision."""
+    OWNED_BY_OTHER = "owned_by_other"
+    """A decision would attach a key another Work owns: every effect was aborted."""
+    CONTRADICTION = "contradiction"
+    """The Event's explicit target and the decision disagree (Work, scope or key)."""
+    UNKNOWN_WORK = "unknown_work"
+    """A decision names a Work that does not exist and does not create it."""
+    UNSUPPORTED_CAPABILITY = "unsupported_capability"
+    """An inject or interrupt against an attempt without that capability, and no fallback."""
+    CAUSAL_REJECTION = "causal_rejection"
+    """The causal bounds refused an Event the runtime itself derived (a successor's record)."""
+    DISPATCH_GAVE_UP = "dispatch_gave_up"
+    """An intent's dispatch stayed ambiguous through every retry."""
+    INVALID_TIMER = "invalid_timer"
+    """A timer's recurrence or template cannot fire; it left the due set."""
+    POLL_ITEM_FAILED = "poll_item_failed"
+    """One item of a bounded host pass failed; the pass went on."""
+
+
+@attrs.frozen(kw_only=True)
+class Diagnostic:
+    """A durable, safe diagnostic (never a payload): what went wrong with which subject."""
+
+    id: int
+    kind: str
+    subject: str
+    message: str
+    detail: JSONObject = attrs.field(hash=False)
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class KVEntry:
+    namespace: str
+    key: str
+    value: JSONObject = attrs.field(hash=False)
+    updated_at_ms: int

@@ -1,0 +1,229 @@
+"""The trusted host API of the `Runtime` handle: executions for hosts that run their own executors,
+operator controls, timers, and the bounded host pass `poll` (DESIGN sections 1 and 4).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..actors.activity import Activity
+from ..actors.lanes import RoutingLanes
+from ..actors.shared import Shared
+from ..actors.toolbelt import RuntimeToolbelt
+from ..kernel.authority import Authority
+from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
+from ..kernel.executions import (
+    NO_BINDING,
+    BindingRef,
+    binding_for_in_tx,
+    claim_in_tx,
+    claim_request,
+    complete_in_tx,
+    kind_policy,
+    renew_in_tx,
+)
+from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
+from ..kernel.timers import arm_in_tx, cancel_timer_in_tx, due_in_tx
+from ..records.errors import InvalidRequest, NotFound
+from ..records.events import DiagnosticKind
+from ..records.timers import FireRequest, Firing, Timer, TimerSpec
+from ..records.work import Execution, Intent, Lease, Outcome, Work
+from ..store import Tx
+from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit
+
+
+@attrs.frozen(kw_only=True)
+class PollReport:
+    """What one `Runtime.poll` pass did."""
+
+    routed: int
+    """Events routed (or found already routed) in this pass."""
+    firings: tuple[Firing, ...]
+    failures: tuple[str, ...]
+
+
+def _diagnose(tx: Tx, now_ms: int, kind: DiagnosticKind, subject: str, message: str) -> None:
+    tx.add_diagnostic(kind, subject, message, {}, now_ms)
+
+
+class Host(RuntimeBase):
+    # -- executions (for hosts that run their own executors, and tests) --------------
+
+    async def claim(
+        self, work_id: str, *, owner: str, lease_ms: int = DEFAULT_LEASE_MS, binding: BindingRef | None = None
+    ) -> Lease:
+        """Start the Work's next attempt under a fresh lease (scope capacity applies).
+
+        Without ``binding``, the attempt pins the binding of the route that routed its earliest
+        pending input (or none: the host runs it itself).
+        """
+        config = self._p.config()
+        work = await self._p.reader.work(work_id)
+        if work is None:
+            raise NotFound(f"no work with id {work_id!r}")
+        if binding is None:
+            found = await self._submit(binding_for_in_tx, work_id, config, self._p.extensions.advertised())
+            binding = found or NO_BINDING
+        request = claim_request(
+            config, work, owner=owner, token=secrets.token_urlsafe(24), lease_ms=lease_ms, binding=binding
+        )
+        lease: Lease = await self._submit(claim_in_tx, request)
+        return lease
+
+    async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
+        expires = await self._submit(renew_in_tx, Authority.of(lease), lease_ms)
+        return attrs.evolve(lease, expires_at_ms=expires)
+
+    async def complete(self, lease: Lease, outcome: Outcome) -> Execution:
+        """Commit an attempt's outcome under its fence (`StaleAuthority` if the lease is stale)."""
+        kind = kind_policy(self._p.config(), lease.request.kind)
+        execution: Execution = await self._submit(complete_in_tx, Authority.of(lease), outcome, kind)
+        return execution
+
+    def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
+        """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""
+        config = self._p.config()
+        return RuntimeToolbelt(
+            self._p.storage, lease, limits=config.causal, generation=config.generation, lease_ms=lease_ms
+        )
+
+    # -- operator controls ----------------------------------------------------------
+
+    async def hold(self, work_id: str, *, reason: str) -> Work:
+        """Hold Work: no attempt starts until it is released; its input keeps queueing."""
+        work: Work = await self._submit(hold_in_tx, work_id, reason)
+        return work
+
+    async def release(self, work_id: str) -> Work:
+        """Release a hold; the next start goes through (start gates let it through once)."""
+        work: Work = await self._submit(release_in_tx, work_id)
+        return work
+
+    async def cancel(self, work_id: str) -> Work:
+        """Cancel Work (terminal): every token of its attempts loses authority at this commit."""
+        work: Work = await self._submit(cancel_in_tx, work_id)
+        return work
+
+    async def interrupt(
+        self, work_id: str, *, reason: str = "operator interrupt", request_id: str | None = None
+    ) -> Intent:
+        """Interrupt the running attempt (``core.manual.interrupt``); the Work stays ready with its input."""
+        intent: Intent = await self._submit(
+            manual_interrupt_in_tx, work_id, request_id or secrets.token_hex(8), reason, self._p.config().causal
+        )
+        return intent
+
+    # -- timers ---------------------------------------------------------------------
+
+    async def arm(self, spec: TimerSpec) -> Timer:
+        """Arm a root timer (trusted: an independent schedule or an operator action).
+
+        With ``interval_ms`` it recurs at a fixed interval; with ``recurrence`` (a policy kind
+        such as ``cron``) and an opaque ``spec`` it recurs by that policy.
+        """
+        timer: Timer = await self._submit(arm_in_tx, spec)
+        return timer
+
+    async def arm_recurring(self, spec: TimerSpec) -> Timer:
+        """Arm a root timer that recurs every ``spec.interval_ms``; each occurrence has its own
+        delivery identity ``{delivery_id}@{occurrence_ms}``."""
+        if spec.interval_ms is None:
+            raise InvalidRequest("arm_recurring: timer.interval_ms is required")
+        return await self.arm(spec)
+
+    async def arm_recurrence(
+        self,
+        kind: str,
+        spec: Mapping[str, Any],
+        *,
+        timer_id: str,
+        fire_at_ms: int,
+        source: str,
+        type: str,
+        scope: str,
+        key: str | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Timer:
+        """Arm a configured root timer whose recurrence policy ``kind`` (a plugin's, e.g. ``cron``)
+        interprets the opaque ``spec`` at each firing."""
+        return await self.arm(
+            TimerSpec(
+                id=timer_id,
+                fire_at_ms=fire_at_ms,
+                source=source,
+                type=type,
+                scope=scope,
+                key=key,
+                payload=dict(payload or {}),
+                recurrence=kind,
+                spec=dict(spec),
+            )
+        )
+
+    async def cancel_timer(self, timer_id: str, *, revision: int) -> Timer:
+        """Cancel a timer at ``revision`` (a stale revision is a `Conflict`)."""
+        timer: Timer = await self._submit(cancel_timer_in_tx, timer_id, revision)
+        return timer
+
+    async def due(self, limit: int = 100) -> list[FireRequest]:
+        """Up to ``limit`` due firing requests (bounded; a durable cursor keeps it fair)."""
+        requests: list[FireRequest] = await self._submit(due_in_tx, limit)
+        return requests
+
+    async def fire(self, request: FireRequest) -> Firing:
+        """Fire one timer identity (idempotent: a committed firing is answered from the ledger)."""
+        firing: Firing = await self._submit(
+            fire_timer_in_tx, request, self._p.config().causal, self._p.extensions.recurrence_policies
+        )
+        return firing
+
+    # -- the bounded host pass ------------------------------------------------------
+
+    async def poll(self, limit: int = 100) -> PollReport:
+        """One bounded host pass: route up to ``limit`` unrouted Events (in acceptance order, running
+        route handlers outside any transaction), then fire up to ``limit`` due timers (fairly, by the
+        durable cursor).
+
+        With no router or timer actor running, calling this in a loop drives the runtime. One item's
+        failure is recorded as a safe diagnostic and the pass goes on; a storage failure is raised.
+        """
+        check_limit(limit)
+        routed = await self._route_pass(limit)
+        requests = await self.due(min(limit, 10_000))
+        results = await self._submit(
+            fire_timers_in_tx, requests, self._p.config().causal, self._p.extensions.recurrence_policies
+        )
+        firings: list[Firing] = []
+        failures: list[str] = []
+        for request, result in zip(requests, results, strict=True):
+            if isinstance(result, str):
+                message = f"timer {request.timer_id}: firing failed: {result}"
+                failures.append(message)
+                await self._submit(_diagnose, DiagnosticKind.POLL_ITEM_FAILED, request.timer_id, message)
+            else:
+                firings.append(result)
+        return PollReport(routed=routed, firings=tuple(firings), failures=tuple(failures))
+
+    async def _route_pass(self, limit: int) -> int:
+        p = self._p
+        shared = Shared(
+            storage=p.storage,
+            reader=p.actor_reader,
+            config=p.config,
+            extensions=p.extensions,
+            clock=p.clock,
+            activity=Activity(),
+            owner=p.owner,
+            lease_ms=p.lease_ms,
+        )
+        lanes = RoutingLanes(shared)
+        routed = 0
+        for event in await p.reader.unrouted_events(0, limit):
+            if await lanes.route(event.id, event, wait=False):
+                routed += 1
+        return routed
+

@@ -1,0 +1,100 @@
+"""`open_runtime`: open the store, start the chosen actors in one nursery, and yield the `Runtime`.
+
+Supervision: a storage failure or an invariant violation inside an actor cancels the nursery (fail
+fast); durable state means a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+import trio
+
+from ..actors.ingress import IngressActor
+from ..config import Config, ConfigHolder
+from ..kernel.executions import TRIGGER_SELECTORS
+from ..plugins import make_plugin_manager
+from ..plugins.registry import Extensions, LiveCapabilities
+from ..records.clock import Clock, SystemClock
+from ..records.errors import InvalidRequest
+from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
+from ._base import DEFAULT_LEASE_MS, Parts
+from ._runtime import ACTORS, Runtime
+
+StoreLike = str | SQLiteStore
+
+
+def as_store(store: StoreLike) -> SQLiteStore:
+    if isinstance(store, SQLiteStore):
+        return store
+    if isinstance(store, str) and store:
+        return SQLiteStore(path=store)
+    raise InvalidRequest(f"store must be a path, ':memory:' or a SQLiteStore, got {store!r}")
+
+
+@asynccontextmanager
+async def open_runtime(
+    store: StoreLike = "loom.db",
+    *,
+    clock: Clock | None = None,
+    config: Config | None = None,
+    plugins: Iterable[object] = (),
+    load_entry_points: bool = True,
+    actors: Iterable[str] = ACTORS,
+    fault: FaultHook | None = None,
+    owner: str = "loom",
+    lease_ms: int = DEFAULT_LEASE_MS,
+) -> AsyncIterator[Runtime]:
+    """Open the store, start the ``actors`` (by default all of them: ``"router"`` and ``"timers"``),
+    and yield the `Runtime` handle.
+
+    With ``actors=()`` nothing runs in the background: the host drives the runtime through the bounded
+    host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
+    `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
+    """
+    chosen = tuple(dict.fromkeys(actors))
+    unknown = [name for name in chosen if name not in ACTORS]
+    if unknown:
+        raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
+    sqlite_store = as_store(store)
+    clock = clock if clock is not None else SystemClock()
+    pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
+    extensions = Extensions.of(pm)
+    holder = ConfigHolder(
+        config if config is not None else Config(),
+        executors=LiveCapabilities(extensions.executors),
+        handlers=frozenset(extensions.handlers),
+        triggers=frozenset(TRIGGER_SELECTORS),
+    )
+    readers: list[Reader] = []
+    try:
+        async with trio.open_nursery() as nursery:
+            storage: StorageActor = await nursery.start(StorageActor(sqlite_store, clock, fault=fault).run)
+            reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
+            await reader.open()
+            readers.append(reader)
+            try:
+                parts = Parts(
+                    storage=storage,
+                    reader=reader,
+                    actor_reader=ActorReader(storage),
+                    clock=clock,
+                    holder=holder,
+                    plugins=pm,
+                    extensions=extensions,
+                    ingress=IngressActor(storage, lambda: holder.current.causal),
+                    owner=owner,
+                    lease_ms=lease_ms,
+                )
+                runtime = Runtime(parts)
+                for name in chosen:
+                    await nursery.start(runtime.run_actor, name)
+                yield runtime
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        # readers close after every actor has stopped using them
+        with trio.CancelScope(shield=True):
+            for reader in readers:
+                await reader.aclose()

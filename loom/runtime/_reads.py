@@ -1,0 +1,116 @@
+"""The read half of the `Runtime` handle: Events, Work and its history, timers and diagnostics.
+
+Reads use read-only connections (a file store) and never block the writer; an unknown id raises
+`NotFound` naming it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..kernel.causal import REJECTIONS_NAMESPACE
+from ..records.errors import NotFound
+from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
+from ..records.serde import structure
+from ..records.timers import Firing, Timer, TimerState
+from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
+from ._base import RuntimeBase, check_limit
+
+
+@attrs.frozen(kw_only=True)
+class WorkHistory:
+    """A Work with its routing checkpoints and attempts, in order."""
+
+    work: Work
+    checkpoints: tuple[Checkpoint, ...]
+    executions: tuple[Execution, ...]
+
+
+class Reads(RuntimeBase):
+    async def event(self, event_id: str) -> Event:
+        found = await self._p.reader.event(event_id)
+        if found is None:
+            raise NotFound(f"no event with id {event_id!r}")
+        return found
+
+    async def event_by_delivery(self, source: str, delivery_id: str) -> Event:
+        found = await self._p.reader.event_by_delivery(source, delivery_id)
+        if found is None:
+            raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
+        return found
+
+    async def events(self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None) -> list[Event]:
+        """Accepted Events in sequence order (optionally those of one causal root)."""
+        check_limit(limit)
+        if root_id is not None:
+            return await self._p.reader.events_of_root(root_id, after_seq, limit)
+        return await self._p.reader.events_after(after_seq, limit)
+
+    async def checkpoint(self, event_id: str) -> Checkpoint | None:
+        """The Event's routing checkpoint (``None``: not routed yet)."""
+        await self.event(event_id)
+        return await self._p.reader.checkpoint(event_id)
+
+    async def work(self, work_id: str) -> Work:
+        found = await self._p.reader.work(work_id)
+        if found is None:
+            raise NotFound(f"no work with id {work_id!r}")
+        return found
+
+    async def work_for_key(self, key: str) -> Work:
+        owner = await self._p.reader.key_owner(key)
+        if owner is None:
+            raise NotFound(f"no work owns key {key!r}")
+        return await self.work(owner)
+
+    async def works(self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100) -> list[Work]:
+        check_limit(limit)
+        return await self._p.reader.works(state=state.value if state else None, after_id=after_id, limit=limit)
+
+    async def history(self, work_id: str) -> WorkHistory:
+        """The Work with its checkpoints (in acceptance order) and attempts (in attempt order)."""
+        work = await self.work(work_id)
+        return WorkHistory(
+            work=work,
+            checkpoints=tuple(await self._p.reader.checkpoints_of_work(work_id)),
+            executions=tuple(await self._p.reader.executions_of_work(work_id)),
+        )
+
+    async def execution(self, execution_id: str) -> Execution:
+        found = await self._p.reader.execution(execution_id)
+        if found is None:
+            raise NotFound(f"no execution with id {execution_id!r}")
+        return found
+
+    async def intents(self, execution_id: str) -> list[Intent]:
+        return await self._p.reader.intents_of_execution(execution_id)
+
+    async def diagnostics(
+        self, *, kind: str | None = None, subject: str | None = None, limit: int = 1000
+    ) -> list[Diagnostic]:
+        check_limit(limit)
+        return await self._p.reader.diagnostics(kind, subject, limit)
+
+    async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
+        check_limit(limit)
+        return await self._p.reader.kv_list(namespace, limit)
+
+    async def causal_rejections(self, *, limit: int = 1000) -> list[CausalRejection]:
+        """The durable, redacted diagnostics of causal refusals."""
+        check_limit(limit)
+        entries = await self._p.reader.kv_list(REJECTIONS_NAMESPACE, limit)
+        return [structure(entry.value, CausalRejection) for entry in entries]
+
+    async def timer(self, timer_id: str) -> Timer:
+        found = await self._p.reader.timer(timer_id)
+        if found is None:
+            raise NotFound(f"no timer with id {timer_id!r}")
+        return found
+
+    async def timers(self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100) -> list[Timer]:
+        check_limit(limit)
+        return await self._p.reader.timers(state=state.value if state else None, after_id=after_id, limit=limit)
+
+    async def firings(self, timer_id: str) -> list[Firing]:
+        """The timer's firing ledger, in commit order."""
+        return await self._p.reader.firings_of_timer(timer_id)

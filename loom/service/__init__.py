@@ -1,0 +1,1 @@
+"""The service surface: the ``loom`` command line (HTTP later). No semantics of its own."""

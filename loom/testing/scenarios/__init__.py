@@ -1,0 +1,48 @@
+"""The shared runtime scenarios, each an importable async function taking a `Driver`.
+
+Every scenario reads durable state back through the public API and raises `ScenarioFailure`
+naming the rule a runtime broke. The index (one line per scenario, by area):
+
+Causal bounds (`causal`)
+    causal_depth_rate_replay_and_clock    depth 32 accepted and 33 refused; 128 per root per minute;
+                                          replay free; the next minute restores rate, never depth
+    concurrent_chain_budget               256 racing siblings, exactly 128 accepted; the fixed window
+Routing and ownership (`routing`)
+    concurrent_correlations_and_attempts  one Work per key under concurrency; one attempt per Work
+    independent_work_progress             a blocked handler or launch for A never delays B
+    first_match_replay_and_drop_audit     first match stops; drops are durable and audited
+    multi_key_attachment_conflict_and_order  atomic key attachment, owned keys abort, acceptance order
+Work identity and scopes (`ownership`)
+    uncorrelated_and_terminal_successor   no key is unmatched; terminal Work and reopen successors
+    scope_route_inheritance               routes replace in their slot; bindings by nearest definition
+    unmatched_and_contradictory_target    unmatched is kept; contradictory targets are refused
+Active-event policies (`policies`)
+    unsupported_policy_explicit_fallback  unsupported controls refused or take an explicit fallback
+    completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion
+"""
+
+from .causal import causal_depth_rate_replay_and_clock as causal_depth_rate_replay_and_clock
+from .causal import concurrent_chain_budget as concurrent_chain_budget
+from .ownership import scope_route_inheritance as scope_route_inheritance
+from .ownership import uncorrelated_and_terminal_successor as uncorrelated_and_terminal_successor
+from .ownership import unmatched_and_contradictory_target as unmatched_and_contradictory_target
+from .policies import completion_inject_orders as completion_inject_orders
+from .policies import unsupported_policy_explicit_fallback as unsupported_policy_explicit_fallback
+from .routing import concurrent_correlations_and_attempts as concurrent_correlations_and_attempts
+from .routing import first_match_replay_and_drop_audit as first_match_replay_and_drop_audit
+from .routing import independent_work_progress as independent_work_progress
+from .routing import multi_key_attachment_conflict_and_order as multi_key_attachment_conflict_and_order
+
+CAUSAL_SCENARIOS = (causal_depth_rate_replay_and_clock, concurrent_chain_budget)
+ROUTING_SCENARIOS = (
+    concurrent_correlations_and_attempts,
+    independent_work_progress,
+    first_match_replay_and_drop_audit,
+    multi_key_attachment_conflict_and_order,
+    uncorrelated_and_terminal_successor,
+    scope_route_inheritance,
+    unsupported_policy_explicit_fallback,
+    unmatched_and_contradictory_target,
+    completion_inject_orders,
+)
+ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS
