@@ -11,15 +11,12 @@ illegal or stale transition raises `IllegalTransition` and writes nothing.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.events import DiagnosticKind, Event, KVEntry
-from ..records.timers import TIMER_LIFECYCLE, Firing, Timer, TimerState
 from ..records.work import (
     EXECUTION_LIFECYCLE,
     INPUT_LIFECYCLE,
@@ -36,8 +33,8 @@ from ..records.work import (
     WorkState,
 )
 from . import _sql
-
-Params = Sequence[Any]
+from ._tx_base import written
+from ._tx_timers import TimersTx
 
 _LIVE = _sql.LIVE
 _EXECUTION_FIELDS = frozenset({
@@ -46,60 +43,8 @@ _EXECUTION_FIELDS = frozenset({
 })  # fmt: skip
 
 
-def _written(cursor: sqlite3.Cursor, what: str, old: object, new: object) -> None:
-    """A compare-and-set wrote nothing: the record was not in the state it was read in."""
-    if cursor.rowcount != 1:
-        raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
-
-
-STORAGE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
-"""Errors that mean the store itself failed, not one request's logic."""
-
-
-class Tx:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-        self.notices: list[object] = []
-        self._savepoints = 0
-
-    @contextlib.contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """Run a block atomically inside the transaction: an exception undoes only its effects
-        (and its notices), then propagates."""
-        name = f"nested_{self._savepoints}"
-        self._savepoints += 1
-        mark = len(self.notices)
-        self._conn.execute(f"SAVEPOINT {name}")
-        try:
-            yield
-        except BaseException as exc:
-            if not self.is_storage_failure(exc):
-                self._conn.execute(f"ROLLBACK TO {name}")
-                self._conn.execute(f"RELEASE {name}")
-                del self.notices[mark:]
-            raise
-        else:
-            self._conn.execute(f"RELEASE {name}")
-        finally:
-            self._savepoints -= 1
-
-    @staticmethod
-    def is_storage_failure(exc: BaseException) -> bool:
-        """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
-        return isinstance(exc, STORAGE_FAILURES) or type(exc) is sqlite3.DatabaseError
-
-    # -- plumbing ---------------------------------------------------------
-
-    def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
-        row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
-        return row
-
-    def _all(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql, params).fetchall()
-
-    def notify(self, notice: object) -> None:
-        """Queue a notice for publication after this batch commits."""
-        self.notices.append(notice)
+class Tx(TimersTx):
+    """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------
 
@@ -243,7 +188,7 @@ class Tx:
             " WHERE id = ? AND state = ?",
             (new.value, *fields.values(), now_ms, work.id, work.state.value),
         )
-        _written(cur, f"work {work.id}", work.state, new)
+        written(cur, f"work {work.id}", work.state, new)
         row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
         assert row is not None
         return int(row[0])
@@ -332,7 +277,7 @@ class Tx:
             "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
             (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
         )
-        _written(cur, f"input {event_id}", state, InputState.CONSUMED)
+        written(cur, f"input {event_id}", state, InputState.CONSUMED)
 
     def pending_inputs(self, work_id: str) -> list[str]:
         return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]
@@ -404,7 +349,7 @@ class Tx:
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
             (new.value, *fields.values(), execution.id, execution.state.value),
         )
-        _written(cur, f"execution {execution.id}", execution.state, new)
+        written(cur, f"execution {execution.id}", execution.state, new)
 
     # -- intents ----------------------------------------------------------------
 
@@ -438,94 +383,8 @@ class Tx:
             " WHERE id = ? AND status = ?",
             (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
         )
-        _written(cur, f"intent {intent.id}", intent.status, new)
+        written(cur, f"intent {intent.id}", intent.status, new)
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
         return [_sql.intent_from_row(r) for r in rows]
-
-    # -- timers -------------------------------------------------------------------
-
-    def timer(self, timer_id: str) -> Timer | None:
-        row = self._one(_sql.TIMER_BY_ID, (timer_id,))
-        return _sql.timer_from_row(row) if row else None
-
-    def put_timer(self, timer: Timer, previous: Timer | None) -> None:
-        """Insert a new timer, or replace ``previous`` (arming again, recreating under a new revision)."""
-        if previous is not None:
-            TIMER_LIFECYCLE.check(previous.id, previous.state, timer.state)
-        elif timer.state is not TimerState.ARMED:
-            raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
-        self._conn.execute(
-            f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                timer.id, timer.revision, timer.state.value, timer.fire_at_ms, timer.source, timer.type,
-                timer.scope, timer.key, timer.work_id, json.dumps(timer.payload, sort_keys=True),
-                timer.delivery_id, timer.interval_ms, timer.recurrence,
-                json.dumps(timer.spec, sort_keys=True) if timer.spec is not None else None,
-                timer.parent_id, timer.execution_id, timer.occurrences, timer.reason, timer.created_at_ms,
-                timer.updated_at_ms,
-            ),
-        )
-
-    def set_timer_state(self, timer: Timer, new: TimerState, reason: str | None, now_ms: int) -> None:
-        """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle)."""
-        TIMER_LIFECYCLE.check(timer.id, timer.state, new)
-        cur = self._conn.execute(
-            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ? AND state = ? AND revision = ?",
-            (new.value, reason, now_ms, timer.id, timer.state.value, timer.revision),
-        )
-        _written(cur, f"timer {timer.id}", timer.state, new)
-
-    def rearm_timer(self, timer: Timer, fire_at_ms: int, now_ms: int) -> None:
-        """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
-        TIMER_LIFECYCLE.check(timer.id, timer.state, TimerState.ARMED)
-        self._conn.execute(
-            "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
-            (fire_at_ms, now_ms, timer.id),
-        )
-
-    def count_firing(self, timer_id: str, now_ms: int) -> None:
-        self._conn.execute(
-            "UPDATE timers SET occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
-            (now_ms, timer_id),
-        )
-
-    def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
-        """(id, revision, fire_at) of armed timers, by id (the timer service's rebuild)."""
-        rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
-            (TimerState.ARMED.value, after_id, limit),
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    def due_timers(
-        self, now_ms: int, after: tuple[int, str], limit: int, *, wrapped: bool
-    ) -> list[tuple[str, int, int]]:
-        """Armed timers due at ``now_ms`` in (fire_at, id) order: those after ``after`` (or, once
-        ``wrapped``, those up to it). An indexed range: the cost follows ``limit``, not the table."""
-        op = "<=" if wrapped else ">"
-        rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due"
-            f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
-            " ORDER BY fire_at_ms, id LIMIT ?",  # 'armed': the partial index's own predicate
-            (now_ms, after[0], after[1], limit),
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
-
-    def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
-        row = self._one(
-            f"SELECT {_sql.FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? AND revision = ? AND fire_at_ms = ?",
-            (timer_id, revision, fire_at_ms),
-        )
-        return _sql.firing_from_row(row) if row else None
-
-    def insert_firing(self, firing: Firing) -> None:
-        self._conn.execute(
-            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                firing.timer_id, firing.revision, firing.fire_at_ms, firing.result.value, firing.event_id,
-                firing.next_fire_at_ms, firing.detail, firing.at_ms,
-            ),
-        )  # fmt: skip

@@ -1,0 +1,98 @@
+"""The timer half of `Tx`: timers, their lifecycle-checked state writes, the due index and the ledger."""
+
+from __future__ import annotations
+
+import json
+
+from ..records.errors import IllegalTransition
+from ..records.timers import TIMER_LIFECYCLE, Firing, Timer, TimerState
+from . import _sql
+from ._tx_base import TxBase, written
+
+
+class TimersTx(TxBase):
+    # -- timers -------------------------------------------------------------------
+
+    def timer(self, timer_id: str) -> Timer | None:
+        row = self._one(_sql.TIMER_BY_ID, (timer_id,))
+        return _sql.timer_from_row(row) if row else None
+
+    def put_timer(self, timer: Timer, previous: Timer | None) -> None:
+        """Insert a new timer, or replace ``previous`` (arming again, recreating under a new revision)."""
+        if previous is not None:
+            TIMER_LIFECYCLE.check(previous.id, previous.state, timer.state)
+        elif timer.state is not TimerState.ARMED:
+            raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
+        self._conn.execute(
+            f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                timer.id, timer.revision, timer.state.value, timer.fire_at_ms, timer.source, timer.type,
+                timer.scope, timer.key, timer.work_id, json.dumps(timer.payload, sort_keys=True),
+                timer.delivery_id, timer.interval_ms, timer.recurrence,
+                json.dumps(timer.spec, sort_keys=True) if timer.spec is not None else None,
+                timer.parent_id, timer.execution_id, timer.occurrences, timer.reason, timer.created_at_ms,
+                timer.updated_at_ms,
+            ),
+        )
+
+    def set_timer_state(self, timer: Timer, new: TimerState, reason: str | None, now_ms: int) -> None:
+        """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+        TIMER_LIFECYCLE.check(timer.id, timer.state, new)
+        cur = self._conn.execute(
+            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ? AND state = ? AND revision = ?",
+            (new.value, reason, now_ms, timer.id, timer.state.value, timer.revision),
+        )
+        written(cur, f"timer {timer.id}", timer.state, new)
+
+    def rearm_timer(self, timer: Timer, fire_at_ms: int, now_ms: int) -> None:
+        """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
+        TIMER_LIFECYCLE.check(timer.id, timer.state, TimerState.ARMED)
+        self._conn.execute(
+            "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
+            (fire_at_ms, now_ms, timer.id),
+        )
+
+    def count_firing(self, timer_id: str, now_ms: int) -> None:
+        self._conn.execute(
+            "UPDATE timers SET occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
+            (now_ms, timer_id),
+        )
+
+    def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
+        """(id, revision, fire_at) of armed timers, by id (the timer service's rebuild)."""
+        rows = self._all(
+            "SELECT id, revision, fire_at_ms FROM timers WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
+            (TimerState.ARMED.value, after_id, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def due_timers(
+        self, now_ms: int, after: tuple[int, str], limit: int, *, wrapped: bool
+    ) -> list[tuple[str, int, int]]:
+        """Armed timers due at ``now_ms`` in (fire_at, id) order: those after ``after`` (or, once
+        ``wrapped``, those up to it). An indexed range: the cost follows ``limit``, not the table."""
+        op = "<=" if wrapped else ">"
+        rows = self._all(
+            "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due"
+            f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
+            " ORDER BY fire_at_ms, id LIMIT ?",  # 'armed': the partial index's own predicate
+            (now_ms, after[0], after[1], limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
+        row = self._one(
+            f"SELECT {_sql.FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? AND revision = ? AND fire_at_ms = ?",
+            (timer_id, revision, fire_at_ms),
+        )
+        return _sql.firing_from_row(row) if row else None
+
+    def insert_firing(self, firing: Firing) -> None:
+        self._conn.execute(
+            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                firing.timer_id, firing.revision, firing.fire_at_ms, firing.result.value, firing.event_id,
+                firing.next_fire_at_ms, firing.detail, firing.at_ms,
+            ),
+        )  # fmt: skip
