@@ -55,7 +55,16 @@ RAW_INSERT = (
 
 def raw_row(i: int) -> tuple[object, ...]:
     event_id = f"ev_{i:012d}"
-    return (event_id, "bench", f"d-{i}", "bench.event", "bench", f'{{"n":{i}}}', event_id, time.time_ns() // 10**6)
+    return (
+        event_id,
+        "bench",
+        f"d-{i}",
+        "bench.event",
+        "bench",
+        f'{{"n":{i}}}',
+        event_id,
+        time.time_ns() // 10**6,
+    )
 
 
 def open_raw(path: Path, synchronous: str) -> sqlite3.Connection:
@@ -98,7 +107,9 @@ def raw_batched(path: Path, rows: int, synchronous: str) -> float:
 
 
 def offer(i: int) -> loom.EventIn:
-    return loom.EventIn(source="bench", delivery_id=f"d-{i}", type="bench.event", scope="bench", payload={"n": i})
+    return loom.EventIn(
+        source="bench", delivery_id=f"d-{i}", type="bench.event", scope="bench", payload={"n": i}
+    )
 
 
 async def loom_acceptance(path: Path, events: int, producers: int, synchronous: str) -> tuple[float, str]:
@@ -160,13 +171,27 @@ def spread(values: list[float], fmt: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=10_000,
-                        help="events for the batched and 100-producer figures (default 10000)")
-    parser.add_argument("--serial-events", type=int, default=500,
-                        help="events for the commit-per-row and 1-producer figures (default 500)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="measure every figure this many times, interleaved; report medians (default 3)")
-    parser.add_argument("--dir", default=None, help="put the temporary database directory here (the disk under test)")
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=10_000,
+        help="events for the batched and 100-producer figures (default 10000)",
+    )
+    parser.add_argument(
+        "--serial-events",
+        type=int,
+        default=500,
+        help="events for the commit-per-row and 1-producer figures (default 500)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="measure every figure this many times, interleaved; report medians (default 3)",
+    )
+    parser.add_argument(
+        "--dir", default=None, help="put the temporary database directory here (the disk under test)"
+    )
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
     args = parser.parse_args(argv)
     if args.events < PRODUCERS or args.serial_events < 1 or args.rounds < 1:
@@ -175,23 +200,38 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loom-bench-", dir=args.dir))
     sync = args.synchronous
     try:
-        print(f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-              f"synchronous={sync}, {args.rounds} rounds, databases in {tmp}", flush=True)
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+            f"synchronous={sync}, {args.rounds} rounds, databases in {tmp}",
+            flush=True,
+        )
         rounds = [one_round(tmp, n, args) for n in range(args.rounds)]
         rate = ",.0f"
-        print(f"raw sqlite3 commit-per-row inserts (WAL, synchronous={sync}): "
-              f"{spread([r.raw_row for r in rounds], rate)} rows/s ({args.serial_events:,} rows)")
-        print(f"raw sqlite3 batched inserts, {RAW_BATCH} rows per commit (WAL, synchronous={sync}): "
-              f"{spread([r.raw_batch for r in rounds], rate)} rows/s ({args.events:,} rows)")
-        print(f"loom durable acceptance, 1 producer: {spread([r.loom_1 for r in rounds], rate)} events/s "
-              f"({args.serial_events:,} events; last round: {rounds[-1].detail_1})")
-        print(f"loom durable acceptance, {PRODUCERS} producers: {spread([r.loom_100 for r in rounds], rate)} "
-              f"events/s ({args.events:,} events; last round: {rounds[-1].detail_100})")
+        print(
+            f"raw sqlite3 commit-per-row inserts (WAL, synchronous={sync}): "
+            f"{spread([r.raw_row for r in rounds], rate)} rows/s ({args.serial_events:,} rows)"
+        )
+        print(
+            f"raw sqlite3 batched inserts, {RAW_BATCH} rows per commit (WAL, synchronous={sync}): "
+            f"{spread([r.raw_batch for r in rounds], rate)} rows/s ({args.events:,} rows)"
+        )
+        print(
+            f"loom durable acceptance, 1 producer: {spread([r.loom_1 for r in rounds], rate)} events/s "
+            f"({args.serial_events:,} events; last round: {rounds[-1].detail_1})"
+        )
+        print(
+            f"loom durable acceptance, {PRODUCERS} producers: {spread([r.loom_100 for r in rounds], rate)} "
+            f"events/s ({args.events:,} events; last round: {rounds[-1].detail_100})"
+        )
         # Ratios are taken within each round (figures measured back to back), then the median.
         print(f"ratio loom-1/raw-commit-per-row: {spread([r.loom_1 / r.raw_row for r in rounds], '.2f')}")
-        print(f"ratio loom-{PRODUCERS}/raw-commit-per-row: "
-              f"{spread([r.loom_100 / r.raw_row for r in rounds], '.2f')}")
-        print(f"ratio loom-{PRODUCERS}/raw-batched: {spread([r.loom_100 / r.raw_batch for r in rounds], '.2f')}")
+        print(
+            f"ratio loom-{PRODUCERS}/raw-commit-per-row: "
+            f"{spread([r.loom_100 / r.raw_row for r in rounds], '.2f')}"
+        )
+        print(
+            f"ratio loom-{PRODUCERS}/raw-batched: {spread([r.loom_100 / r.raw_batch for r in rounds], '.2f')}"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

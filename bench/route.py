@@ -144,9 +144,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="loom-bench-route-", dir=args.dir))
     n, producers, sync = args.events, args.producers, args.synchronous
     try:
-        print(f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-              f"synchronous={sync}, {n:,} events per figure, {producers} producers, databases in {tmp}",
-              flush=True)  # fmt: skip
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+            f"synchronous={sync}, {n:,} events per figure, {producers} producers, databases in {tmp}",
+            flush=True,
+        )
         accept = trio.run(acceptance, tmp / "accept.db", n, producers, sync)
         print(
             f"loom durable acceptance alone (no routes): {accept.rate:,.0f} events/s ({accept.detail})",
@@ -157,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
             figure = trio.run(routed, tmp / f"route-{keys}.db", n, producers, keys, sync)
             figures[keys] = figure
             works = "1 Work (one key)" if keys == 1 else f"{keys} Works ({keys} keys)"
-            print(f"accept -> route -> claim -> no-op executor -> completion, {works}: "
-                  f"{figure.rate:,.0f} events/s ({figure.detail})", flush=True)  # fmt: skip
+            print(
+                f"accept -> route -> claim -> no-op executor -> completion, {works}: "
+                f"{figure.rate:,.0f} events/s ({figure.detail})",
+                flush=True,
+            )
         for keys, figure in figures.items():
             print(f"ratio route-{keys}/accept: {figure.rate / accept.rate:.2f}")
     finally:

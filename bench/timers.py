@@ -56,11 +56,27 @@ def spec(i: int, fire_at_ms: int) -> TimerSpec:
 def timer_row(i: int, fire_at_ms: int, now_ms: int) -> Timer:
     """An armed timer exactly as `arm_in_tx` would store it (without its notice)."""
     return Timer(
-        id=f"t-{i:08d}", revision=1, state=TimerState.ARMED, fire_at_ms=fire_at_ms, source=SOURCE,
-        type="bench.tick", scope=SCOPE, key=None, work_id=None, payload={}, delivery_id=f"t-{i:08d}",
-        interval_ms=None, recurrence=None, spec=None, parent_id=None, execution_id=None, occurrences=0,
-        reason=None, created_at_ms=now_ms, updated_at_ms=now_ms,
-    )  # fmt: skip
+        id=f"t-{i:08d}",
+        revision=1,
+        state=TimerState.ARMED,
+        fire_at_ms=fire_at_ms,
+        source=SOURCE,
+        type="bench.tick",
+        scope=SCOPE,
+        key=None,
+        work_id=None,
+        payload={},
+        delivery_id=f"t-{i:08d}",
+        interval_ms=None,
+        recurrence=None,
+        spec=None,
+        parent_id=None,
+        execution_id=None,
+        occurrences=0,
+        reason=None,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
 
 
 def arm_many_in_tx(tx: Tx, now_ms: int, first: int, count: int, fire_at_ms: int) -> None:
@@ -176,8 +192,10 @@ async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure
         batches = stats.batches - before.batches
         requests = stats.requests - before.requests
     check_fired(path, n)
-    detail = (f"{n:,} timers; arming them through arm_in_tx in {ARM_CHUNK}-timer procedures took {arm_s:.1f} s; "
-              f"{batches:,} commits while firing, mean {requests / max(batches, 1):.1f} requests per commit")  # fmt: skip
+    detail = (
+        f"{n:,} timers; arming them through arm_in_tx in {ARM_CHUNK}-timer procedures took {arm_s:.1f} s; "
+        f"{batches:,} commits while firing, mean {requests / max(batches, 1):.1f} requests per commit"
+    )
     return FireFigure(n / elapsed, detail)
 
 
@@ -314,8 +332,9 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
         actor_bytes = (tracemalloc.get_traced_memory()[0] - base) / n
         tracemalloc.stop()
         del actor
-    return BigFigures(fill_s, due_some, raw_due_some, due_all, raw_due_all, raw_scan_s, rebuild_s, startup_s,
-                      actor_bytes)  # fmt: skip
+    return BigFigures(
+        fill_s, due_some, raw_due_some, due_all, raw_due_all, raw_scan_s, rebuild_s, startup_s, actor_bytes
+    )
 
 
 async def due_latencies(rt: loom.Runtime, expect: int) -> list[float]:
@@ -375,48 +394,86 @@ def main(argv: list[str] | None = None) -> int:
     sync = args.synchronous
     rate = ",.0f"
     try:
-        print(f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-              f"synchronous={sync}, databases in {tmp}", flush=True)  # fmt: skip
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+            f"synchronous={sync}, databases in {tmp}",
+            flush=True,
+        )
         raw_one = raw_fires(tmp / "raw-one.db", args.serial, 1, sync)
-        print(f"raw sqlite3 firing writes (event + ledger + timer update), one firing per commit: "
-              f"{raw_one:{rate}} firings/s ({args.serial:,})", flush=True)  # fmt: skip
+        print(
+            f"raw sqlite3 firing writes (event + ledger + timer update), one firing per commit: "
+            f"{raw_one:{rate}} firings/s ({args.serial:,})",
+            flush=True,
+        )
         raw_batch = raw_fires(tmp / "raw-batch.db", fire_n, RAW_BATCH, sync)
-        print(f"raw sqlite3 firing writes, {RAW_BATCH} firings per commit: {raw_batch:{rate}} firings/s "
-              f"({fire_n:,})", flush=True)  # fmt: skip
+        print(
+            f"raw sqlite3 firing writes, {RAW_BATCH} firings per commit: {raw_batch:{rate}} firings/s "
+            f"({fire_n:,})",
+            flush=True,
+        )
 
         actor = trio.run(fire_through_actor, tmp / "actor.db", fire_n, sync)
-        print(f"loom timers fired through the timer actor, all due at once: {actor.rate:{rate}} timers/s "
-              f"({actor.detail})", flush=True)  # fmt: skip
-        print(f"ratio actor/raw-one-per-commit: {actor.rate / raw_one:.2f}; "
-              f"ratio actor/raw-batched: {actor.rate / raw_batch:.3f}", flush=True)  # fmt: skip
+        print(
+            f"loom timers fired through the timer actor, all due at once: {actor.rate:{rate}} timers/s "
+            f"({actor.detail})",
+            flush=True,
+        )
+        print(
+            f"ratio actor/raw-one-per-commit: {actor.rate / raw_one:.2f}; "
+            f"ratio actor/raw-batched: {actor.rate / raw_batch:.3f}",
+            flush=True,
+        )
         poll = trio.run(fire_through_poll, tmp / "poll.db", poll_n, sync)
-        print(f"loom timers fired through rt.poll(limit={POLL_LIMIT}) passes (timer actor idle): "
-              f"{poll.rate:{rate}} timers/s ({poll.detail}); ratio poll/raw-one-per-commit: "
-              f"{poll.rate / raw_one:.2f}", flush=True)  # fmt: skip
+        print(
+            f"loom timers fired through rt.poll(limit={POLL_LIMIT}) passes (timer actor idle): "
+            f"{poll.rate:{rate}} timers/s ({poll.detail}); ratio poll/raw-one-per-commit: "
+            f"{poll.rate / raw_one:.2f}",
+            flush=True,
+        )
 
         big = trio.run(big_table, tmp / "big.db", armed_n, sync)
         due_now = min(DUE_NOW, armed_n // 10)
-        print(f"filling {armed_n:,} armed timer rows through the storage actor ({INSERT_CHUNK:,} per procedure): "
-              f"{big.fill_s:.1f} s ({armed_n / big.fill_s:{rate}} rows/s)", flush=True)  # fmt: skip
+        print(
+            f"filling {armed_n:,} armed timer rows through the storage actor ({INSERT_CHUNK:,} per procedure): "
+            f"{big.fill_s:.1f} s ({armed_n / big.fill_s:{rate}} rows/s)",
+            flush=True,
+        )
         for label, loom_s, raw_s in (
             (f"{due_now:,} of {armed_n:,} armed due", big.due_some, big.raw_due_some),
             (f"all {armed_n:,} armed due", big.due_all, big.raw_due_all),
         ):
-            print(f"loom rt.due({POLL_LIMIT}), {label}: median {ms(statistics.median(loom_s))}, "
-                  f"p99 {ms(percentile(loom_s, 0.99))} ({DUE_CALLS} calls; each commits its cursor); "
-                  f"raw due query alone: median {ms(statistics.median(raw_s))}, p99 {ms(percentile(raw_s, 0.99))}; "
-                  f"ratio of medians {statistics.median(loom_s) / statistics.median(raw_s):.1f}", flush=True)  # fmt: skip
+            print(
+                f"loom rt.due({POLL_LIMIT}), {label}: median {ms(statistics.median(loom_s))}, "
+                f"p99 {ms(percentile(loom_s, 0.99))} ({DUE_CALLS} calls; each commits its cursor); "
+                f"raw due query alone: median {ms(statistics.median(raw_s))}, p99 {ms(percentile(raw_s, 0.99))}; "
+                f"ratio of medians {statistics.median(loom_s) / statistics.median(raw_s):.1f}",
+                flush=True,
+            )
         service_bytes = service_bytes_per_timer(armed_n)
-        print(f"memory per armed timer in the TimerService ({armed_n:,} keys scheduled, key strings not "
-              f"counted): {service_bytes:.0f} bytes", flush=True)  # fmt: skip
-        print(f"memory per armed timer in the timer actor after a rebuild (service, armed map and id "
-              f"strings): {big.actor_bytes:.0f} bytes", flush=True)  # fmt: skip
-        print(f"raw sqlite3 scan of {armed_n:,} armed timers (id, revision, fire_at): {big.raw_scan_s:.2f} s",
-              flush=True)  # fmt: skip
-        print(f"TimerActor.rebuild() of {armed_n:,} pending timers into a fresh service: {big.rebuild_s:.2f} s "
-              f"(ratio to the raw scan {big.rebuild_s / big.raw_scan_s:.1f})", flush=True)  # fmt: skip
-        print(f"open_runtime startup with {armed_n:,} pending timers (store open, migrations check, timer "
-              f"heap rebuild, actors started): {big.startup_s:.2f} s", flush=True)  # fmt: skip
+        print(
+            f"memory per armed timer in the TimerService ({armed_n:,} keys scheduled, key strings not "
+            f"counted): {service_bytes:.0f} bytes",
+            flush=True,
+        )
+        print(
+            f"memory per armed timer in the timer actor after a rebuild (service, armed map and id "
+            f"strings): {big.actor_bytes:.0f} bytes",
+            flush=True,
+        )
+        print(
+            f"raw sqlite3 scan of {armed_n:,} armed timers (id, revision, fire_at): {big.raw_scan_s:.2f} s",
+            flush=True,
+        )
+        print(
+            f"TimerActor.rebuild() of {armed_n:,} pending timers into a fresh service: {big.rebuild_s:.2f} s "
+            f"(ratio to the raw scan {big.rebuild_s / big.raw_scan_s:.1f})",
+            flush=True,
+        )
+        print(
+            f"open_runtime startup with {armed_n:,} pending timers (store open, migrations check, timer "
+            f"heap rebuild, actors started): {big.startup_s:.2f} s",
+            flush=True,
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

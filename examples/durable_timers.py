@@ -24,11 +24,15 @@ async def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "timers.db")
         async with loom.open_runtime(db, clock=clock) as rt:
-            await rt.arm(loom.TimerSpec(id="reminder", fire_at_ms=T0_MS + 2 * HOUR, source="ops",
-                                        type="reminder.due", scope="ops"))
+            await rt.arm(
+                loom.TimerSpec(
+                    id="reminder", fire_at_ms=T0_MS + 2 * HOUR, source="ops", type="reminder.due", scope="ops"
+                )
+            )
             nightly = ScheduleSpec(schedule_id="nightly", cron="30 2 * * *", timezone="Europe/Berlin")
-            await rt.arm(schedule_timer(nightly, now_ms=clock.now_ms(), source="ops", type="report.due",
-                                        scope="ops"))
+            await rt.arm(
+                schedule_timer(nightly, now_ms=clock.now_ms(), source="ops", type="report.due", scope="ops")
+            )
         # the process is gone; its timers are in the file
         clock.advance(26 * HOUR)
         async with loom.open_runtime(db, clock=clock) as rt:

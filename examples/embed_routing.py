@@ -36,8 +36,14 @@ async def main() -> None:
         kinds = [event.type for event in request.inputs]
         print(f"  attempt {request.attempt} of {request.work_id} got {kinds}")
         if "order.paid" in kinds:
-            await toolbelt.emit(loom.EventIn(source="shop", delivery_id=f"{request.work_id}/ship",
-                                             type="shipment.requested", scope="shop"))
+            await toolbelt.emit(
+                loom.EventIn(
+                    source="shop",
+                    delivery_id=f"{request.work_id}/ship",
+                    type="shipment.requested",
+                    scope="shop",
+                )
+            )
         return loom.Completed()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -45,14 +51,23 @@ async def main() -> None:
         async with loom.open_runtime(db, config=loom.Config.from_toml(CONFIG), plugins=[executor]) as rt:
             for n, kind in enumerate(["order.placed", "order.paid"]):
                 for order in ("o-1", "o-2"):
-                    await rt.publish(loom.EventIn(source="shop", delivery_id=f"{order}/{n}", type=kind,
-                                                  scope="shop", key=f"order/{order}"))
+                    await rt.publish(
+                        loom.EventIn(
+                            source="shop",
+                            delivery_id=f"{order}/{n}",
+                            type=kind,
+                            scope="shop",
+                            key=f"order/{order}",
+                        )
+                    )
             await rt.wait_idle()
             for order in ("o-1", "o-2"):
                 work = await rt.work_for_key(f"order/{order}")
                 history = await rt.history(work.id)
-                print(f"{order}: {work.state}, {len(history.executions)} attempt(s), "
-                      f"{len(history.checkpoints)} routed event(s)")
+                print(
+                    f"{order}: {work.state}, {len(history.executions)} attempt(s), "
+                    f"{len(history.checkpoints)} routed event(s)"
+                )
 
 
 if __name__ == "__main__":

@@ -1,20 +1,13 @@
-"""Shared fixtures: the public ones from loom.testing, and a store path and clock for runtime tests."""
+"""Shared fixtures: the public ones from loom.testing (``loom_backend``, ``loom_store``, ``loom_drivers``,
+``loom_driver``), and a clock at the one business-time origin, ``T0_MS``."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
 from loom.testing import T0_MS, ManualClock
 
 pytest_plugins = ["loom.testing.pytest_plugin"]
-
-
-@pytest.fixture(params=["memory", "file"])
-def store_path(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """SQLite ``:memory:`` and a file: tests that take it run on both backends."""
-    return ":memory:" if request.param == "memory" else str(tmp_path / "loom.db")
 
 
 @pytest.fixture

@@ -37,9 +37,10 @@ from loom.records.ids import event_id
 from loom.records.notices import EventAccepted
 from loom.records.validation import MAX_PAYLOAD_BYTES
 from loom.store import Tx
+from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the start of a UTC minute
+T0 = T0_MS
 MINUTE = T0 // 60_000
 SECRET = "s3cr3t-token-0b5e"
 
@@ -61,8 +62,8 @@ async def runtime(path: str, clock: ManualClock, config: Config | None = None) -
 
 
 @pytest.fixture
-async def rt(store_path: str, clock: ManualClock) -> AsyncIterator[Runtime]:
-    async with runtime(store_path, clock) as handle:
+async def rt(loom_store: str, clock: ManualClock) -> AsyncIterator[Runtime]:
+    async with runtime(loom_store, clock) as handle:
         yield handle
 
 
@@ -77,7 +78,9 @@ async def bucket(rt: Runtime, root_id: str, minute: int = MINUTE) -> int:
     return await storage_of(rt).submit(count)
 
 
-async def refused(rt: Runtime, event: EventIn, parent_id: str, cause_id: str | None = None) -> CausalRejection:
+async def refused(
+    rt: Runtime, event: EventIn, parent_id: str, cause_id: str | None = None
+) -> CausalRejection:
     with pytest.raises(CausalRefused) as excinfo:
         await rt.publish_derived(event, parent_id=parent_id, cause_id=cause_id)
     rejection = excinfo.value.rejection
@@ -201,7 +204,12 @@ BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
 
 
 def bad_event(fields: dict[str, Any]) -> EventIn:
-    values: dict[str, Any] = {"source": "github", "delivery_id": "d-1", "type": "pr.opened", "scope": "acme/web"}
+    values: dict[str, Any] = {
+        "source": "github",
+        "delivery_id": "d-1",
+        "type": "pr.opened",
+        "scope": "acme/web",
+    }
     return EventIn(**{**values, **fields})
 
 
@@ -258,12 +266,19 @@ async def test_a_duplicate_delivery_returns_the_original_and_stores_nothing(
     feed = storage_of(rt).feed()
     original = await rt.publish(ev("d-1", key="pr/1", payload={"v": 1}))
     clock.advance(5 * 60_000)
-    again = await rt.publish(EventIn(source="github", delivery_id="d-1", type="pr.closed", scope="other",
-                                     key="pr/2", payload={"v": 2}))
+    again = await rt.publish(
+        EventIn(
+            source="github", delivery_id="d-1", type="pr.closed", scope="other", key="pr/2", payload={"v": 2}
+        )
+    )
     assert again.duplicate
     assert attrs.evolve(again, duplicate=False) == original
     assert (again.id, again.seq, again.type, again.payload, again.accepted_at_ms) == (
-        original.id, original.seq, "pr.opened", {"v": 1}, T0,
+        original.id,
+        original.seq,
+        "pr.opened",
+        {"v": 1},
+        T0,
     )
     assert await stored(rt) == [original]
 
@@ -323,14 +338,20 @@ async def test_an_unknown_parent_is_not_found_and_nothing_is_stored(rt: Runtime)
     assert await rt.causal_rejections() == []
 
 
-async def test_depth_33_is_refused_with_a_redacted_durable_diagnostic(rt: Runtime, clock: ManualClock) -> None:
+async def test_depth_33_is_refused_with_a_redacted_durable_diagnostic(
+    rt: Runtime, clock: ManualClock
+) -> None:
     root = await rt.publish(ev("root"))
     deepest = await chain(rt, root, 32, "link")
     assert deepest.depth == 32
     rejection = await refused(rt, ev("too-deep", payload={"token": SECRET}), deepest.id)
     assert rejection.reason is RejectionReason.DEPTH_LIMIT
     assert (rejection.depth, rejection.limit, rejection.root_id) == (33, 32, root.id)
-    assert (rejection.parent_id, rejection.source, rejection.delivery_id) == (deepest.id, "github", "too-deep")
+    assert (rejection.parent_id, rejection.source, rejection.delivery_id) == (
+        deepest.id,
+        "github",
+        "too-deep",
+    )
     assert rejection.at_ms == T0
     assert await rt.causal_rejections() == [rejection]
     entries = await rt.kv(REJECTIONS_NAMESPACE)
@@ -414,8 +435,8 @@ async def test_a_root_keeps_its_pinned_limits_across_a_reopen_with_looser_config
         assert (depth.reason, depth.depth, depth.limit) == (RejectionReason.DEPTH_LIMIT, 3, 2)
 
 
-async def test_configured_limits_apply(store_path: str, clock: ManualClock) -> None:
-    async with runtime(store_path, clock, Config(causal=CausalLimits(max_depth=2, per_minute=3))) as rt:
+async def test_configured_limits_apply(loom_store: str, clock: ManualClock) -> None:
+    async with runtime(loom_store, clock, Config(causal=CausalLimits(max_depth=2, per_minute=3))) as rt:
         root = await rt.publish(ev("root"))
         child = await rt.publish_derived(ev("child"), parent_id=root.id)
         grandchild = await rt.publish_derived(ev("grandchild"), parent_id=child.id)
@@ -490,9 +511,9 @@ async def test_a_missing_cause_is_refused_before_anything_commits(rt: Runtime) -
 
 
 async def test_a_cited_emission_is_checked_against_the_stricter_roots_depth_limit(
-    store_path: str, clock: ManualClock
+    loom_store: str, clock: ManualClock
 ) -> None:
-    async with runtime(store_path, clock, Config(causal=CausalLimits(max_depth=10))) as rt:
+    async with runtime(loom_store, clock, Config(causal=CausalLimits(max_depth=10))) as rt:
         # A report root pinned (by a trusted path) with a depth limit of 3.
         report = await storage_of(rt).submit(
             accept_in_tx, ev("report", key="report/1"), CausalLimits(max_depth=3, per_minute=128)
@@ -503,16 +524,20 @@ async def test_a_cited_emission_is_checked_against_the_stricter_roots_depth_limi
         assert (await rt.publish_derived(ev("plain"), parent_id=trigger.id)).depth == 4
         rejection = await refused(rt, ev("fix", payload={"token": SECRET}), trigger.id, report.id)
         assert (rejection.reason, rejection.depth, rejection.limit) == (RejectionReason.DEPTH_LIMIT, 4, 3)
-        assert (rejection.parent_id, rejection.cause_id, rejection.root_id) == (trigger.id, report.id, report.id)
+        assert (rejection.parent_id, rejection.cause_id, rejection.root_id) == (
+            trigger.id,
+            report.id,
+            report.id,
+        )
         assert await bucket(rt, report.id) == 0
         assert SECRET not in json.dumps([e.value for e in await rt.kv(REJECTIONS_NAMESPACE)])
 
 
 @pytest.mark.parametrize("full", ["cause", "trigger"])
 async def test_a_cited_emission_is_refused_when_either_roots_bucket_is_full(
-    store_path: str, clock: ManualClock, full: str
+    loom_store: str, clock: ManualClock, full: str
 ) -> None:
-    async with runtime(store_path, clock, Config(causal=CausalLimits(per_minute=4))) as rt:
+    async with runtime(loom_store, clock, Config(causal=CausalLimits(per_minute=4))) as rt:
         report = await rt.publish(ev("report", key="report/1"))
         trigger = await rt.publish(ev("slot"))
         busy = report if full == "cause" else trigger

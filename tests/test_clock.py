@@ -10,8 +10,9 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from loom import Clock, InvalidRequest, ManualClock, OffsetClock, SystemClock
+from loom.testing import T0_MS
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+T0 = T0_MS
 
 
 async def finishes_without_waiting(fn: Callable[[], Awaitable[None]]) -> bool:

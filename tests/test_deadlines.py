@@ -10,12 +10,9 @@ host would. Business time is a `ManualClock`; tests wait on commits, never on ti
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import trio
 
 from loom import Config, Event, EventIn, Runtime, StaleAuthority
 from loom.kernel.executions import BindingRef, ClaimRequest, KindPolicy, claim_in_tx
@@ -35,21 +32,16 @@ LEASE_MS = 10 * MINUTE  # longer than the deadline: the deadline, not the lease,
 
 
 def config() -> Config:
-    return Config.from_dict({
-        "scopes": {SCOPE: {"routes": [{"name": "jobs", "types": ["job.*"], "create_work": True, "work_kind": "slow"}]}},
-        "work_kinds": {"slow": {"timeout_ms": TIMEOUT_MS}},
-    })  # fmt: skip
-
-
-@asynccontextmanager
-async def running(store: str) -> AsyncIterator[RuntimeDriver]:
-    async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, store, config=config())
-        await driver.start()
-        try:
-            yield driver
-        finally:
-            await driver.stop()
+    return Config.from_dict(
+        {
+            "scopes": {
+                SCOPE: {
+                    "routes": [{"name": "jobs", "types": ["job.*"], "create_work": True, "work_kind": "slow"}]
+                }
+            },
+            "work_kinds": {"slow": {"timeout_ms": TIMEOUT_MS}},
+        }
+    )
 
 
 def job(delivery_id: str, *, key: str = "job/1") -> EventIn:
@@ -66,10 +58,16 @@ async def claim(rt: Runtime, work_id: str) -> Lease:
     """Claim as the router does for a Work kind with a timeout: the request carries ``timeout_ms``."""
     kind = rt.config.work_kinds["slow"]
     request = ClaimRequest(
-        work_id=work_id, owner="host", token=secrets.token_urlsafe(16), lease_ms=LEASE_MS,
-        binding=BindingRef(name=None, executor=None), kind=KindPolicy(timeout_ms=kind.timeout_ms), capacity=None,
-        generation=rt.config.generation, timeout_ms=kind.timeout_ms,
-    )  # fmt: skip
+        work_id=work_id,
+        owner="host",
+        token=secrets.token_urlsafe(16),
+        lease_ms=LEASE_MS,
+        binding=BindingRef(name=None, executor=None),
+        kind=KindPolicy(timeout_ms=kind.timeout_ms),
+        capacity=None,
+        generation=rt.config.generation,
+        timeout_ms=kind.timeout_ms,
+    )
     return await storage_of(rt).submit(claim_in_tx, request)
 
 
@@ -95,8 +93,8 @@ async def timeouts(rt: Runtime) -> list[Event]:
     return [e for e in await rt.events(limit=10_000) if e.type == EXECUTION_TIMEOUT]
 
 
-async def test_the_claim_arms_a_durable_deadline_for_the_attempt(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_the_claim_arms_a_durable_deadline_for_the_attempt(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         driver.clock.advance(7 * SECOND)
         trigger = await rt.publish(job("run-1"))
@@ -105,8 +103,11 @@ async def test_the_claim_arms_a_durable_deadline_for_the_attempt(store_path: str
         assert timer_id == f"deadline:{lease.execution_id}:1"
         timer = await rt.timer(timer_id)
         assert (timer.state, timer.type, timer.source, timer.fire_at_ms) == (
-            TimerState.ARMED, EXECUTION_TIMEOUT, CORE_SOURCE, T0 + 7 * SECOND + TIMEOUT_MS,
-        )  # fmt: skip
+            TimerState.ARMED,
+            EXECUTION_TIMEOUT,
+            CORE_SOURCE,
+            T0 + 7 * SECOND + TIMEOUT_MS,
+        )
         assert timer.payload == {
             "execution": lease.execution_id,
             "segment": 1,
@@ -118,8 +119,8 @@ async def test_the_claim_arms_a_durable_deadline_for_the_attempt(store_path: str
         assert (execution.segment, execution.budget_ms, execution.used_ms) == (1, TIMEOUT_MS, 0)
 
 
-async def test_an_expired_deadline_fences_and_fails_the_attempt(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_an_expired_deadline_fences_and_fails_the_attempt(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         trigger = await driver.runtime.publish(job("run-1"))
         work_id = await routed(driver, trigger)
         lease = await claim(driver.runtime, work_id)
@@ -174,8 +175,8 @@ async def test_an_expired_deadline_fences_and_fails_the_attempt(store_path: str)
 
 
 @pytest.mark.parametrize("outcome", [Completed(), Handoff()], ids=["completed", "handoff"])
-async def test_ending_the_attempt_before_its_deadline_cancels_it(store_path: str, outcome: Any) -> None:
-    async with running(store_path) as driver:
+async def test_ending_the_attempt_before_its_deadline_cancels_it(loom_store: str, outcome: Any) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         work_id = await routed(driver, await rt.publish(job("run-1")))
         lease = await claim(rt, work_id)
@@ -197,8 +198,8 @@ async def test_ending_the_attempt_before_its_deadline_cancels_it(store_path: str
         assert (stale.result, stale.event_id) == (FiringResult.STALE, None)
 
 
-async def test_cancelling_the_work_cancels_the_deadline(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_cancelling_the_work_cancels_the_deadline(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         work_id = await routed(driver, await rt.publish(job("run-1")))
         lease = await claim(rt, work_id)
@@ -211,16 +212,27 @@ async def test_cancelling_the_work_cancels_the_deadline(store_path: str) -> None
 
 
 @pytest.mark.parametrize(("segment", "epoch"), [(2, 1), (1, 2)], ids=["older-segment", "older-epoch"])
-async def test_a_stale_deadline_does_nothing(store_path: str, segment: int, epoch: int) -> None:
-    async with running(store_path) as driver:
+async def test_a_stale_deadline_does_nothing(loom_store: str, segment: int, epoch: int) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         work_id = await routed(driver, await rt.publish(job("run-1")))
         lease = await claim(rt, work_id)
         # a deadline naming this execution but not its active segment (or its current epoch)
-        await rt.arm(TimerSpec(
-            id="stale-deadline", fire_at_ms=T0 + SECOND, source=CORE_SOURCE, type=EXECUTION_TIMEOUT, scope=SCOPE,
-            payload={"execution": lease.execution_id, "segment": segment, "epoch": epoch, "work": work_id},
-        ))  # fmt: skip
+        await rt.arm(
+            TimerSpec(
+                id="stale-deadline",
+                fire_at_ms=T0 + SECOND,
+                source=CORE_SOURCE,
+                type=EXECUTION_TIMEOUT,
+                scope=SCOPE,
+                payload={
+                    "execution": lease.execution_id,
+                    "segment": segment,
+                    "epoch": epoch,
+                    "work": work_id,
+                },
+            )
+        )
         driver.clock.advance(SECOND)
         (firing,) = await ledger(driver, "stale-deadline", 1)
         assert firing.result is FiringResult.ACCEPTED
@@ -234,17 +246,22 @@ async def test_a_stale_deadline_does_nothing(store_path: str, segment: int, epoc
         assert (await rt.complete(renewed, Completed())).state is ExecutionState.COMPLETED
 
 
-async def test_a_refused_deadline_event_still_fences_the_attempt_and_holds_the_work(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_a_refused_deadline_event_still_fences_the_attempt_and_holds_the_work(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         link = await rt.publish(EventIn(source="ext", delivery_id="link-0", type="chain.link", scope=SCOPE))
         for depth in range(1, 33):
             last = depth == 32
             link = await rt.publish_derived(
-                EventIn(source="bot", delivery_id=f"link-{depth}", type="job.deep" if last else "chain.link",
-                        scope=SCOPE, key="deep/1" if last else None),
+                EventIn(
+                    source="bot",
+                    delivery_id=f"link-{depth}",
+                    type="job.deep" if last else "chain.link",
+                    scope=SCOPE,
+                    key="deep/1" if last else None,
+                ),
                 parent_id=link.id,
-            )  # fmt: skip
+            )
         work_id = await routed(driver, link)
         lease = await claim(rt, work_id)
         timer_id = deadline_timer_id(lease.execution_id, 1)
@@ -268,20 +285,26 @@ async def test_a_refused_deadline_event_still_fences_the_attempt_and_holds_the_w
 
 
 async def test_a_work_kind_timeout_reaches_the_runtime_claim() -> None:
-    async with running(":memory:") as driver:
+    async with RuntimeDriver.open(":memory:", config=config()) as driver:
         rt = driver.runtime
         lease = await rt.claim(await routed(driver, await rt.publish(job("run-1"))), owner="host")
         assert (await rt.timer(deadline_timer_id(lease.execution_id, 1))).state is TimerState.ARMED
 
 
-async def test_a_claim_without_a_timeout_arms_no_deadline(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_a_claim_without_a_timeout_arms_no_deadline(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         work_id = await routed(driver, await rt.publish(job("run-1")))
         request = ClaimRequest(
-            work_id=work_id, owner="host", token="t", lease_ms=LEASE_MS, binding=BindingRef(name=None, executor=None),
-            kind=KindPolicy(), capacity=None, generation=rt.config.generation,
-        )  # fmt: skip
+            work_id=work_id,
+            owner="host",
+            token="t",
+            lease_ms=LEASE_MS,
+            binding=BindingRef(name=None, executor=None),
+            kind=KindPolicy(),
+            capacity=None,
+            generation=rt.config.generation,
+        )
         lease = await storage_of(rt).submit(claim_in_tx, request)
         assert await rt.timers() == []
         assert (await rt.execution(lease.execution_id)).budget_ms is None

@@ -20,9 +20,23 @@ TYPES = st.lists(st.sampled_from(["issue", "pr", "x", "build"]), min_size=1, max
 
 
 def event(type: str = "x.y", *, id: str = "e", depth: int = 0, root: str | None = None) -> Event:
-    return Event(id=id, seq=1, source="s", delivery_id=id, type=type, scope="acme", key=None, work_id=None,
-                 execution_id=None, payload={}, parent_id=None, cause_id=None, root_id=root or id, depth=depth,
-                 accepted_at_ms=T0_MS)  # fmt: skip
+    return Event(
+        id=id,
+        seq=1,
+        source="s",
+        delivery_id=id,
+        type=type,
+        scope="acme",
+        key=None,
+        work_id=None,
+        execution_id=None,
+        payload={},
+        parent_id=None,
+        cause_id=None,
+        root_id=root or id,
+        depth=depth,
+        accepted_at_ms=T0_MS,
+    )
 
 
 def config_with(patterns: list[list[str]]) -> Config:
@@ -31,12 +45,16 @@ def config_with(patterns: list[list[str]]) -> Config:
 
 
 @given(st.lists(PATTERNS, max_size=5), TYPES)
-def test_first_match_is_the_first_route_whose_filter_passes(patterns: list[list[str]], event_type: str) -> None:
+def test_first_match_is_the_first_route_whose_filter_passes(
+    patterns: list[list[str]], event_type: str
+) -> None:
     from loom.config import effective_routes
 
     routes = effective_routes(config_with(patterns), "acme")
     chosen = first_match(routes, event_type)
-    passing = [i for i, p in enumerate(patterns) if not p or any(fnmatch.fnmatchcase(event_type, x) for x in p)]
+    passing = [
+        i for i, p in enumerate(patterns) if not p or any(fnmatch.fnmatchcase(event_type, x) for x in p)
+    ]
     if not passing:
         assert chosen is None
     else:
@@ -45,10 +63,23 @@ def test_first_match_is_the_first_route_whose_filter_passes(patterns: list[list[
 
 
 def test_no_match_and_drop_routes_decide_without_a_handler() -> None:
-    config = Config.from_dict({"scopes": {"acme": {"routes": [
-        {"name": "bots", "types": ["bot.*"], "policy": "drop", "reason": "bots never start work"},
-        {"name": "work", "types": ["job.*"], "create_work": True},
-    ]}}})  # fmt: skip
+    config = Config.from_dict(
+        {
+            "scopes": {
+                "acme": {
+                    "routes": [
+                        {
+                            "name": "bots",
+                            "types": ["bot.*"],
+                            "policy": "drop",
+                            "reason": "bots never start work",
+                        },
+                        {"name": "work", "types": ["job.*"], "create_work": True},
+                    ]
+                }
+            }
+        }
+    )
     from loom.config import effective_routes
 
     routes = effective_routes(config, "acme")

@@ -52,9 +52,9 @@ from loom.records.work import (
     Work,
     WorkState,
 )
-from loom.testing.internals import storage_of
+from loom.testing import T0_MS
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+T0 = T0_MS
 SCOPE = "acme/web"
 STALL_S = 10  # only detects a stalled test; nothing waits on time
 LEASE_MS = 30_000
@@ -96,11 +96,11 @@ OpenRuntime = Callable[..., AbstractAsyncContextManager[Runtime]]
 
 
 @pytest.fixture
-def open_rt(store_path: str, clock: ManualClock) -> OpenRuntime:
+def open_rt(loom_store: str, clock: ManualClock) -> OpenRuntime:
     @asynccontextmanager
     async def opener(cfg: Config, *plugins: object) -> AsyncIterator[Runtime]:
         async with open_runtime(
-            store_path, clock=clock, config=cfg, plugins=plugins, load_entry_points=False
+            loom_store, clock=clock, config=cfg, plugins=plugins, load_entry_points=False
         ) as rt:
             yield rt
 
@@ -121,13 +121,10 @@ async def work_with_input(rt: Runtime, *events: EventIn) -> tuple[Work, list[Eve
 
 async def until(rt: Runtime, check: Callable[[], Awaitable[bool]]) -> None:
     """Wait on commit notices (never on time) until ``check()`` holds."""
-    feed = storage_of(rt).feed()
-    try:
+    async with rt.watch() as notices:
         with trio.fail_after(STALL_S):
             while not await check():
-                await feed.next_batch()
-    finally:
-        storage_of(rt).unsubscribe(feed)
+                await notices.__anext__()
 
 
 async def stale(rt: Runtime, lease: Lease) -> None:
@@ -357,8 +354,12 @@ async def test_a_failed_attempt_is_recorded_with_its_retry_hint_and_the_work_sta
         execution = await rt.complete(lease, Failed(error="rate limited", retry_after_ms=120_000))
         assert execution.state is ExecutionState.FAILED
         assert execution.outcome == {
-            "kind": "failed", "error": "rate limited", "retry_after_ms": 120_000, "consumed_inputs": [], "usage": {},
-        }  # fmt: skip
+            "kind": "failed",
+            "error": "rate limited",
+            "retry_after_ms": 120_000,
+            "consumed_inputs": [],
+            "usage": {},
+        }
         ready = await rt.work(work.id)
         assert (ready.state, ready.pending_inputs, ready.current_execution_id) == (WorkState.READY, (), None)
         await stale(rt, lease)
@@ -798,8 +799,10 @@ async def test_an_operator_interrupt_records_its_event_and_ends_the_attempt_keep
         assert (control.type, control.work_id, control.scope) == (MANUAL_INTERRUPT, work.id, SCOPE)
         assert control.payload == {"reason": "runaway", "execution": lease.execution_id}
         assert (intent.kind, intent.event_id, intent.execution_id) == (
-            IntentKind.INTERRUPT, control.id, lease.execution_id,
-        )  # fmt: skip
+            IntentKind.INTERRUPT,
+            control.id,
+            lease.execution_id,
+        )
         await stale(rt, lease)  # fenced at the commit, before the executor is even asked
 
         await rt.wait_idle()

@@ -14,9 +14,15 @@ from loom.plugins import hookspecs as specs
 from loom.plugins._manager import BUILTIN_PLUGINS, ENTRY_POINT_GROUP
 
 HOOKS = {
-    "loom_route_handlers", "loom_executors", "loom_recurrence_policies", "loom_call_gates", "loom_start_gates",
-    "loom_alias_filters", "loom_authorize_alias", "loom_work_kinds",
-}  # fmt: skip
+    "loom_route_handlers",
+    "loom_executors",
+    "loom_recurrence_policies",
+    "loom_call_gates",
+    "loom_start_gates",
+    "loom_alias_filters",
+    "loom_authorize_alias",
+    "loom_work_kinds",
+}
 
 
 def test_every_design_hook_is_declared_and_no_other() -> None:
@@ -66,13 +72,25 @@ def test_an_implementation_of_an_unknown_hook_is_refused() -> None:
 async def test_named_arming_calls_check_their_kind() -> None:
     from loom.testing import T0_MS
 
-    async with loom.open_runtime(":memory:", clock=loom.ManualClock(start_ms=T0_MS), load_entry_points=False) as rt:
+    async with loom.open_runtime(
+        ":memory:", clock=loom.ManualClock(start_ms=T0_MS), load_entry_points=False
+    ) as rt:
         with pytest.raises(loom.InvalidRequest, match="interval_ms is required"):
-            await rt.arm_recurring(loom.TimerSpec(id="t", fire_at_ms=T0_MS, source="s", type="x.y", scope="acme"))
+            await rt.arm_recurring(
+                loom.TimerSpec(id="t", fire_at_ms=T0_MS, source="s", type="x.y", scope="acme")
+            )
         assert await rt.timers() == []
         timer = await rt.arm_recurrence(
-            "cron", {"schedule_id": "hourly", "cron": "0 * * * *"}, timer_id="hourly", fire_at_ms=T0_MS + 3_600_000,
-            source="cron", type="job.due", scope="acme",
-        )  # fmt: skip
-        assert (timer.recurrence, timer.spec, timer.state) == ("cron", {"schedule_id": "hourly", "cron": "0 * * * *"},
-                                                               loom.TimerState.ARMED)  # fmt: skip
+            "cron",
+            {"schedule_id": "hourly", "cron": "0 * * * *"},
+            timer_id="hourly",
+            fire_at_ms=T0_MS + 3_600_000,
+            source="cron",
+            type="job.due",
+            scope="acme",
+        )
+        assert (timer.recurrence, timer.spec, timer.state) == (
+            "cron",
+            {"schedule_id": "hourly", "cron": "0 * * * *"},
+            loom.TimerState.ARMED,
+        )

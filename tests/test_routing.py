@@ -41,9 +41,10 @@ from loom.plugins.handlers import correlate, work_id_for_key
 from loom.plugins.python_executor import PythonExecutor
 from loom.records.core_events import WORK_CREATED
 from loom.records.work import Checkpoint, CheckpointStatus, Completed, Deliver, Policy, Work, WorkState
+from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+T0 = T0_MS
 SCOPE = "acme/web"
 STALL_S = 10  # only detects a stalled test; nothing waits on time
 
@@ -99,11 +100,11 @@ def handlers() -> Handlers:
 
 
 @pytest.fixture
-def open_rt(store_path: str, clock: ManualClock, handlers: Handlers) -> OpenRuntime:
+def open_rt(loom_store: str, clock: ManualClock, handlers: Handlers) -> OpenRuntime:
     @asynccontextmanager
     async def opener(cfg: Config, *plugins: object) -> AsyncIterator[Runtime]:
         async with open_runtime(
-            store_path, clock=clock, config=cfg, plugins=[handlers, *plugins], load_entry_points=False
+            loom_store, clock=clock, config=cfg, plugins=[handlers, *plugins], load_entry_points=False
         ) as rt:
             yield rt
 
@@ -125,13 +126,10 @@ async def checkpoint(rt: Runtime, event: Event) -> Checkpoint:
 
 async def until(rt: Runtime, check: Callable[[], Awaitable[bool]]) -> None:
     """Wait on commit notices (never on time) until ``check()`` holds."""
-    feed = storage_of(rt).feed()
-    try:
+    async with rt.watch() as notices:
         with trio.fail_after(STALL_S):
             while not await check():
-                await feed.next_batch()
-    finally:
-        storage_of(rt).unsubscribe(feed)
+                await notices.__anext__()
 
 
 def routed_to(rt: Runtime, event: Event) -> Callable[[], Awaitable[bool]]:
@@ -461,10 +459,15 @@ async def test_an_unsupported_control_is_unrouted_and_attaches_no_key(open_rt: O
     """An inject route whose running attempt lacks inject, with no fallback: no effect at all."""
     cfg = config(
         {"name": "open", "types": ["pr.opened"], "create_work": True},
-        {"name": "chat", "types": ["pr.comment"], "policy": "inject", "binding": "py",
-         "config": {"keys_field": "also"}},
+        {
+            "name": "chat",
+            "types": ["pr.comment"],
+            "policy": "inject",
+            "binding": "py",
+            "config": {"keys_field": "also"},
+        },
         bindings={"py": {"executor": "python", "capabilities": ["inject"]}},
-    )  # fmt: skip
+    )
     async with open_rt(cfg, PythonExecutor()) as rt:
         await publish(rt, ev("d-1", key="pr/1"))
         work = await rt.work_for_key("pr/1")

@@ -11,11 +11,19 @@ from loom import CheckpointStatus, Config, EventIn, Unmatched
 from loom.testing import RuntimeDriver
 
 
-async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(store_path: str) -> None:
-    config = Config.from_dict({"scopes": {"acme": {"routes": [
-        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
-        {"name": "by-key", "types": ["x.*"], "create_work": True},
-    ]}}})  # fmt: skip
+async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_store: str) -> None:
+    config = Config.from_dict(
+        {
+            "scopes": {
+                "acme": {
+                    "routes": [
+                        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
+                        {"name": "by-key", "types": ["x.*"], "create_work": True},
+                    ]
+                }
+            }
+        }
+    )
     release = trio.Event()
     entered = trio.Event()
 
@@ -25,15 +33,19 @@ async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(store_
         return Unmatched(reason="nothing to do")
 
     async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, store_path, config=config)
+        driver = RuntimeDriver(nursery, loom_store, config=config)
         driver.handlers.table["held"] = held
         await driver.start()
         rt = driver.runtime
-        opened = await rt.publish(EventIn(source="t", delivery_id="open", type="x.open", scope="acme", key="k"))
+        opened = await rt.publish(
+            EventIn(source="t", delivery_id="open", type="x.open", scope="acme", key="k")
+        )
         await driver.settle()
         work = await rt.work_for_key("k")
         # an earlier event names the Work explicitly; its handler is held, then matches nothing
-        earlier = await rt.publish(EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work.id))
+        earlier = await rt.publish(
+            EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work.id)
+        )
         await entered.wait()
         later = await rt.publish(EventIn(source="t", delivery_id="e2", type="x.more", scope="acme", key="k"))
 

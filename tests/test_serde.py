@@ -121,7 +121,9 @@ def test_unstructure_then_structure_gives_back_an_equal_record(
 
 
 @record_and_strategy
-def test_dumps_then_loads_gives_back_an_equal_record(cls: type[Any], strategy: st.SearchStrategy[Any]) -> None:
+def test_dumps_then_loads_gives_back_an_equal_record(
+    cls: type[Any], strategy: st.SearchStrategy[Any]
+) -> None:
     @settings(max_examples=60)
     @given(strategy)
     def round_trip(record: Any) -> None:

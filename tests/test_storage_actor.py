@@ -16,9 +16,10 @@ from trio.testing import wait_all_tasks_blocked
 from loom import ManualClock, SchemaTooNew, StorageClosed, StorageError
 from loom.notices import Lagged
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Tx
+from loom.testing import T0_MS
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
 
-T0 = 1_767_225_600_000
+T0 = T0_MS
 NS = "test"
 GATE_TIMEOUT_S = 10
 
@@ -182,7 +183,9 @@ async def test_batch_size_is_bounded_by_max_batch(store: SQLiteStore, nursery: t
 # -- a request's own error --------------------------------------------------
 
 
-async def test_a_failing_request_rolls_back_only_its_own_effects(store: SQLiteStore, nursery: trio.Nursery) -> None:
+async def test_a_failing_request_rolls_back_only_its_own_effects(
+    store: SQLiteStore, nursery: trio.Nursery
+) -> None:
     actor = await start_actor(nursery, store)
     feed = actor.feed()
     gate = Gate()
@@ -494,7 +497,9 @@ def test_the_writer_refuses_a_newer_schema_naming_both_versions(newer_db: Path) 
 
 
 @pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
-async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(file_store: SQLiteStore, boundary: str) -> None:
+async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(
+    file_store: SQLiteStore, boundary: str
+) -> None:
     async with trio.open_nursery() as callers:
         with pytest.RaisesGroup(CrashPoint, allow_unwrapped=True, flatten_subgroups=True):
             async with trio.open_nursery() as nursery:

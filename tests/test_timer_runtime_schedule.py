@@ -17,12 +17,12 @@ import pytest
 import trio
 import trio.testing
 
-from loom import Config, Event, ManualClock, Runtime
+from loom import Config, Event, Runtime
 from loom.plugins.schedule import ScheduleSpec, occurrence_id, schedule_timer
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import CheckpointStatus, Completed
 from loom.store import Tx
-from loom.testing import T0_MS, RuntimeDriver
+from loom.testing import RuntimeDriver
 from loom.testing.internals import storage_of
 
 SCOPE = "acme"
@@ -34,19 +34,6 @@ DAY = 24 * HOUR
 
 def utc_ms(text: str) -> int:
     return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp() * 1000)
-
-
-@asynccontextmanager
-async def running(
-    store: str, *, start_ms: int = T0_MS, cfg: Config | None = None
-) -> AsyncIterator[RuntimeDriver]:
-    async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, store, clock=ManualClock(start_ms=start_ms), config=cfg)
-        await driver.start()
-        try:
-            yield driver
-        finally:
-            await driver.stop()
 
 
 async def arm(driver: RuntimeDriver, spec: ScheduleSpec) -> TimerSpec:
@@ -70,8 +57,8 @@ async def occurrences(rt: Runtime) -> list[Event]:
     return [e for e in await rt.events(limit=10_000) if e.source == "cron"]
 
 
-async def test_a_cron_schedule_fires_each_occurrence_with_its_deterministic_identity(store_path: str) -> None:
-    async with running(store_path, start_ms=utc_ms("2026-01-01T00:10")) as driver:
+async def test_a_cron_schedule_fires_each_occurrence_with_its_deterministic_identity(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, start_ms=utc_ms("2026-01-01T00:10")) as driver:
         rt = driver.runtime
         spec = ScheduleSpec(schedule_id="hourly", cron="0 * * * *")
         timer = await arm(driver, spec)
@@ -102,7 +89,7 @@ async def test_a_cron_schedule_fires_each_occurrence_with_its_deterministic_iden
 
 
 async def test_after_a_ten_hour_outage_exactly_one_occurrence_fires(tmp_path: Path) -> None:
-    async with running(str(tmp_path / "loom.db"), start_ms=utc_ms("2026-01-01T00:10")) as driver:
+    async with RuntimeDriver.open(str(tmp_path / "loom.db"), start_ms=utc_ms("2026-01-01T00:10")) as driver:
         timer = await arm(driver, ScheduleSpec(schedule_id="hourly", cron="0 * * * *"))
         driver.clock.set(utc_ms("2026-01-01T01:00"))
         await ledger(driver, timer.id, 1)
@@ -129,8 +116,8 @@ async def test_after_a_ten_hour_outage_exactly_one_occurrence_fires(tmp_path: Pa
         assert (await occurrences(rt))[-1].payload["skipped"] == 0
 
 
-async def test_an_outage_longer_than_the_catch_up_window_records_a_skip(store_path: str) -> None:
-    async with running(store_path, start_ms=utc_ms("2026-01-01T00:10")) as driver:
+async def test_an_outage_longer_than_the_catch_up_window_records_a_skip(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, start_ms=utc_ms("2026-01-01T00:10")) as driver:
         timer = await arm(driver, ScheduleSpec(schedule_id="daily", cron="0 0 * * *"))
         # armed for Jan 2 00:00; at Jan 4 07:00 even the latest due occurrence is older than six hours
         driver.clock.set(utc_ms("2026-01-04T07:00"))
@@ -149,7 +136,7 @@ async def test_a_daily_calendar_schedule_across_the_spring_forward_gap(
     dst_gap: str, on_the_29th: str | None
 ) -> None:
     # Europe/Berlin jumps from 02:00 CET to 03:00 CEST on 2026-03-29: 02:30 does not exist that day
-    async with running(":memory:", start_ms=utc_ms("2026-03-27T12:00")) as driver:
+    async with RuntimeDriver.open(":memory:", start_ms=utc_ms("2026-03-27T12:00")) as driver:
         rt = driver.runtime
         spec = ScheduleSpec(
             schedule_id="nightly", calendar="02:30", timezone="Europe/Berlin", dst_gap=dst_gap
@@ -259,7 +246,7 @@ async def started(driver: RuntimeDriver, n: int) -> None:
 
 @asynccontextmanager
 async def scheduled(overlap: str) -> AsyncIterator[tuple[RuntimeDriver, Schedule]]:
-    async with running(":memory:", cfg=schedule_config()) as driver:
+    async with RuntimeDriver.open(":memory:", config=schedule_config()) as driver:
         schedule = Schedule(driver, overlap)
         await arm(driver, schedule.spec)
         yield driver, schedule

@@ -11,8 +11,7 @@ timer due before it has had its turn.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,23 +74,6 @@ def config(*, per_minute: int = 128, binding: bool = False) -> Config:
         route["binding"] = "fake"
         scope["bindings"] = {"fake": {"executor": "fake"}}
     return Config.from_dict({"scopes": {SCOPE: scope}, "causal": {"per_minute": per_minute}})
-
-
-@asynccontextmanager
-async def running(
-    store: str,
-    *,
-    cfg: Config | None = None,
-    plugins: tuple[object, ...] = (),
-    clock: ManualClock | None = None,
-) -> AsyncIterator[RuntimeDriver]:
-    async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, store, clock=clock, config=cfg, plugins=plugins)
-        await driver.start()
-        try:
-            yield driver
-        finally:
-            await driver.stop()
 
 
 async def ledger(driver: RuntimeDriver, timer_id: str, n: int) -> list[Firing]:
@@ -160,8 +142,8 @@ def host_driven(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- exactly once lives in the firing ledger (seed 004: TestFireTimerIsIdempotent) -------------------
 
 
-async def test_fire_timer_is_idempotent(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_fire_timer_is_idempotent(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         timer = await rt.arm(tick("t", T0 + 30 * SECOND, payload={"n": 1}))
         assert (timer.state, timer.revision, timer.delivery_id, timer.parent_id) == (
@@ -179,8 +161,11 @@ async def test_fire_timer_is_idempotent(store_path: str) -> None:
         driver.clock.advance(30 * SECOND)  # exactly the deadline: it fires now, not a tick later
         (first,) = await ledger(driver, "t", 1)
         assert (first.result, first.at_ms, first.next_fire_at_ms, first.replay) == (
-            FiringResult.ACCEPTED, T0 + 30 * SECOND, None, False,
-        )  # fmt: skip
+            FiringResult.ACCEPTED,
+            T0 + 30 * SECOND,
+            None,
+            False,
+        )
         event = await rt.event_by_delivery("clock", "t")
         assert first.event_id == event.id
         assert event.payload == {"n": 1, "timer": "t", "occurrence_ms": T0 + 30 * SECOND}
@@ -207,8 +192,8 @@ async def test_fire_timer_is_idempotent(store_path: str) -> None:
         assert len(await deliveries(rt, "clock")) == 1
 
 
-async def test_fired_timers_leave_the_service(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_fired_timers_leave_the_service(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         await rt.arm(tick("once", T0 + SECOND))
         await quiet(driver)  # the arm notice has reached the timer actor
@@ -225,7 +210,7 @@ async def test_fired_timers_leave_the_service(store_path: str) -> None:
 
 
 async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
-    store_path: str, monkeypatch: pytest.MonkeyPatch
+    loom_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = fire_timer_in_tx
     calls: list[str] = []
@@ -239,7 +224,7 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
         return real(tx, now_ms, request, *args)
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_full_once)
-    async with running(store_path) as driver:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         await rt.arm(tick("wake", T0 + 10 * SECOND))
         failures_before = storage_of(rt).stats.failed_batches
@@ -267,14 +252,16 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
 async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline_order(
     tmp_path: Path,
 ) -> None:
-    async with running(str(tmp_path / "loom.db")) as driver:
+    async with RuntimeDriver.open(str(tmp_path / "loom.db")) as driver:
         for timer_id, after in (("c", 30), ("a", 10), ("b", 20)):
             await driver.runtime.arm(tick(timer_id, T0 + after * SECOND))
 
         await driver.reopen()
         assert {k: timer_service_of(driver.runtime).deadline(k) for k in "abc"} == {
-            "a": T0 + 10 * SECOND, "b": T0 + 20 * SECOND, "c": T0 + 30 * SECOND,
-        }  # fmt: skip
+            "a": T0 + 10 * SECOND,
+            "b": T0 + 20 * SECOND,
+            "c": T0 + 30 * SECOND,
+        }
         driver.clock.advance(15 * SECOND)
         await ledger(driver, "a", 1)
 
@@ -300,7 +287,7 @@ async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline
 
 
 async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path) -> None:
-    async with running(str(tmp_path / "loom.db"), cfg=config(binding=True)) as driver:
+    async with RuntimeDriver.open(str(tmp_path / "loom.db"), config=config(binding=True)) as driver:
         start = await driver.runtime.publish(job("start-1"))
 
         async def launches(n: int) -> None:
@@ -315,9 +302,16 @@ async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path)
         assert first.request.trigger.id == start.id
         work_id = first.request.work_id
         sleep = await first.toolbelt.arm_timer(
-            TimerSpec(id="sleep:job/1", fire_at_ms=driver.clock.now_ms() + 30 * SECOND, source="sleeper",
-                      type="job.woke", scope=SCOPE, key="job/1", payload={"slept_ms": 30 * SECOND})
-        )  # fmt: skip
+            TimerSpec(
+                id="sleep:job/1",
+                fire_at_ms=driver.clock.now_ms() + 30 * SECOND,
+                source="sleeper",
+                type="job.woke",
+                scope=SCOPE,
+                key="job/1",
+                payload={"slept_ms": 30 * SECOND},
+            )
+        )
         assert (sleep.parent_id, sleep.execution_id) == (start.id, first.request.execution_id)
         driver.fake.finish(work_id, Handoff())
 
@@ -353,8 +347,8 @@ async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path)
 # -- revisions (seed 000: revisioned cancellation; seed 004: TestTimerCommandsValidated) -----------------
 
 
-async def test_revisioned_cancellation_and_rearming(store_path: str) -> None:
-    async with running(store_path) as driver:
+async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         at = T0 + MINUTE
         armed = await rt.arm(tick("t", at))
@@ -412,7 +406,7 @@ async def test_revisioned_cancellation_and_rearming(store_path: str) -> None:
     ],
 )
 async def test_a_malformed_timer_is_refused_and_changes_nothing(fields: dict[str, Any], field: str) -> None:
-    async with running(":memory:") as driver:
+    async with RuntimeDriver.open(":memory:") as driver:
         with pytest.raises(InvalidRequest, match=field):
             await driver.runtime.arm(attrs.evolve(tick("bad", T0), **fields))
         assert await driver.runtime.timers() == []
@@ -422,9 +416,9 @@ async def test_a_malformed_timer_is_refused_and_changes_nothing(fields: dict[str
 
 
 async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_jump_fires_one(
-    store_path: str,
+    loom_store: str,
 ) -> None:
-    async with running(store_path) as driver:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         start = T0 + MINUTE
         await rt.arm(tick("every", start, interval_ms=MINUTE, payload={"job": "sweep"}))
@@ -447,8 +441,10 @@ async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_ju
         ]
         events = await deliveries(rt, "clock")
         assert [e.delivery_id for e in events] == [
-            f"every@{start}", f"every@{start + MINUTE}", f"every@{start + 11 * MINUTE}",
-        ]  # fmt: skip
+            f"every@{start}",
+            f"every@{start + MINUTE}",
+            f"every@{start + 11 * MINUTE}",
+        ]
         assert [e.payload["skipped"] for e in events] == [0, 0, 9]
         assert [e.payload["occurrence_ms"] for e in events] == [start, start + MINUTE, start + 11 * MINUTE]
         assert all(e.is_root and e.payload["job"] == "sweep" for e in events)
@@ -461,14 +457,20 @@ async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_ju
         assert timer_service_of(rt).deadline("every") == start + 12 * MINUTE
 
 
-async def test_a_derived_recurring_timer_keeps_its_arming_parent(store_path: str) -> None:
-    async with running(store_path, cfg=config()) as driver:
+async def test_a_derived_recurring_timer_keeps_its_arming_parent(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         trigger, lease = await claim_by_key(driver, job("start-1"))
         timer = await rt.toolbelt(lease).arm_timer(
-            TimerSpec(id="poll-ci", fire_at_ms=T0 + MINUTE, source="bot", type="ci.poll", scope=SCOPE,
-                      interval_ms=MINUTE)
-        )  # fmt: skip
+            TimerSpec(
+                id="poll-ci",
+                fire_at_ms=T0 + MINUTE,
+                source="bot",
+                type="ci.poll",
+                scope=SCOPE,
+                interval_ms=MINUTE,
+            )
+        )
         assert (timer.parent_id, timer.execution_id) == (trigger.id, lease.execution_id)
         for n in (1, 2, 3):
             driver.clock.advance(MINUTE)
@@ -480,8 +482,8 @@ async def test_a_derived_recurring_timer_keeps_its_arming_parent(store_path: str
         }, "every occurrence derives from the arming trigger, not from the previous occurrence"
 
 
-async def test_an_execution_cannot_rearm_a_timer_it_does_not_own(store_path: str) -> None:
-    async with running(store_path, cfg=config()) as driver:
+async def test_an_execution_cannot_rearm_a_timer_it_does_not_own(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         root = await rt.arm(tick("nightly", T0 + MINUTE))
         _, lease = await claim_by_key(driver, job("start-1"))
@@ -519,9 +521,10 @@ class CalendarDouble:
     ) -> tuple[Occurrence | Skip, Replacement | None]:
         mode = spec["mode"]
         occurrence = Occurrence(
-            occurrence_ms=timer.fire_at_ms, delivery_id=f"{timer.delivery_id}#{timer.occurrences}",
+            occurrence_ms=timer.fire_at_ms,
+            delivery_id=f"{timer.delivery_id}#{timer.occurrences}",
             payload={"mode": mode},
-        )  # fmt: skip
+        )
         following = Replacement(
             fire_at_ms=now_ms + MINUTE, delivery_id=f"{timer.delivery_id}#{timer.occurrences + 1}"
         )
@@ -550,8 +553,8 @@ def recurring(timer_id: str, mode: str, at_ms: int, kind: str = "test") -> Timer
     return attrs.evolve(tick(timer_id, at_ms), recurrence=kind, spec={"mode": mode})
 
 
-async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(store_path: str) -> None:
-    async with running(store_path, plugins=(CalendarDouble(),)) as driver:
+async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, plugins=(CalendarDouble(),)) as driver:
         rt = driver.runtime
         await rt.arm(recurring("cal", "occur", T0 + MINUTE))
         driver.clock.advance(MINUTE)
@@ -592,7 +595,7 @@ async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(st
     ],
 )
 async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract(mode: str, reason: str) -> None:
-    async with running(":memory:", plugins=(CalendarDouble(),)) as driver:
+    async with RuntimeDriver.open(":memory:", plugins=(CalendarDouble(),)) as driver:
         rt = driver.runtime
         await rt.arm(recurring("cal", mode, T0 + MINUTE))
         driver.clock.advance(MINUTE)
@@ -612,9 +615,9 @@ async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract(mode: s
 
 
 async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_other_timers(
-    store_path: str, host_driven: None
+    loom_store: str, host_driven: None
 ) -> None:
-    async with running(store_path, plugins=(CalendarDouble(),)) as driver:
+    async with RuntimeDriver.open(loom_store, plugins=(CalendarDouble(),)) as driver:
         rt = driver.runtime
         await rt.arm(recurring("a-unknown", "occur", T0, kind="lunar"))
         await rt.arm(recurring("b-known", "occur", T0))
@@ -628,8 +631,9 @@ async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_othe
         second = await rt.poll(limit=1)
         third = await rt.poll(limit=1)
         assert [(f.timer_id, f.result) for f in (*second.firings, *third.firings)] == [
-            ("b-known", FiringResult.ACCEPTED), ("c-plain", FiringResult.ACCEPTED),
-        ]  # fmt: skip
+            ("b-known", FiringResult.ACCEPTED),
+            ("c-plain", FiringResult.ACCEPTED),
+        ]
         assert (await rt.poll(limit=10)).firings == ()
         assert [e.delivery_id for e in await deliveries(rt, "clock")] == ["b-known#0", "c-plain"]
 
@@ -640,7 +644,7 @@ async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_othe
 async def test_due_is_bounded_and_rotates_through_overdue_timers_across_a_reopen(
     tmp_path: Path, host_driven: None
 ) -> None:
-    async with running(str(tmp_path / "loom.db")) as driver:
+    async with RuntimeDriver.open(str(tmp_path / "loom.db")) as driver:
         for timer_id in "edcba":
             await driver.runtime.arm(tick(timer_id, T0 - MINUTE))
         await driver.runtime.arm(tick("later", T0 + MINUTE))
@@ -666,7 +670,7 @@ async def test_due_is_bounded_and_rotates_through_overdue_timers_across_a_reopen
 
 
 async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_stop_it(
-    store_path: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
+    loom_store: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = fire_timer_in_tx
 
@@ -676,7 +680,7 @@ async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_st
         return real(tx, now_ms, request, *args)
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", broken_for_a)
-    async with running(store_path) as driver:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         for timer_id in "abcd":
             await rt.arm(tick(timer_id, T0))
@@ -698,13 +702,13 @@ async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_st
 
 
 async def test_poll_raises_a_storage_failure(
-    store_path: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
+    loom_store: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def disk_io_error(tx: Tx, now_ms: int, request: FireRequest, *args: Any) -> Firing:
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_io_error)
-    async with running(store_path) as driver:
+    async with RuntimeDriver.open(loom_store) as driver:
         rt = driver.runtime
         await rt.arm(tick("a", T0))
         with pytest.raises(StorageError, match="disk I/O error"):
@@ -717,25 +721,36 @@ async def test_poll_raises_a_storage_failure(
 
 
 async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_never_retried(
-    store_path: str,
+    loom_store: str,
 ) -> None:
-    async with running(store_path, cfg=config()) as driver:
+    async with RuntimeDriver.open(loom_store, config=config()) as driver:
         rt = driver.runtime
         link = await rt.publish(EventIn(source="ext", delivery_id="link-0", type="chain.link", scope=SCOPE))
         root = link
         for depth in range(1, 33):
             last = depth == 32
             link = await rt.publish_derived(
-                EventIn(source="bot", delivery_id=f"link-{depth}", type="job.deep" if last else "chain.link",
-                        scope=SCOPE, key="deep/1" if last else None),
+                EventIn(
+                    source="bot",
+                    delivery_id=f"link-{depth}",
+                    type="job.deep" if last else "chain.link",
+                    scope=SCOPE,
+                    key="deep/1" if last else None,
+                ),
                 parent_id=link.id,
-            )  # fmt: skip
+            )
         assert (link.depth, link.root_id) == (32, root.id)
         lease = await claim_routed(driver, link)
         timer = await rt.toolbelt(lease).arm_timer(
-            TimerSpec(id="too-deep", fire_at_ms=T0 + MINUTE, source="bot", type="job.later", scope=SCOPE,
-                      payload={"token": "s3cret-payload"})
-        )  # fmt: skip
+            TimerSpec(
+                id="too-deep",
+                fire_at_ms=T0 + MINUTE,
+                source="bot",
+                type="job.later",
+                scope=SCOPE,
+                payload={"token": "s3cret-payload"},
+            )
+        )
         assert timer.parent_id == link.id
 
         driver.clock.advance(MINUTE)
@@ -749,11 +764,16 @@ async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_neve
             await rt.event_by_delivery("bot", "too-deep")
         (rejection,) = await rt.causal_rejections()
         assert (rejection.reason, rejection.depth, rejection.limit, rejection.root_id) == (
-            loom.RejectionReason.DEPTH_LIMIT, 33, 32, root.id,
-        )  # fmt: skip
+            loom.RejectionReason.DEPTH_LIMIT,
+            33,
+            32,
+            root.id,
+        )
         assert (rejection.parent_id, rejection.delivery_id, rejection.execution_id) == (
-            link.id, "too-deep", lease.execution_id,
-        )  # fmt: skip
+            link.id,
+            "too-deep",
+            lease.execution_id,
+        )
         stored = await rt.kv("core.causal.rejections")
         assert "s3cret-payload" not in repr(stored), "the rejection is redacted"
 
@@ -763,14 +783,20 @@ async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_neve
         assert "too-deep" not in timer_service_of(rt)
 
 
-async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(store_path: str) -> None:
-    async with running(store_path, cfg=config(per_minute=3)) as driver:
+async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(loom_store: str) -> None:
+    async with RuntimeDriver.open(loom_store, config=config(per_minute=3)) as driver:
         rt = driver.runtime
         trigger, lease = await claim_by_key(driver, job("start-1"))
         await rt.toolbelt(lease).arm_timer(
-            TimerSpec(id="chatty", fire_at_ms=T0 + SECOND, source="bot", type="bot.ping", scope=SCOPE,
-                      interval_ms=SECOND)
-        )  # fmt: skip
+            TimerSpec(
+                id="chatty",
+                fire_at_ms=T0 + SECOND,
+                source="bot",
+                type="bot.ping",
+                scope=SCOPE,
+                interval_ms=SECOND,
+            )
+        )
         for n in (1, 2, 3, 4):  # all inside the first UTC minute of the root
             driver.clock.advance(SECOND)
             firings = await ledger(driver, "chatty", n)
@@ -779,8 +805,10 @@ async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(stor
         assert (await rt.timer("chatty")).state is TimerState.DISABLED
         (rejection,) = await rt.causal_rejections()
         assert (rejection.reason, rejection.root_id, rejection.budget) == (
-            loom.RejectionReason.RATE_LIMIT, trigger.id, 3,
-        )  # fmt: skip
+            loom.RejectionReason.RATE_LIMIT,
+            trigger.id,
+            3,
+        )
         driver.clock.advance(5 * MINUTE)  # a new minute restores budget, but the timer stays off
         await quiet(driver)
         assert len(await rt.firings("chatty")) == 4
@@ -817,7 +845,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
     path = str(tmp_path / "loom.db")
     clock = ManualClock(start_ms=T0)
     first_at = T0 + MINUTE
-    async with running(path, clock=clock) as driver:
+    async with RuntimeDriver.open(path, clock=clock) as driver:
         await driver.runtime.arm(tick("every", first_at, interval_ms=MINUTE))
 
     hook = CrashOnFiring(boundary)
@@ -847,7 +875,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         conn.close()
     assert (committed, armed_at) == ((0, first_at) if boundary == BEFORE_COMMIT else (1, first_at + MINUTE))
 
-    async with running(path, clock=clock) as driver:
+    async with RuntimeDriver.open(path, clock=clock) as driver:
         rt = driver.runtime
         # the crashed firing either committed whole (event, ledger, next arming) or left no trace,
         # and a reopen fires the old identity once if it did not commit
@@ -866,5 +894,6 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         second = (await ledger(driver, "every", 2))[1]
         assert second.fire_at_ms == first_at + MINUTE
         assert [e.delivery_id for e in await deliveries(rt, "clock")] == [
-            f"every@{first_at}", f"every@{first_at + MINUTE}",
-        ]  # fmt: skip
+            f"every@{first_at}",
+            f"every@{first_at + MINUTE}",
+        ]

@@ -27,7 +27,6 @@ MAX_COMPLETION_RETRIES = 100
 class AttemptRunner:
     def __init__(self, shared: Shared) -> None:
         self._s = shared
-        self.launched = 0
 
     def start(self, lease: Lease, executor_name: str) -> None:
         """Run the attempt ``lease`` holds, in a task of its own."""
@@ -37,9 +36,12 @@ class AttemptRunner:
     async def _run(self, lease: Lease, executor: Executor, config: Config) -> None:
         """Hold and renew the lease from the claim through launch to the committed outcome."""
         activity = self._s.activity
-        self.launched += 1
         toolbelt = RuntimeToolbelt(
-            self._s.storage, lease, limits=config.causal, generation=config.generation, lease_ms=self._s.lease_ms
+            self._s.storage,
+            lease,
+            limits=config.causal,
+            generation=config.generation,
+            lease_ms=self._s.lease_ms,
         )
         outcome: Outcome
         async with trio.open_nursery() as nursery:

@@ -60,12 +60,18 @@ class RoutingLanes:
         in one storage request instead of a router task each.
         """
         config = self._s.config()
-        decided = decide_without_handler(config, first_match(self._routes(config, event.scope), event.type), event)
+        decided = decide_without_handler(
+            config, first_match(self._routes(config, event.scope), event.type), event
+        )
         if decided is None:
             return None
         decision, ref = decided
         return RouteRequest(
-            event_id=event.id, decision=decision, route=ref, expected_revision=None, generation=config.generation
+            event_id=event.id,
+            decision=decision,
+            route=ref,
+            expected_revision=None,
+            generation=config.generation,
         )
 
     async def route_quick(self, requests: list[RouteRequest]) -> None:
@@ -142,7 +148,9 @@ class RoutingLanes:
                 work = await self._snapshot(event)
                 evaluated = await self._evaluate(event, work, match)
                 if isinstance(evaluated, str):
-                    await storage.submit(record_handler_error_in_tx, event.id, ref, evaluated, config.generation)
+                    await storage.submit(
+                        record_handler_error_in_tx, event.id, ref, evaluated, config.generation
+                    )
                     return True
                 decision = evaluated
             changes = activity.changes

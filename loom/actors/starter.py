@@ -75,7 +75,11 @@ class Starter:
         if work is None or claimable(work) is not None:
             return
         binding = await self.binding_for(work)
-        if binding is None or binding.executor is None or binding.executor not in self._s.extensions.executors:
+        if (
+            binding is None
+            or binding.executor is None
+            or binding.executor not in self._s.extensions.executors
+        ):
             return
         executor = binding.executor
         if not work.started and not work.released:

@@ -29,7 +29,8 @@ def bounded(low: int, high: int, section: str = "") -> Any:
     def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise ConfigError(
-                f"must be an integer from {low} to {high}, got {value!r}", key=join_key(section, attribute.name)
+                f"must be an integer from {low} to {high}, got {value!r}",
+                key=join_key(section, attribute.name),
             )
 
     return check

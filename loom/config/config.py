@@ -166,8 +166,6 @@ class Config:
                     )
 
 
-
-
 def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding]:
     """The bindings in force in ``scope``: inherited by name, the nearest definition replacing the whole
     binding (its opaque config included). Ordered by first definition, root to leaf."""

@@ -129,10 +129,22 @@ def _insert(
     if payload is None:
         payload = validated_payload(event, allow_core=True)
     pending = Event(
-        id=new_id, seq=0, source=event.source, delivery_id=event.delivery_id, type=event.type, scope=event.scope,
-        key=event.key, work_id=event.work_id, execution_id=execution_id, payload=json.loads(payload),
-        parent_id=parent_id, cause_id=cause_id, root_id=root_id, depth=depth, accepted_at_ms=now_ms,
-    )  # fmt: skip
+        id=new_id,
+        seq=0,
+        source=event.source,
+        delivery_id=event.delivery_id,
+        type=event.type,
+        scope=event.scope,
+        key=event.key,
+        work_id=event.work_id,
+        execution_id=execution_id,
+        payload=json.loads(payload),
+        parent_id=parent_id,
+        cause_id=cause_id,
+        root_id=root_id,
+        depth=depth,
+        accepted_at_ms=now_ms,
+    )
     accepted = attrs.evolve(pending, seq=tx.insert_event(pending, payload))
     tx.notify(EventAccepted(event=accepted))
     return accepted

@@ -65,7 +65,10 @@ def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapp
     else:
         # the causal bounds refused the deadline Event: fenced all the same, and held
         tx.update_work(
-            work.id, now_ms, held=1, hold_reason="causal_rejection: the execution deadline's event was refused"
+            work.id,
+            now_ms,
+            held=1,
+            hold_reason="causal_rejection: the execution deadline's event was refused",
         )
     tx.notify(ExecutionFenced(execution_id=execution.id, work_id=work.id))
     tx.notify(WorkChanged(work_id=work.id))

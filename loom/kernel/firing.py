@@ -209,8 +209,13 @@ def _settle(
 def _invalid(tx: Tx, now_ms: int, timer: Timer, reason: str) -> Firing:
     """An unusable recurrence: an ``invalid_timer`` diagnostic, and the timer leaves the due set."""
     tx.set_timer_state(timer, TimerState.INVALID, reason, now_ms)
-    tx.add_diagnostic(DiagnosticKind.INVALID_TIMER, timer.id, f"timer {timer.id}: {reason}",
-                      {"timer": timer.id, "revision": timer.revision, "fire_at_ms": timer.fire_at_ms}, now_ms)  # fmt: skip
+    tx.add_diagnostic(
+        DiagnosticKind.INVALID_TIMER,
+        timer.id,
+        f"timer {timer.id}: {reason}",
+        {"timer": timer.id, "revision": timer.revision, "fire_at_ms": timer.fire_at_ms},
+        now_ms,
+    )
     tx.notify(TimerCancelled(timer_id=timer.id))
     return _ledger(tx, now_ms, timer, FiringResult.INVALID, None, None, reason)
 
@@ -224,12 +229,28 @@ def _ledger(
     next_fire_at_ms: int | None,
     detail: str | None,
 ) -> Firing:
-    firing = Firing(timer_id=timer.id, revision=timer.revision, fire_at_ms=timer.fire_at_ms, result=result,
-                    event_id=event_id, next_fire_at_ms=next_fire_at_ms, detail=detail, at_ms=now_ms)  # fmt: skip
+    firing = Firing(
+        timer_id=timer.id,
+        revision=timer.revision,
+        fire_at_ms=timer.fire_at_ms,
+        result=result,
+        event_id=event_id,
+        next_fire_at_ms=next_fire_at_ms,
+        detail=detail,
+        at_ms=now_ms,
+    )
     tx.insert_firing(firing)
     return firing
 
 
 def _noop(req: FireRequest, result: FiringResult, now_ms: int, detail: str) -> Firing:
-    return Firing(timer_id=req.timer_id, revision=req.revision, fire_at_ms=req.fire_at_ms, result=result,
-                  event_id=None, next_fire_at_ms=None, detail=detail, at_ms=now_ms)  # fmt: skip
+    return Firing(
+        timer_id=req.timer_id,
+        revision=req.revision,
+        fire_at_ms=req.fire_at_ms,
+        result=result,
+        event_id=None,
+        next_fire_at_ms=None,
+        detail=detail,
+        at_ms=now_ms,
+    )

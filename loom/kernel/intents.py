@@ -96,7 +96,9 @@ def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: DispatchR
         if result is DispatchResult.AMBIGUOUS:
             # the same intent identity is tried again later, a bounded number of times
             retry = (
-                now_ms + DISPATCH_BACKOFF_MS * intent.attempts if intent.attempts < DISPATCH_ATTEMPTS else None
+                now_ms + DISPATCH_BACKOFF_MS * intent.attempts
+                if intent.attempts < DISPATCH_ATTEMPTS
+                else None
             )
             tx.set_intent_status(intent, IntentStatus.DISPATCHING, now_ms, next_attempt_ms=retry)
             if retry is None:

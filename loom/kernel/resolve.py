@@ -6,7 +6,6 @@ ownership": first match, no broadcast; a drop route or no match needs no handler
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 
 import attrs
@@ -75,8 +74,3 @@ def decide_without_handler(
         reason = route.route.reason or f"route {route.name!r} drops {event.type}"
         return Drop(reason=reason), route_ref(config, route)
     return None
-
-
-def types_match(patterns: Sequence[str], event_type: str) -> bool:
-    """A route's type filter: glob patterns, OR'd; an empty filter matches every type."""
-    return not patterns or any(fnmatch.fnmatchcase(event_type, p) for p in patterns)

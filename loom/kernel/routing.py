@@ -81,7 +81,13 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     if isinstance(decision, Drop):
         # a drop depends on no Work state: it is associated with the target as of now
         cp = _checkpoint(
-            tx, now_ms, event, CheckpointStatus.DROP, req, work_id=work.id if work else None, reason=decision.reason
+            tx,
+            now_ms,
+            event,
+            CheckpointStatus.DROP,
+            req,
+            work_id=work.id if work else None,
+            reason=decision.reason,
         )
         return RouteResult(checkpoint=cp)
     assert isinstance(decision, Deliver)
@@ -156,7 +162,10 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[Diagnostic
         if work is not None and event.key is not None:
             owner = tx.key_owner(event.key)
             if owner is not None and owner != work.id:
-                return DiagnosticKind.CONTRADICTION, f"key {event.key!r} is owned by work {owner}, not {work.id}"
+                return (
+                    DiagnosticKind.CONTRADICTION,
+                    f"key {event.key!r} is owned by work {owner}, not {work.id}",
+                )
         return work
     if event.work_id is not None:
         return tx.work(event.work_id)

@@ -27,7 +27,12 @@ def start_segment_in_tx(
     execution = tx.execution(execution_id)
     assert execution is not None
     timer_id = deadline_timer_id(execution_id, segment)
-    payload = {"execution": execution_id, "segment": segment, "epoch": execution.epoch, "work": execution.work_id}
+    payload = {
+        "execution": execution_id,
+        "segment": segment,
+        "epoch": execution.epoch,
+        "work": execution.work_id,
+    }
     spec = TimerSpec(
         id=timer_id,
         fire_at_ms=now_ms + max(remaining_ms, 0),

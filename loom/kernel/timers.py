@@ -47,12 +47,21 @@ def validate_spec(spec: TimerSpec) -> None:
     validate_event_in(timer_template(spec, spec.delivery_id or spec.id), allow_core=True)
 
 
-def timer_template(timer: TimerSpec | Timer, delivery_id: str, extra: Mapping[str, Any] | None = None) -> EventIn:
+def timer_template(
+    timer: TimerSpec | Timer, delivery_id: str, extra: Mapping[str, Any] | None = None
+) -> EventIn:
     payload = dict(timer.payload)
     if extra:
         payload.update(extra)
-    return EventIn(source=timer.source, delivery_id=delivery_id, type=timer.type, scope=timer.scope,
-                   key=timer.key, work_id=timer.work_id, payload=payload)  # fmt: skip
+    return EventIn(
+        source=timer.source,
+        delivery_id=delivery_id,
+        type=timer.type,
+        scope=timer.scope,
+        key=timer.key,
+        work_id=timer.work_id,
+        payload=payload,
+    )
 
 
 def arm_in_tx(
@@ -63,15 +72,35 @@ def arm_in_tx(
     validate_spec(spec)
     existing = tx.timer(spec.id)
     fresh = Timer(
-        id=spec.id, revision=1, state=TimerState.ARMED, fire_at_ms=spec.fire_at_ms, source=spec.source,
-        type=spec.type, scope=spec.scope, key=spec.key, work_id=spec.work_id, payload=dict(spec.payload),
-        delivery_id=spec.delivery_id or spec.id, interval_ms=spec.interval_ms, recurrence=spec.recurrence,
-        spec=dict(spec.spec) if spec.spec is not None else None, parent_id=parent_id, execution_id=execution_id,
-        occurrences=0, reason=None, created_at_ms=now_ms, updated_at_ms=now_ms,
-    )  # fmt: skip
+        id=spec.id,
+        revision=1,
+        state=TimerState.ARMED,
+        fire_at_ms=spec.fire_at_ms,
+        source=spec.source,
+        type=spec.type,
+        scope=spec.scope,
+        key=spec.key,
+        work_id=spec.work_id,
+        payload=dict(spec.payload),
+        delivery_id=spec.delivery_id or spec.id,
+        interval_ms=spec.interval_ms,
+        recurrence=spec.recurrence,
+        spec=dict(spec.spec) if spec.spec is not None else None,
+        parent_id=parent_id,
+        execution_id=execution_id,
+        occurrences=0,
+        reason=None,
+        created_at_ms=now_ms,
+        updated_at_ms=now_ms,
+    )
     if existing is not None:
-        same = attrs.evolve(fresh, revision=existing.revision, occurrences=existing.occurrences,
-                            created_at_ms=existing.created_at_ms, updated_at_ms=existing.updated_at_ms)  # fmt: skip
+        same = attrs.evolve(
+            fresh,
+            revision=existing.revision,
+            occurrences=existing.occurrences,
+            created_at_ms=existing.created_at_ms,
+            updated_at_ms=existing.updated_at_ms,
+        )
         if existing.state is TimerState.ARMED and existing == same:
             return existing
         fresh = attrs.evolve(fresh, revision=existing.revision + 1, created_at_ms=existing.created_at_ms)

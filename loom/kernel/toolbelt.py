@@ -67,15 +67,30 @@ def create_child_in_tx(
         if owner is not None:
             raise InvalidRequest(f"create_child: key {key!r} is already owned by work {owner}")
     created = accept_derived_in_tx(
-        tx, now_ms,
-        EventIn(source=CORE_SOURCE, delivery_id=f"work.created/{child_id}", type=WORK_CREATED,
-                scope=parent_work.scope, payload={"parent": parent_work.id, "child": child_id, "name": name}),
-        _authority_parent(execution), limits, execution_id=execution.id,
-    )  # fmt: skip
+        tx,
+        now_ms,
+        EventIn(
+            source=CORE_SOURCE,
+            delivery_id=f"work.created/{child_id}",
+            type=WORK_CREATED,
+            scope=parent_work.scope,
+            payload={"parent": parent_work.id, "child": child_id, "name": name},
+        ),
+        _authority_parent(execution),
+        limits,
+        execution_id=execution.id,
+    )
     if isinstance(created, CausalRejection):
         return created
-    tx.insert_work(id=child_id, scope=parent_work.scope, kind=kind, parent_id=parent_work.id, predecessor_id=None,
-                   generation=generation, now_ms=now_ms)  # fmt: skip
+    tx.insert_work(
+        id=child_id,
+        scope=parent_work.scope,
+        kind=kind,
+        parent_id=parent_work.id,
+        predecessor_id=None,
+        generation=generation,
+        now_ms=now_ms,
+    )
     for key in keys:
         tx.attach_key(key, child_id, created.seq, now_ms)
     control_checkpoint(tx, now_ms, created, child_id, "records the creation of a child work")

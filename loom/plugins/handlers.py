@@ -48,8 +48,12 @@ def correlate(event: Event, scope: str, work: Work | None, route: EffectiveRoute
     if event.key is None:
         return Unmatched(reason=f"route {route.name!r}: an uncorrelated event has no key to correlate")
     if not route.route.create_work:
-        return Unmatched(reason=f"route {route.name!r}: no work owns key {event.key!r} and the route creates none")
-    return Deliver(work_id=work_id_for_key(scope, event.key), create=True, attach_keys=keys, kind=route.route.work_kind)
+        return Unmatched(
+            reason=f"route {route.name!r}: no work owns key {event.key!r} and the route creates none"
+        )
+    return Deliver(
+        work_id=work_id_for_key(scope, event.key), create=True, attach_keys=keys, kind=route.route.work_kind
+    )
 
 
 def explicit_work(event: Event, scope: str, work: Work | None, route: EffectiveRoute) -> Decision:
@@ -63,8 +67,12 @@ def fresh(event: Event, scope: str, work: Work | None, route: EffectiveRoute) ->
     """Create fresh Work for this Event, with an id stable across replays (or join the named Work)."""
     if work is not None:
         return Deliver(work_id=work.id, attach_keys=_keys(event, route))
-    return Deliver(work_id=work_id_for_event(event.id), create=True, attach_keys=_keys(event, route),
-                   kind=route.route.work_kind)  # fmt: skip
+    return Deliver(
+        work_id=work_id_for_event(event.id),
+        create=True,
+        attach_keys=_keys(event, route),
+        kind=route.route.work_kind,
+    )
 
 
 @hookimpl

@@ -32,7 +32,13 @@ TIMER_LIFECYCLE = Lifecycle[TimerState](
     {
         # armed -> armed: a recurring timer moves to its next occurrence
         TimerState.ARMED: frozenset(
-            {TimerState.ARMED, TimerState.FIRED, TimerState.CANCELLED, TimerState.DISABLED, TimerState.INVALID}
+            {
+                TimerState.ARMED,
+                TimerState.FIRED,
+                TimerState.CANCELLED,
+                TimerState.DISABLED,
+                TimerState.INVALID,
+            }
         ),
         # an ended timer is armed again only as a new revision (a new firing identity)
         TimerState.FIRED: frozenset({TimerState.ARMED}),
@@ -98,10 +104,6 @@ class Timer:
     reason: str | None
     created_at_ms: int
     updated_at_ms: int
-
-    @property
-    def recurring(self) -> bool:
-        return self.interval_ms is not None or self.recurrence is not None
 
 
 @attrs.frozen(kw_only=True)

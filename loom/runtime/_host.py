@@ -113,7 +113,11 @@ class Host(RuntimeBase):
     ) -> Intent:
         """Interrupt the running attempt (``core.manual.interrupt``); the Work stays ready with its input."""
         intent: Intent = await self._submit(
-            manual_interrupt_in_tx, work_id, request_id or secrets.token_hex(8), reason, self._p.config().causal
+            manual_interrupt_in_tx,
+            work_id,
+            request_id or secrets.token_hex(8),
+            reason,
+            self._p.config().causal,
         )
         return intent
 
@@ -226,4 +230,3 @@ class Host(RuntimeBase):
             if await lanes.route(event.id, event, wait=False):
                 routed += 1
         return routed
-

@@ -39,7 +39,9 @@ class Reads(RuntimeBase):
             raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
         return found
 
-    async def events(self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None) -> list[Event]:
+    async def events(
+        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None
+    ) -> list[Event]:
         """Accepted Events in sequence order (optionally those of one causal root)."""
         check_limit(limit)
         if root_id is not None:
@@ -63,9 +65,13 @@ class Reads(RuntimeBase):
             raise NotFound(f"no work owns key {key!r}")
         return await self.work(owner)
 
-    async def works(self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100) -> list[Work]:
+    async def works(
+        self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100
+    ) -> list[Work]:
         check_limit(limit)
-        return await self._p.reader.works(state=state.value if state else None, after_id=after_id, limit=limit)
+        return await self._p.reader.works(
+            state=state.value if state else None, after_id=after_id, limit=limit
+        )
 
     async def history(self, work_id: str) -> WorkHistory:
         """The Work with its checkpoints (in acceptance order) and attempts (in attempt order)."""
@@ -107,9 +113,13 @@ class Reads(RuntimeBase):
             raise NotFound(f"no timer with id {timer_id!r}")
         return found
 
-    async def timers(self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100) -> list[Timer]:
+    async def timers(
+        self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100
+    ) -> list[Timer]:
         check_limit(limit)
-        return await self._p.reader.timers(state=state.value if state else None, after_id=after_id, limit=limit)
+        return await self._p.reader.timers(
+            state=state.value if state else None, after_id=after_id, limit=limit
+        )
 
     async def firings(self, timer_id: str) -> list[Firing]:
         """The timer's firing ledger, in commit order."""

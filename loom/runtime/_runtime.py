@@ -96,7 +96,9 @@ class Runtime(Reads, Host):
 
     # -- actors -----------------------------------------------------------------------
 
-    async def run_actor(self, name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def run_actor(
+        self, name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         """Run one background actor (``"router"`` or ``"timers"``) in the caller's nursery until cancelled:
         ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per runtime."""
         p = self._p

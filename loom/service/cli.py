@@ -57,31 +57,62 @@ async def _demo(db: str) -> None:
 
     clock = SystemClock()
     async with open_runtime(db, clock=clock, config=Config.from_toml(DEMO_CONFIG), plugins=[executor]) as rt:
-        first = await rt.publish(EventIn(source="demo", delivery_id="order-1", type="order.placed",
-                                         scope="shop", key="order/1", payload={"total": 42}))  # fmt: skip
-        again = await rt.publish(EventIn(source="demo", delivery_id="order-1", type="order.placed",
-                                         scope="shop", key="order/1", payload={"total": 42}))  # fmt: skip
+        first = await rt.publish(
+            EventIn(
+                source="demo",
+                delivery_id="order-1",
+                type="order.placed",
+                scope="shop",
+                key="order/1",
+                payload={"total": 42},
+            )
+        )
+        again = await rt.publish(
+            EventIn(
+                source="demo",
+                delivery_id="order-1",
+                type="order.placed",
+                scope="shop",
+                key="order/1",
+                payload={"total": 42},
+            )
+        )
         typer.echo(f"accepted {first.id} seq={first.seq} duplicate={first.duplicate}")
         typer.echo(f"redelivered order-1: same event {again.id} seq={again.seq} duplicate={again.duplicate}")
         await rt.wait_idle()
         work = await rt.work_for_key("order/1")
         typer.echo(f"work {work.id} for key order/1 is {work.state} after {work.attempts} attempt(s)")
 
-        timer = await rt.arm(TimerSpec(id=f"demo-reminder-{clock.now_ms()}", fire_at_ms=clock.now_ms() + 300,
-                                       source="demo", type="order.reminder", scope="shop", key="order/1"))  # fmt: skip
+        timer = await rt.arm(
+            TimerSpec(
+                id=f"demo-reminder-{clock.now_ms()}",
+                fire_at_ms=clock.now_ms() + 300,
+                source="demo",
+                type="order.reminder",
+                scope="shop",
+                key="order/1",
+            )
+        )
         async with rt.watch() as notices:
             with trio.fail_after(10):
                 async for _ in notices:  # wake on each commit, not on a timer
                     if await rt.firings(timer.id):
                         break
         await rt.wait_idle()
-        typer.echo(f"durable timer {timer.id} fired once: {[f.result.value for f in await rt.firings(timer.id)]}")
+        typer.echo(
+            f"durable timer {timer.id} fired once: {[f.result.value for f in await rt.firings(timer.id)]}"
+        )
 
         parent = first
         try:
             while True:
                 parent = await rt.publish_derived(
-                    EventIn(source="demo", delivery_id=f"{parent.delivery_id}/echo", type="audit.echo", scope="shop"),
+                    EventIn(
+                        source="demo",
+                        delivery_id=f"{parent.delivery_id}/echo",
+                        type="audit.echo",
+                        scope="shop",
+                    ),
                     parent_id=parent.id,
                 )
         except CausalRefused as refusal:

@@ -38,7 +38,6 @@ FaultHook = Callable[[str, int], None]
 """Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
 
 
-
 class CrashPoint(BaseException):
     """Raised by a fault hook to stop the storage actor as a process kill would."""
 

@@ -73,7 +73,6 @@ WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
 WORK_KEYS = "SELECT key FROM work_keys WHERE work_id = ? ORDER BY attached_seq, key"
 
 
-
 def _sql_set(states: tuple[enum.Enum, ...]) -> str:
     """An SQL list literal of enum values (loom's own constants, never input)."""
     return "(" + ", ".join(f"'{state.value}'" for state in states) + ")"
@@ -81,9 +80,7 @@ def _sql_set(states: tuple[enum.Enum, ...]) -> str:
 
 LIVE = _sql_set(LIVE_EXECUTION_STATES)
 OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
-WORK_PENDING = (
-    f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
-)
+WORK_PENDING = f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
 WORK_LIVE_EXECUTION = f"SELECT id FROM executions WHERE work_id = ? AND state IN {LIVE}"
 CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"

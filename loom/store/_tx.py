@@ -37,10 +37,22 @@ from ._tx_base import written
 from ._tx_timers import TimersTx
 
 _LIVE = _sql.LIVE
-_EXECUTION_FIELDS = frozenset({
-    "epoch", "token", "owner", "expires_at_ms", "outcome", "interrupt_event_id", "ended_at_ms",
-    "segment", "budget_ms", "used_ms", "segment_started_ms", "deadline_timer_id",
-})  # fmt: skip
+_EXECUTION_FIELDS = frozenset(
+    {
+        "epoch",
+        "token",
+        "owner",
+        "expires_at_ms",
+        "outcome",
+        "interrupt_event_id",
+        "ended_at_ms",
+        "segment",
+        "budget_ms",
+        "used_ms",
+        "segment_started_ms",
+        "deadline_timer_id",
+    }
+)
 
 
 class Tx(TimersTx):
@@ -55,11 +67,22 @@ class Tx(TimersTx):
             " parent_id, cause_id, root_id, depth, accepted_at_ms)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                event.id, event.source, event.delivery_id, event.type, event.scope, event.key, event.work_id,
-                event.execution_id, payload_json, event.parent_id, event.cause_id, event.root_id, event.depth,
+                event.id,
+                event.source,
+                event.delivery_id,
+                event.type,
+                event.scope,
+                event.key,
+                event.work_id,
+                event.execution_id,
+                payload_json,
+                event.parent_id,
+                event.cause_id,
+                event.root_id,
+                event.depth,
                 event.accepted_at_ms,
             ),
-        )  # fmt: skip
+        )
         seq = cur.lastrowid
         assert seq is not None
         return seq
@@ -232,12 +255,20 @@ class Tx(TimersTx):
             " effective_policy, fallback_reason, reason, generation, at_ms)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                cp.event_id, cp.seq, cp.status.value, cp.work_id, cp.route, cp.route_scope,
+                cp.event_id,
+                cp.seq,
+                cp.status.value,
+                cp.work_id,
+                cp.route,
+                cp.route_scope,
                 cp.policy.value if cp.policy else None,
                 cp.effective_policy.value if cp.effective_policy else None,
-                cp.fallback_reason, cp.reason, cp.generation, cp.at_ms,
+                cp.fallback_reason,
+                cp.reason,
+                cp.generation,
+                cp.at_ms,
             ),
-        )  # fmt: skip
+        )
 
     def earlier_unrouted_for(self, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
         """Unrouted Events before ``before_seq`` that resolve to ``work_id`` (explicitly or by ``keys``)."""
@@ -300,9 +331,7 @@ class Tx(TimersTx):
         return row[0] if row else None
 
     def live_execution(self, work_id: str) -> Execution | None:
-        row = self._one(
-            f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,)
-        )
+        row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,))
         return _sql.execution_from_row(row) if row else None
 
     def insert_execution(
@@ -327,10 +356,22 @@ class Tx(TimersTx):
             " inputs, binding, executor, capabilities, generation, created_at_ms)"
             " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                id, work_id, attempt, ExecutionState.RUNNING.value, token, owner, expires_at_ms, trigger_id, json.dumps(list(inputs)),
-                binding, executor, json.dumps(sorted(capabilities)), generation, now_ms,
+                id,
+                work_id,
+                attempt,
+                ExecutionState.RUNNING.value,
+                token,
+                owner,
+                expires_at_ms,
+                trigger_id,
+                json.dumps(list(inputs)),
+                binding,
+                executor,
+                json.dumps(sorted(capabilities)),
+                generation,
+                now_ms,
             ),
-        )  # fmt: skip
+        )
 
     def update_execution(self, execution_id: str, **fields: Any) -> None:
         """Set non-state ``fields`` on an execution (its state goes through `set_execution_state`)."""
@@ -358,7 +399,15 @@ class Tx(TimersTx):
         return _sql.intent_from_row(row) if row else None
 
     def insert_intent(
-        self, *, id: str, kind: IntentKind, work_id: str, event_id: str, execution_id: str, epoch: int, now_ms: int
+        self,
+        *,
+        id: str,
+        kind: IntentKind,
+        work_id: str,
+        event_id: str,
+        execution_id: str,
+        epoch: int,
+        now_ms: int,
     ) -> None:
         self._conn.execute(
             "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"

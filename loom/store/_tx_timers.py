@@ -27,11 +27,25 @@ class TimersTx(TxBase):
             f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                timer.id, timer.revision, timer.state.value, timer.fire_at_ms, timer.source, timer.type,
-                timer.scope, timer.key, timer.work_id, json.dumps(timer.payload, sort_keys=True),
-                timer.delivery_id, timer.interval_ms, timer.recurrence,
+                timer.id,
+                timer.revision,
+                timer.state.value,
+                timer.fire_at_ms,
+                timer.source,
+                timer.type,
+                timer.scope,
+                timer.key,
+                timer.work_id,
+                json.dumps(timer.payload, sort_keys=True),
+                timer.delivery_id,
+                timer.interval_ms,
+                timer.recurrence,
                 json.dumps(timer.spec, sort_keys=True) if timer.spec is not None else None,
-                timer.parent_id, timer.execution_id, timer.occurrences, timer.reason, timer.created_at_ms,
+                timer.parent_id,
+                timer.execution_id,
+                timer.occurrences,
+                timer.reason,
+                timer.created_at_ms,
                 timer.updated_at_ms,
             ),
         )
@@ -92,7 +106,13 @@ class TimersTx(TxBase):
         self._conn.execute(
             f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                firing.timer_id, firing.revision, firing.fire_at_ms, firing.result.value, firing.event_id,
-                firing.next_fire_at_ms, firing.detail, firing.at_ms,
+                firing.timer_id,
+                firing.revision,
+                firing.fire_at_ms,
+                firing.result.value,
+                firing.event_id,
+                firing.next_fire_at_ms,
+                firing.detail,
+                firing.at_ms,
             ),
-        )  # fmt: skip
+        )

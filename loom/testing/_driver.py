@@ -6,7 +6,8 @@ SQLite ``:memory:`` and against a file that is closed and reopened between steps
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import trio
@@ -105,6 +106,7 @@ class RuntimeDriver:
 
     Use as ``async with RuntimeDriver.open(path_or_memory) as driver:``; the runtime runs
     in a background task so `reopen` can stop it and start a new one on the same file.
+    ``settle`` and ``until`` use the runtime's public quiescence and notices only.
     """
 
     def __init__(
@@ -140,6 +142,35 @@ class RuntimeDriver:
     def runtime(self) -> Runtime:
         assert self._rt is not None, "the driver's runtime is not running"
         return self._rt
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        store: str,
+        *,
+        clock: ManualClock | None = None,
+        start_ms: int | None = None,
+        config: Config | None = None,
+        plugins: Iterable[object] = (),
+        fault: FaultHook | None = None,
+        lease_ms: int = DEFAULT_LEASE_MS,
+    ) -> AsyncIterator[RuntimeDriver]:
+        """A started driver on ``store`` (a path or ``":memory:"``), stopped on the way out.
+
+        ``start_ms`` starts a fresh `ManualClock` there (default: `T0_MS`) unless ``clock`` is given.
+        """
+        if clock is None:
+            clock = ManualClock(start_ms=T0_MS if start_ms is None else start_ms)
+        async with trio.open_nursery() as nursery:
+            driver = cls(
+                nursery, store, clock=clock, config=config, plugins=plugins, fault=fault, lease_ms=lease_ms
+            )
+            await driver.start()
+            try:
+                yield driver
+            finally:
+                await driver.stop()
 
     async def start(self) -> None:
         self._rt = await self._nursery.start(self._serve)

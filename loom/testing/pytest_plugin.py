@@ -1,19 +1,26 @@
 """Pytest fixtures for testing against loom (``pytest_plugins = ["loom.testing.pytest_plugin"]``).
 
 * ``loom_backend``: ``"memory"`` or ``"file"`` (parametrised: tests using it run on both).
-* ``loom_driver``: a started `RuntimeDriver` on SQLite ``:memory:`` or on a file in
-  ``tmp_path`` that scenarios close and reopen between steps.
+* ``loom_store``: the store of that backend: SQLite ``:memory:``, or a file in ``tmp_path``.
+* ``loom_drivers``: a factory of started drivers (`RuntimeDriver`) on that store:
+  ``async with loom_drivers(config=..., plugins=...) as driver:`` (see `RuntimeDriver.open`).
+* ``loom_driver``: one started driver with the default configuration.
+
+Every driver's `ManualClock` starts at `T0_MS` (2026-01-01T00:00:00Z) unless told otherwise.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from functools import partial
 from pathlib import Path
 
 import pytest
-import trio
 
 from ._driver import RuntimeDriver
+
+DriverFactory = Callable[..., AbstractAsyncContextManager[RuntimeDriver]]
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -27,8 +34,11 @@ def loom_store(loom_backend: str, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def loom_driver(loom_store: str, nursery: trio.Nursery) -> AsyncIterator[RuntimeDriver]:
-    driver = RuntimeDriver(nursery, loom_store)
-    await driver.start()
-    yield driver
-    await driver.stop()
+def loom_drivers(loom_store: str) -> DriverFactory:
+    return partial(RuntimeDriver.open, loom_store)
+
+
+@pytest.fixture
+async def loom_driver(loom_drivers: DriverFactory) -> AsyncIterator[RuntimeDriver]:
+    async with loom_drivers() as driver:
+        yield driver

@@ -17,15 +17,27 @@ async def main(db: str, start_ms: int) -> None:
     clock = loom.ManualClock(start_ms=start_ms)
     async with loom.open_runtime(db, clock=clock, load_entry_points=False) as rt:
         for i in range(5):
-            timer = loom.TimerSpec(id=f"t{i}", fire_at_ms=start_ms + (i + 1) * HOUR, source="drill",
-                                   type="drill.tick", scope="drill")  # fmt: skip
+            timer = loom.TimerSpec(
+                id=f"t{i}",
+                fire_at_ms=start_ms + (i + 1) * HOUR,
+                source="drill",
+                type="drill.tick",
+                scope="drill",
+            )
             await rt.arm(timer)
             print(f"armed t{i}", flush=True)
 
         async def producer(p: int) -> None:
             for i in range(10_000):
-                event = await rt.publish(loom.EventIn(source="drill", delivery_id=f"{p}-{i}", type="drill.event",
-                                                      scope="drill", payload={"p": p, "i": i}))  # fmt: skip
+                event = await rt.publish(
+                    loom.EventIn(
+                        source="drill",
+                        delivery_id=f"{p}-{i}",
+                        type="drill.event",
+                        scope="drill",
+                        payload={"p": p, "i": i},
+                    )
+                )
                 print(f"ack {event.delivery_id}", flush=True)
 
         async with trio.open_nursery() as nursery:

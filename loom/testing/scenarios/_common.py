@@ -58,20 +58,39 @@ def _config(
 ) -> Config:
     """The common configuration: scope ``acme`` with child ``acme/web`` and binding ``fake``."""
     acme: dict[str, Any] = {
-        "bindings": {"fake": {"executor": "fake", "capabilities": list(capabilities),
-                              "config": dict(binding_config or {})}},
+        "bindings": {
+            "fake": {
+                "executor": "fake",
+                "capabilities": list(capabilities),
+                "config": dict(binding_config or {}),
+            }
+        },
         "routes": list(routes),
-    }  # fmt: skip
+    }
     web: dict[str, Any] = {"routes": list(web_routes)}
     if web_bindings:
         web["bindings"] = web_bindings
     return Config.from_dict({"scopes": {"acme": acme, WEB: web}, "work_kinds": work_kinds or {}})
 
 
-def _ev(delivery_id: str, type: str, *, key: str | None = None, scope: str = SCOPE, work_id: str | None = None,
-        payload: dict[str, Any] | None = None) -> EventIn:  # fmt: skip
-    return EventIn(source="scenario", delivery_id=delivery_id, type=type, scope=scope, key=key, work_id=work_id,
-                   payload=dict(payload or {}))  # fmt: skip
+def _ev(
+    delivery_id: str,
+    type: str,
+    *,
+    key: str | None = None,
+    scope: str = SCOPE,
+    work_id: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> EventIn:
+    return EventIn(
+        source="scenario",
+        delivery_id=delivery_id,
+        type=type,
+        scope=scope,
+        key=key,
+        work_id=work_id,
+        payload=dict(payload or {}),
+    )
 
 
 async def _barrier(n: int, task: Callable[[int], Awaitable[None]]) -> None:
@@ -104,5 +123,3 @@ async def _work_of(driver: Driver, key: str) -> Work | None:
         return await driver.runtime.work_for_key(key)
     except NotFound:
         return None
-
-

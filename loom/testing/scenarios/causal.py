@@ -93,26 +93,39 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     expect(refusal is not None, "depth 33 under R was accepted in a new minute: depth must never reset")
 
     # 4. child Work and timer-typed derived Events share depth with their root
-    await driver.configure(Config.from_dict(
-        {"scopes": {SCOPE: {"routes": [{"name": "deep", "types": ["deep.*"], "create_work": True}]}}}
-    ))  # fmt: skip
+    await driver.configure(
+        Config.from_dict(
+            {"scopes": {SCOPE: {"routes": [{"name": "deep", "types": ["deep.*"], "create_work": True}]}}}
+        )
+    )
     deep = await driver.derive(_event("R/32-keyed", type="deep.work", key="deep/1"), parent_id=chain_31.id)
     expect(deep.depth == 32, f"the keyed depth-32 event has depth {deep.depth}")
     await wait_routed(driver, deep)
     work = await driver.runtime.work_for_key("deep/1")
     lease = await driver.runtime.claim(work.id, owner="scenario")
-    expect(lease.request.trigger is not None and lease.request.trigger.id == deep.id,
-           "the attempt is not triggered by the depth-32 event")  # fmt: skip
+    expect(
+        lease.request.trigger is not None and lease.request.trigger.id == deep.id,
+        "the attempt is not triggered by the depth-32 event",
+    )
     toolbelt = driver.runtime.toolbelt(lease)
     try:
         await toolbelt.create_child("too-deep")
         child_refused = False
     except CausalRefused:
         child_refused = True
-    expect(child_refused, "a child Work was created from a depth-32 trigger (its core.work.created is depth 33)")
+    expect(
+        child_refused, "a child Work was created from a depth-32 trigger (its core.work.created is depth 33)"
+    )
     expect(len(await driver.runtime.works(limit=1000)) == 1, "a refused child left a Work behind")
-    timer = await toolbelt.arm_timer(TimerSpec(id="too-deep", fire_at_ms=driver.clock.now_ms() + 1_000,
-                                               source="scenario", type="deep.tick", scope=SCOPE))  # fmt: skip
+    timer = await toolbelt.arm_timer(
+        TimerSpec(
+            id="too-deep",
+            fire_at_ms=driver.clock.now_ms() + 1_000,
+            source="scenario",
+            type="deep.tick",
+            scope=SCOPE,
+        )
+    )
     driver.clock.advance(1_000)
 
     async def fired() -> bool:
@@ -121,11 +134,21 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     await driver.until(fired, "the depth-33 timer firing to be refused")
     firings = await driver.runtime.firings(timer.id)
     expect([f.result for f in firings] == [FiringResult.REFUSED], f"the depth-33 timer firing was {firings}")
-    expect((await driver.runtime.timer(timer.id)).state is TimerState.DISABLED, "a refused timer was not disabled")
-    expect(not [e for e in await driver.events_of_root(root_r.id) if e.type == "deep.tick"],
-           "a refused timer firing published an event")  # fmt: skip
-    expect(any(r.delivery_id == "too-deep" and r.reason is RejectionReason.DEPTH_LIMIT
-               for r in await driver.causal_rejections()), "the refused timer firing left no diagnostic")  # fmt: skip
+    expect(
+        (await driver.runtime.timer(timer.id)).state is TimerState.DISABLED,
+        "a refused timer was not disabled",
+    )
+    expect(
+        not [e for e in await driver.events_of_root(root_r.id) if e.type == "deep.tick"],
+        "a refused timer firing published an event",
+    )
+    expect(
+        any(
+            r.delivery_id == "too-deep" and r.reason is RejectionReason.DEPTH_LIMIT
+            for r in await driver.causal_rejections()
+        ),
+        "the refused timer firing left no diagnostic",
+    )
     driver.clock.advance(60 * MINUTE_MS)
     await driver.settle()
     expect(len(await driver.runtime.firings(timer.id)) == 1, "a refused timer firing is retried (a loop)")
@@ -201,5 +224,3 @@ async def concurrent_chain_budget(driver: Driver) -> None:
     )
     stored = await driver.events_of_root(edge.id)
     expect(len(stored) == 257, f"root E should hold itself and 256 siblings, found {len(stored)}")
-
-

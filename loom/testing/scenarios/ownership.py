@@ -27,19 +27,23 @@ from ._common import (
 
 async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
     """No key means unmatched; fresh Work has a stable id; terminal Work stays terminal unless reopened."""
-    await driver.configure(_config(
-        [
-            {"name": "by-key", "types": ["u.*", "t.*"], "create_work": True},
-            {"name": "fresh", "types": ["f.*"], "handler": "fresh", "create_work": True},
-            {"name": "reopening", "types": ["r.*"], "create_work": True, "work_kind": "reopenable"},
-        ],
-        work_kinds={"reopenable": {"reopen": True}},
-    ))  # fmt: skip
+    await driver.configure(
+        _config(
+            [
+                {"name": "by-key", "types": ["u.*", "t.*"], "create_work": True},
+                {"name": "fresh", "types": ["f.*"], "handler": "fresh", "create_work": True},
+                {"name": "reopening", "types": ["r.*"], "create_work": True, "work_kind": "reopenable"},
+            ],
+            work_kinds={"reopenable": {"reopen": True}},
+        )
+    )
     loose = await driver.runtime.publish(_ev("u1", "u.note"))
     await wait_routed(driver, loose)
     cp = await _checkpoint(driver, loose)
-    expect(cp.status is CheckpointStatus.UNMATCHED and cp.work_id is None,
-           f"an uncorrelated event was routed somewhere: {cp}")  # fmt: skip
+    expect(
+        cp.status is CheckpointStatus.UNMATCHED and cp.work_id is None,
+        f"an uncorrelated event was routed somewhere: {cp}",
+    )
 
     fresh = await driver.runtime.publish(_ev("f1", "f.start"))
     await wait_routed(driver, fresh)
@@ -47,8 +51,10 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
     first = (await _checkpoint(driver, fresh)).work_id
     replay = await driver.runtime.publish(_ev("f1", "f.start"))
     await driver.settle()
-    expect(replay.duplicate and len(await driver.runtime.works(limit=1000)) == before,
-           "replaying the uncorrelated event created a second Work")  # fmt: skip
+    expect(
+        replay.duplicate and len(await driver.runtime.works(limit=1000)) == before,
+        "replaying the uncorrelated event created a second Work",
+    )
     expect(first is not None and (await _checkpoint(driver, fresh)).work_id == first, "fresh Work id changed")
 
     async def finish(key: str, delivery: str, type: str) -> Work:
@@ -66,8 +72,10 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
     late = await driver.runtime.publish(_ev("t2", "t.late", key="k"))
     await wait_routed(driver, late)
     cp = await _checkpoint(driver, late)
-    expect(cp.status is CheckpointStatus.TERMINAL and cp.work_id == w.id,
-           f"a late event for terminal Work was not checkpointed terminal: {cp}")  # fmt: skip
+    expect(
+        cp.status is CheckpointStatus.TERMINAL and cp.work_id == w.id,
+        f"a late event for terminal Work was not checkpointed terminal: {cp}",
+    )
     expect(await driver.runtime.work(w.id) == w, "terminal Work changed after a late event")
     expect(
         len(await driver.runtime.works(limit=1000)) == count,
@@ -80,34 +88,45 @@ async def uncorrelated_and_terminal_successor(driver: Driver) -> None:
     successor = await _work_of(driver, "k2/generation/reopen-1")
     expect(successor is not None, "the reopen policy created no successor with key k2/generation/reopen-1")
     assert successor is not None
-    expect(successor.predecessor_id == w2.id and successor.parent_id is None,
-           f"the successor should name W as predecessor and have no parent: {successor}")  # fmt: skip
+    expect(
+        successor.predecessor_id == w2.id and successor.parent_id is None,
+        f"the successor should name W as predecessor and have no parent: {successor}",
+    )
     expect((await driver.runtime.work_for_key("k2")).id == w2.id, "key k2 moved off the terminal Work")
     expect(late2.id in successor.pending_inputs, "the late event is not the successor's input")
     created = [e for e in await driver.runtime.events(limit=10_000) if e.type == "core.work.created"]
-    expect(any(e.payload.get("predecessor") == w2.id and e.payload.get("successor") == successor.id
-               for e in created), "no core.work.created event records predecessor and successor")  # fmt: skip
+    expect(
+        any(
+            e.payload.get("predecessor") == w2.id and e.payload.get("successor") == successor.id
+            for e in created
+        ),
+        "no core.work.created event records predecessor and successor",
+    )
 
 
 async def scope_route_inheritance(driver: Driver) -> None:
     """Same-name routes replace in their slot; new names append; bindings by nearest definition."""
     driver.fake.auto_complete = False
-    config = await driver.configure(_config(
-        [
-            {"name": "a", "types": ["a.*"], "create_work": True, "binding": "fake"},
-            {"name": "b", "types": ["b.*"], "create_work": True},
-            {"name": "c", "types": ["cd.*"], "create_work": True},
-        ],
-        web_routes=[
-            {"name": "b", "types": ["b.*", "bb.*"], "create_work": True},
-            {"name": "d", "types": ["cd.*", "d.*"], "create_work": True},
-        ],
-        binding_config={"who": "acme"},
-        web_bindings={"fake": {"executor": "fake", "config": {"who": "web"}}},
-    ))  # fmt: skip
+    config = await driver.configure(
+        _config(
+            [
+                {"name": "a", "types": ["a.*"], "create_work": True, "binding": "fake"},
+                {"name": "b", "types": ["b.*"], "create_work": True},
+                {"name": "c", "types": ["cd.*"], "create_work": True},
+            ],
+            web_routes=[
+                {"name": "b", "types": ["b.*", "bb.*"], "create_work": True},
+                {"name": "d", "types": ["cd.*", "d.*"], "create_work": True},
+            ],
+            binding_config={"who": "acme"},
+            web_bindings={"fake": {"executor": "fake", "config": {"who": "web"}}},
+        )
+    )
     routes = effective_routes(config, WEB)
-    expect([(r.name, r.scope) for r in routes] == [("a", SCOPE), ("b", WEB), ("c", SCOPE), ("d", WEB)],
-           f"effective routes of acme/web are {[(r.name, r.scope) for r in routes]}")  # fmt: skip
+    expect(
+        [(r.name, r.scope) for r in routes] == [("a", SCOPE), ("b", WEB), ("c", SCOPE), ("d", WEB)],
+        f"effective routes of acme/web are {[(r.name, r.scope) for r in routes]}",
+    )
     bb = await driver.runtime.publish(_ev("bb", "bb.x", key="w-bb", scope=WEB))
     cd = await driver.runtime.publish(_ev("cd", "cd.x", key="w-cd", scope=WEB))
     await wait_routed(driver, bb, cd)
@@ -125,8 +144,10 @@ async def scope_route_inheritance(driver: Driver) -> None:
 
     await driver.until(both_launched, "route a's Works to launch in both scopes")
     web_launch = driver.fake.launches_of(web_work)[0]
-    expect(web_launch.request.config == {"who": "web"},
-           f"an inherited route in acme/web did not use acme/web's binding: {web_launch.request.config}")  # fmt: skip
+    expect(
+        web_launch.request.config == {"who": "web"},
+        f"an inherited route in acme/web did not use acme/web's binding: {web_launch.request.config}",
+    )
     acme_config = driver.fake.launches_of(acme_work)[0].request.config
     expect(acme_config == {"who": "acme"}, f"route a in acme used {acme_config}")
     child = await web_launch.toolbelt.create_child("sub")
@@ -160,8 +181,10 @@ async def unmatched_and_contradictory_target(driver: Driver) -> None:
             refusal = None
         except InvalidRequest as exc:
             refusal = exc
-        expect(refusal is not None and word in str(refusal),
-               f"a contradictory target ({word}) was not refused by name: {refusal}")  # fmt: skip
+        expect(
+            refusal is not None and word in str(refusal),
+            f"a contradictory target ({word}) was not refused by name: {refusal}",
+        )
         try:
             await driver.runtime.event_by_delivery(event.source, event.delivery_id)
             stored = True
@@ -169,5 +192,3 @@ async def unmatched_and_contradictory_target(driver: Driver) -> None:
             stored = False
         expect(not stored, f"the refused event {event.delivery_id} was stored")
     expect(len((await driver.runtime.history(w.id)).checkpoints) == 1, "a refused event was routed to W")
-
-

@@ -47,11 +47,16 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
         refused = None
     except ConfigError as exc:
         refused = exc
-    expect(refused is not None and "inj" in str(refused) and "inject" in str(refused),
-           f"an inject route on an executor without inject was not refused by name: {refused}")  # fmt: skip
+    expect(
+        refused is not None and "inj" in str(refused) and "inject" in str(refused),
+        f"an inject route on an executor without inject was not refused by name: {refused}",
+    )
     expect(driver.runtime.config.generation == base, "a refused config changed the generation in force")
-    for bad, word in (({"policy": "teleport"}, "teleport"), ({"policy": "coalesce"}, "coalesce"),
-                      ({"policy": "inject", "fallback": ["interrupt", "inject"]}, "cycle")):  # fmt: skip
+    for bad, word in (
+        ({"policy": "teleport"}, "teleport"),
+        ({"policy": "coalesce"}, "coalesce"),
+        ({"policy": "inject", "fallback": ["interrupt", "inject"]}, "cycle"),
+    ):
         try:
             _config([{**inject_route, **bad}])
             problem = None
@@ -72,8 +77,10 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
     second = await driver.runtime.publish(_ev("p2", "p.more", key="pk"))
     await wait_routed(driver, second)
     cp = await _checkpoint(driver, second)
-    expect(cp.policy is Policy.INJECT and cp.effective_policy is Policy.QUEUE and cp.fallback_reason,
-           f"the queue fallback and its reason were not recorded: {cp}")  # fmt: skip
+    expect(
+        cp.policy is Policy.INJECT and cp.effective_policy is Policy.QUEUE and cp.fallback_reason,
+        f"the queue fallback and its reason were not recorded: {cp}",
+    )
     expect(
         second.id in (await driver.runtime.work(work_id)).pending_inputs, "the fallback did not queue input"
     )
@@ -110,11 +117,15 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
 
     await driver.until(accepted, "the retried inject to be accepted")
     intents = [i for i in await driver.runtime.intents(execution_id) if i.event_id == injected.id]
-    expect(len(intents) == 1 and intents[0].attempts == 2,
-           f"an ambiguous inject was not retried once with the same intent identity: {intents}")  # fmt: skip
+    expect(
+        len(intents) == 1 and intents[0].attempts == 2,
+        f"an ambiguous inject was not retried once with the same intent identity: {intents}",
+    )
     cp = await _checkpoint(driver, injected)
-    expect(cp.effective_policy is Policy.INJECT and not cp.fallback_reason,
-           f"an ambiguous supported inject took the unsupported path: {cp}")  # fmt: skip
+    expect(
+        cp.effective_policy is Policy.INJECT and not cp.fallback_reason,
+        f"an ambiguous supported inject took the unsupported path: {cp}",
+    )
     driver.fake.finish(work_id, Completed())
     await driver.settle()
 
@@ -131,9 +142,22 @@ async def completion_inject_orders(driver: Driver) -> None:
         return correlate(event, scope, work, route)
 
     driver.handlers.table["inj"] = holding
-    await driver.configure(_config([{"name": "inj", "types": ["i.*"], "handler": "scenario", "create_work": True,
-                                     "binding": "fake", "policy": "inject", "config": {"fn": "inj"}}],
-                                   capabilities=["inject"]))  # fmt: skip
+    await driver.configure(
+        _config(
+            [
+                {
+                    "name": "inj",
+                    "types": ["i.*"],
+                    "handler": "scenario",
+                    "create_work": True,
+                    "binding": "fake",
+                    "policy": "inject",
+                    "config": {"fn": "inj"},
+                }
+            ],
+            capabilities=["inject"],
+        )
+    )
 
     async def launch_count(work_id: str, n: int) -> None:
         async def check() -> bool:
@@ -219,8 +243,10 @@ async def completion_inject_orders(driver: Driver) -> None:
     driver.fake.finish(w2, Completed())
     await driver.settle()
     intents = [i for i in await driver.runtime.intents(launch.request.execution_id) if i.event_id == e5.id]
-    expect([i.status for i in intents] == [IntentStatus.CONSUMED],
-           f"a proof with the acknowledgement in flight did not stay consumed: {intents}")  # fmt: skip
+    expect(
+        [i.status for i in intents] == [IntentStatus.CONSUMED],
+        f"a proof with the acknowledgement in flight did not stay consumed: {intents}",
+    )
     expect(e5.id not in (await driver.runtime.work(w2)).pending_inputs, "the proved input is still pending")
 
     # ... and an inject answered "not accepting" settles its intent and retains the input
@@ -240,5 +266,3 @@ async def completion_inject_orders(driver: Driver) -> None:
     expect(kinds == {IntentKind.INJECT}, f"unexpected intents {kinds}")
     driver.fake.finish(w3, Completed())
     await driver.settle()
-
-

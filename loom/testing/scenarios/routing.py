@@ -48,8 +48,10 @@ async def concurrent_correlations_and_attempts(driver: Driver) -> None:
     expect(len([w for w in works if "issue/7" in w.keys]) == 1, "more than one Work was created for issue/7")
     history = await driver.runtime.history(work.id)
     order = [e.id for e in sorted(events, key=lambda e: e.seq)]
-    expect([c.event_id for c in history.checkpoints] == order,
-           "the twenty events are not all associated with the Work in acceptance order")  # fmt: skip
+    expect(
+        [c.event_id for c in history.checkpoints] == order,
+        "the twenty events are not all associated with the Work in acceptance order",
+    )
     expect(list(work.pending_inputs) == order, "the Work's pending input is not in acceptance order")
 
     leases: list[Lease] = []
@@ -79,8 +81,20 @@ async def independent_work_progress(driver: Driver) -> None:
         return correlate(event, scope, work, route)
 
     driver.handlers.table["gated"] = gated
-    await driver.configure(_config([{"name": "by-key", "types": ["job.*"], "handler": "scenario",
-                                     "config": {"fn": "gated"}, "create_work": True, "binding": "fake"}]))  # fmt: skip
+    await driver.configure(
+        _config(
+            [
+                {
+                    "name": "by-key",
+                    "types": ["job.*"],
+                    "handler": "scenario",
+                    "config": {"fn": "gated"},
+                    "create_work": True,
+                    "binding": "fake",
+                }
+            ]
+        )
+    )
     a = await driver.runtime.publish(_ev("A/1", "job.run", key="A"))
     b = await driver.runtime.publish(_ev("B/1", "job.run", key="B"))
     b_work = work_id_for_key(SCOPE, "B")
@@ -136,18 +150,36 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
         raise RuntimeError("handler r0 cannot handle x.err")
 
     driver.handlers.table.update(r2=counting("r2"), r3=counting("r3"), r0=raising)
-    config = await driver.configure(_config([
-        {"name": "r0", "types": ["x.err"], "handler": "scenario", "config": {"fn": "r0"}},
-        {"name": "r1", "types": ["x.drop"], "policy": "drop", "reason": "audit: drops are kept"},
-        {"name": "r2", "types": ["x.*"], "handler": "scenario", "config": {"fn": "r2"}, "create_work": True},
-        {"name": "r3", "types": ["x.*"], "handler": "scenario", "config": {"fn": "r3"}, "create_work": True},
-    ]))  # fmt: skip
+    config = await driver.configure(
+        _config(
+            [
+                {"name": "r0", "types": ["x.err"], "handler": "scenario", "config": {"fn": "r0"}},
+                {"name": "r1", "types": ["x.drop"], "policy": "drop", "reason": "audit: drops are kept"},
+                {
+                    "name": "r2",
+                    "types": ["x.*"],
+                    "handler": "scenario",
+                    "config": {"fn": "r2"},
+                    "create_work": True,
+                },
+                {
+                    "name": "r3",
+                    "types": ["x.*"],
+                    "handler": "scenario",
+                    "config": {"fn": "r3"},
+                    "create_work": True,
+                },
+            ]
+        )
+    )
     dropped = await driver.runtime.publish(_ev("drop-1", "x.drop", key="d1"))
     await wait_routed(driver, dropped)
     cp = await _checkpoint(driver, dropped)
     expect(cp.status is CheckpointStatus.DROP, f"x.drop was checkpointed {cp.status}, not drop")
-    expect(cp.route == "r1" and cp.generation == config.generation and cp.reason == "audit: drops are kept",
-           f"the drop checkpoint lacks its route, generation or reason: {cp}")  # fmt: skip
+    expect(
+        cp.route == "r1" and cp.generation == config.generation and cp.reason == "audit: drops are kept",
+        f"the drop checkpoint lacks its route, generation or reason: {cp}",
+    )
     expect(await _work_of(driver, "d1") is None and cp.work_id is None, "a dropped event created Work")
     expect(
         (await driver.runtime.event(dropped.id)).type == "x.drop", "the dropped event's envelope was not kept"
@@ -163,8 +195,10 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
     one = await driver.runtime.publish(_ev("one-1", "x.one", key="k1"))
     await wait_routed(driver, one)
     cp = await _checkpoint(driver, one)
-    expect(cp.status is CheckpointStatus.ROUTED and cp.route == "r2" and cp.effective_policy is Policy.QUEUE,
-           f"x.one was not routed by r2 and queued: {cp}")  # fmt: skip
+    expect(
+        cp.status is CheckpointStatus.ROUTED and cp.route == "r2" and cp.effective_policy is Policy.QUEUE,
+        f"x.one was not routed by r2 and queued: {cp}",
+    )
     expect(calls == {"r2": 1, "r3": 0}, f"r3 was called although r2 matched first (no broadcast): {calls}")
 
     err = await driver.runtime.publish(_ev("err-1", "x.err", key="k9"))
@@ -193,8 +227,19 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
         return correlate(event, scope, work, route)
 
     driver.handlers.table["holding"] = holding
-    await driver.configure(_config([{"name": "keys", "types": ["m.*"], "handler": "scenario", "create_work": True,
-                                     "config": {"fn": "holding", "keys_field": "keys"}}]))  # fmt: skip
+    await driver.configure(
+        _config(
+            [
+                {
+                    "name": "keys",
+                    "types": ["m.*"],
+                    "handler": "scenario",
+                    "create_work": True,
+                    "config": {"fn": "holding", "keys_field": "keys"},
+                }
+            ]
+        )
+    )
     e1 = await driver.runtime.publish(_ev("e1", "m.open", key="k1"))
     await wait_routed(driver, e1)
     w1 = await driver.runtime.work_for_key("k1")
@@ -207,8 +252,10 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
     expect(set(w1.keys) == {"k1", "k2"}, f"W1 should own k1 and k2 after the attachment, owns {w1.keys}")
     expect(list(w1.pending_inputs) == [e1.id, e2.id, e3.id], "e2 did not join W1's input before e3")
     cp0 = await _checkpoint(driver, stale)
-    expect(cp0.status is CheckpointStatus.UNMATCHED and stale.id not in w1.pending_inputs,
-           "an event already checkpointed unmatched was resurrected by the attachment")  # fmt: skip
+    expect(
+        cp0.status is CheckpointStatus.UNMATCHED and stale.id not in w1.pending_inputs,
+        "an event already checkpointed unmatched was resurrected by the attachment",
+    )
     hold.set()
     await driver.settle()
     cp2 = await _checkpoint(driver, e2)
@@ -222,11 +269,15 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
     e5 = await driver.runtime.publish(_ev("e5", "m.link", key="k1", payload={"keys": ["k3", "k4"]}))
     await wait_routed(driver, e5)
     cp5 = await _checkpoint(driver, e5)
-    expect(cp5.status is CheckpointStatus.UNROUTED and "owned_by_other" in (cp5.reason or ""),
-           f"attaching a key owned by W2 did not abort with owned_by_other: {cp5}")  # fmt: skip
+    expect(
+        cp5.status is CheckpointStatus.UNROUTED and "owned_by_other" in (cp5.reason or ""),
+        f"attaching a key owned by W2 did not abort with owned_by_other: {cp5}",
+    )
     w1 = await driver.runtime.work(w1.id)
-    expect(set(w1.keys) == {"k1", "k2"} and await _work_of(driver, "k4") is None,
-           "an aborted attachment attached a key")  # fmt: skip
+    expect(
+        set(w1.keys) == {"k1", "k2"} and await _work_of(driver, "k4") is None,
+        "an aborted attachment attached a key",
+    )
     expect(e5.id not in w1.pending_inputs, "an aborted event joined W1's input")
     expect((await driver.runtime.work(w2.id)).keys == ("k3",), "W2's keys changed")
     diagnostics = await driver.runtime.diagnostics(subject=e5.id)
@@ -242,11 +293,13 @@ async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
         return e7.id in evaluated
 
     await driver.until(e7_evaluated, "e7's handler to return while e6's is held")
-    expect(await _checkpoint(driver, e7) is None, "e7 was routed while the earlier e6 for the same Work was not")
+    expect(
+        await _checkpoint(driver, e7) is None, "e7 was routed while the earlier e6 for the same Work was not"
+    )
     hold.set()
     await wait_routed(driver, e6, e7)
     history = await driver.runtime.history(w1.id)
     committed = [c.event_id for c in history.checkpoints if c.event_id in (e6.id, e7.id)]
-    expect(committed == [e6.id, e7.id], f"W1's checkpoints were committed out of acceptance order: {committed}")
-
-
+    expect(
+        committed == [e6.id, e7.id], f"W1's checkpoints were committed out of acceptance order: {committed}"
+    )
