@@ -97,6 +97,10 @@ class Config:
         data.pop("file", None)
         return data
 
+    def routes_for(self, scope: str) -> tuple[EffectiveRoute, ...]:
+        """The routes in force in ``scope``, in evaluation order (see `effective_routes`)."""
+        return resolve_routes(self.scopes, scope, None, file=self.file)
+
     # -- validation against plugins -------------------------------------------------------------------
 
     def validate(

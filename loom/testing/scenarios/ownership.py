@@ -11,7 +11,6 @@ from ... import (
     Work,
     WorkState,
 )
-from ...config import effective_routes
 from ...plugins.handlers import work_id_for_key
 from .._driver import Driver, wait_routed
 from .._scenario import expect
@@ -122,7 +121,7 @@ async def scope_route_inheritance(driver: Driver) -> None:
             web_bindings={"fake": {"executor": "fake", "config": {"who": "web"}}},
         )
     )
-    routes = effective_routes(config, WEB)
+    routes = config.routes_for(WEB)
     expect(
         [(r.name, r.scope) for r in routes] == [("a", SCOPE), ("b", WEB), ("c", SCOPE), ("d", WEB)],
         f"effective routes of acme/web are {[(r.name, r.scope) for r in routes]}",
