@@ -155,7 +155,14 @@ async def test_an_accepted_event_is_immutable(rt: Runtime, clock: ManualClock) -
         accepted.seq = 99  # type: ignore[misc]
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         accepted.payload = {}  # type: ignore[misc]
-    accepted.payload["n"] = 2  # a caller's copy; the stored Event does not change
+    with pytest.raises(TypeError, match="immutable"):
+        accepted.payload["n"] = 2  # the same object reached the router: it must not change
+    publisher_payload = {"n": 1, "keys": ["a"]}
+    copied = await rt.publish(ev("d-2", payload=publisher_payload))
+    publisher_payload["keys"].append("b")  # the publisher's own dict is not the Event's
+    assert copied.payload == {"n": 1, "keys": ["a"]}
+    with pytest.raises(TypeError, match="immutable"):
+        copied.payload["keys"].append("c")
     clock.advance(60_000)
     again = await rt.publish(ev("d-1", type="pr.closed", payload={"n": 3}))
     assert (await rt.event(accepted.id)).payload == {"n": 1}

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 
 from ..records.errors import ConfigError
+from ..records.frozen import frozen_object
 from ..records.work import Capability, Policy
 from ._keys import bounded, check_json, check_name, key_path, optional_bounded
 
@@ -131,7 +132,7 @@ class Binding:
 
     executor: str
     capabilities: frozenset[Capability] = frozenset()
-    config: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    config: dict[str, Any] = attrs.field(factory=dict, hash=False, converter=frozen_object)
 
     def __attrs_post_init__(self) -> None:
         check_name(self.executor, "executor")
@@ -159,7 +160,7 @@ class Route:
     reason: str | None = None
     binding: str | None = None
     work_kind: str | None = None
-    config: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    config: dict[str, Any] = attrs.field(factory=dict, hash=False, converter=frozen_object)
 
     def __attrs_post_init__(self) -> None:
         check_name(self.name, "name")

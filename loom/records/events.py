@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from .frozen import frozen_object
+
 JSONObject = dict[str, Any]
 
 
@@ -45,7 +47,7 @@ class Event:
     key: str | None
     work_id: str | None
     execution_id: str | None
-    payload: JSONObject = attrs.field(hash=False)
+    payload: JSONObject = attrs.field(hash=False, converter=frozen_object)
     parent_id: str | None
     cause_id: str | None
     root_id: str
@@ -121,7 +123,7 @@ class Diagnostic:
     kind: str
     subject: str
     message: str
-    detail: JSONObject = attrs.field(hash=False)
+    detail: JSONObject = attrs.field(hash=False, converter=frozen_object)
     at_ms: int
 
 
@@ -129,5 +131,5 @@ class Diagnostic:
 class KVEntry:
     namespace: str
     key: str
-    value: JSONObject = attrs.field(hash=False)
+    value: JSONObject = attrs.field(hash=False, converter=frozen_object)
     updated_at_ms: int

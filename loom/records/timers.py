@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from .events import JSONObject
+from .frozen import frozen_object, frozen_optional_object
 from .states import Lifecycle
 
 
@@ -92,11 +93,11 @@ class Timer:
     scope: str
     key: str | None
     work_id: str | None
-    payload: JSONObject = attrs.field(hash=False)
+    payload: JSONObject = attrs.field(hash=False, converter=frozen_object)
     delivery_id: str
     interval_ms: int | None
     recurrence: str | None
-    spec: JSONObject | None = attrs.field(hash=False)
+    spec: JSONObject | None = attrs.field(hash=False, converter=frozen_optional_object)
     parent_id: str | None
     """The arming authority's Event for a derived timer (``None``: a root timer)."""
     execution_id: str | None

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from .events import Event, JSONObject
+from .frozen import frozen_object, frozen_optional_object
 from .states import Lifecycle
 
 
@@ -267,7 +268,7 @@ class Execution:
     executor: str | None
     capabilities: frozenset[str]
     generation: int
-    outcome: JSONObject | None = attrs.field(hash=False)
+    outcome: JSONObject | None = attrs.field(hash=False, converter=frozen_optional_object)
     interrupt_event_id: str | None
     created_at_ms: int
     ended_at_ms: int | None
@@ -305,7 +306,7 @@ class RunRequest:
     trigger: Event | None
     inputs: tuple[Event, ...]
     binding: str | None
-    config: JSONObject = attrs.field(factory=dict, hash=False)
+    config: JSONObject = attrs.field(factory=dict, hash=False, converter=frozen_object)
 
 
 @attrs.frozen(kw_only=True)

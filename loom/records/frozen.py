@@ -1,0 +1,107 @@
+"""Immutable JSON data: what records hand to plugins and callers cannot change the store's truth.
+
+`freeze` turns JSON-shaped data into `FrozenDict` and `FrozenList`, subclasses of ``dict`` and
+``list`` (so ``isinstance`` checks, ``json.dumps`` and comparisons work as before) whose mutating
+methods raise ``TypeError``. A caller who wants to change one makes a copy: ``dict(event.payload)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+
+def _immutable(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable (copy it with dict(...) or list(...) to change it)")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that cannot change after it is made (see `freeze`)."""
+
+    __slots__ = ()
+
+    __setitem__ = _immutable
+    __delitem__ = _immutable
+    __ior__ = _immutable
+    clear = _immutable
+    pop = _immutable
+    popitem = _immutable
+    setdefault = _immutable
+    update = _immutable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_frozen_dict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that cannot change after it is made (see `freeze`)."""
+
+    __slots__ = ()
+
+    __setitem__ = _immutable
+    __delitem__ = _immutable
+    __iadd__ = _immutable
+    __imul__ = _immutable
+    append = _immutable
+    extend = _immutable
+    insert = _immutable
+    remove = _immutable
+    pop = _immutable
+    clear = _immutable
+    sort = _immutable
+    reverse = _immutable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_frozen_list, (list(self),))
+
+    def __copy__(self) -> FrozenList:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList:
+        return self
+
+
+def _frozen_dict(data: dict[str, Any]) -> FrozenDict:
+    return FrozenDict(data)
+
+
+def _frozen_list(data: list[Any]) -> FrozenList:
+    return FrozenList(data)
+
+
+def freeze(value: Any) -> Any:
+    """An immutable deep copy of JSON-shaped ``value`` (already frozen data is returned as it is)."""
+    if isinstance(value, FrozenDict | FrozenList):
+        return value
+    if isinstance(value, dict):
+        return FrozenDict({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return FrozenList(freeze(item) for item in value)
+    return value
+
+
+def frozen_object(value: Any) -> Any:
+    """`freeze` for a record's JSON-object field: a mapping comes out a `FrozenDict`; anything else is
+    left for the record's own validation to refuse."""
+    if isinstance(value, Mapping):
+        return freeze(dict(value))
+    return value
+
+
+def frozen_optional_object(value: Any) -> Any:
+    return None if value is None else frozen_object(value)
+
+
+def thaw(value: Any) -> Any:
+    """A plain, mutable deep copy of frozen JSON data."""
+    if isinstance(value, dict):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thaw(item) for item in value]
+    return value
