@@ -402,7 +402,7 @@ async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
         ({"interval_ms": 10, "recurrence": "cron", "spec": {}}, "exclusive"),
         ({"recurrence": "cron"}, "timer.spec"),
         ({"scope": "not a scope"}, "event.scope"),
-        ({"payload": {"x": float("nan")}}, "event.payload"),
+        ({"payload": {"x": float("nan")}}, "timer.payload"),
     ],
 )
 async def test_a_malformed_timer_is_refused_and_changes_nothing(fields: dict[str, Any], field: str) -> None:

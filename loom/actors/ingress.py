@@ -18,7 +18,7 @@ from ..config import CausalLimits
 from ..kernel.accept import accept_derived_in_tx, accept_in_tx
 from ..records.errors import CausalRefused
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.validation import validate_event_in
+from ..records.validation import check_text, validate_event_in
 from ..store import StorageActor
 
 
@@ -56,6 +56,9 @@ class IngressActor:
 
         Raises `CausalRefused` after the refusal's diagnostic has committed.
         """
+        validate_event_in(event, allow_core=True)
+        check_text("parent_id", parent_id)
+        check_text("cause_id", cause_id, optional=True)
         result = await self._storage.submit(
             accept_derived_in_tx,
             event,

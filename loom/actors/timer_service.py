@@ -53,9 +53,11 @@ class TimerService(Generic[K]):
         head = self._heap.peek()
         return not self._in_flight and (head is None or head.deadline_ms > self._clock.now_ms())
 
-    async def wait_pass(self) -> None:
-        """Return after the run loop's next completed pass over what is due."""
-        await self._passed.wait()
+    @property
+    def next_pass(self) -> trio.Event:
+        """An event set when the run loop completes its next pass over what is due (capture it before
+        checking `idle`, so a pass that ends in between is not missed)."""
+        return self._passed
 
     def __len__(self) -> int:
         return len(self._heap)

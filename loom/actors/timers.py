@@ -30,6 +30,11 @@ def _armed_page(tx: Tx, now_ms: int, after_id: str, limit: int) -> list[tuple[st
     return tx.armed_timers(after_id, limit)
 
 
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 class TimerActor:
     def __init__(
         self,
@@ -100,15 +105,14 @@ class TimerActor:
 
     async def wait_idle(self) -> None:
         """Return once `idle` (a host's quiescence check; timers due later do not count)."""
-        while not self.idle:
+        while True:
+            # capture both wakeups before checking, so a change in between is never missed
+            progress, passed = self._progress, self.service.next_pass
+            if self.idle:
+                return
             async with trio.open_nursery() as nursery:
-
-                async def on_pass() -> None:
-                    await self.service.wait_pass()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(on_pass)
-                await self._progress.wait()
+                nursery.start_soon(_cancel_when_set, passed, nursery.cancel_scope)
+                await progress.wait()
                 nursery.cancel_scope.cancel()
 
     async def _fire_many(self, timer_ids: list[str]) -> list[str]:

@@ -49,7 +49,7 @@ class RuntimeToolbelt:
             create_child_in_tx,
             Authority.of(self._lease),
             name,
-            tuple(keys),
+            keys,
             kind,
             self._generation,
             self._limits,

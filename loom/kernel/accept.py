@@ -16,7 +16,7 @@ from ..records.errors import InvalidRequest, NotFound
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import event_id
 from ..records.notices import EventAccepted
-from ..records.validation import validated_payload
+from ..records.validation import check_text, validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
@@ -69,6 +69,8 @@ def accept_derived_in_tx(
     and returned; the caller raises `CausalRefused` after the commit.
     """
     payload = validated_payload(event, allow_core=True)
+    check_text("parent_id", parent_id)
+    check_text("cause_id", cause_id, optional=True)
     parent = tx.event(parent_id)
     if parent is None:
         raise NotFound(
@@ -80,6 +82,7 @@ def accept_derived_in_tx(
     existing = tx.event_by_delivery(event.source, event.delivery_id)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
+    check_explicit_target_in_tx(tx, event)
     checked = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
     if isinstance(checked, CausalRejection):
         return checked

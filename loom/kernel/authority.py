@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 
 from ..records.errors import StaleAuthority
+from ..records.validation import check_lease
 from ..records.work import Execution, ExecutionState, Lease
 from ..store import Tx
 
@@ -24,6 +25,8 @@ class Authority:
 
     @classmethod
     def of(cls, lease: Lease) -> Authority:
+        """What ``lease`` presents (`InvalidRequest` when it is not a well-formed `Lease`)."""
+        check_lease("lease", lease)
         return cls(
             execution_id=lease.execution_id, attempt=lease.attempt, epoch=lease.epoch, token=lease.token
         )

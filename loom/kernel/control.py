@@ -15,6 +15,7 @@ from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import EventIn
 from ..records.notices import ExecutionFenced, IntentPending, WorkChanged
+from ..records.validation import check_reason, check_text
 from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
 from ..store import Tx
 from ._common import require_work
@@ -25,8 +26,7 @@ from .segments import end_segment_in_tx
 
 
 def hold_in_tx(tx: Tx, now_ms: int, work_id: str, reason: str) -> Work:
-    if not reason or not reason.strip():
-        raise InvalidRequest("hold: reason must be a non-empty string")
+    check_reason("reason", reason)
     work = require_work(tx, work_id)
     if work.state.terminal:
         raise Conflict(f"cannot hold work {work.id}: it is {work.state}")
@@ -76,6 +76,8 @@ def manual_interrupt_in_tx(
 
     Refused unless the running attempt was pinned with the interrupt capability.
     """
+    check_text("request_id", request_id)
+    check_reason("reason", reason)
     work = require_work(tx, work_id)
     replayed = tx.event_by_delivery(CORE_SOURCE, f"manual.interrupt/{request_id}")
     if replayed is not None:

@@ -17,10 +17,11 @@ from typing import Any
 import attrs
 
 from ..config import Config, effective_routes
-from ..records.errors import Conflict, InvalidRequest
+from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
 from ..records.notices import WorkChanged
+from ..records.validation import MAX_LEASE_MS, check_int, check_text, validate_outcome
 from ..records.work import (
     Completed,
     Execution,
@@ -182,8 +183,8 @@ def claimable(work: Work) -> str | None:
 
 def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     """Start the next attempt of a ready Work with every pending input, under scope capacity."""
-    if req.lease_ms <= 0:
-        raise InvalidRequest(f"lease_ms must be positive, got {req.lease_ms}")
+    check_int("lease_ms", req.lease_ms, 1, MAX_LEASE_MS)
+    check_text("owner", req.owner)
     work = require_work(tx, req.work_id)
     why = claimable(work)
     if why is not None:
@@ -244,8 +245,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
 
 def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
     """Extend a live lease; return the new (exclusive) expiry."""
-    if lease_ms <= 0:
-        raise InvalidRequest(f"lease_ms must be positive, got {lease_ms}")
+    check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     execution = authorize(tx, now_ms, auth)
     expires = now_ms + lease_ms
     tx.update_execution(execution.id, expires_at_ms=expires)
@@ -261,6 +261,7 @@ def consume_claimed_inputs_in_tx(tx: Tx, execution: Execution) -> None:
 
 def complete_in_tx(tx: Tx, now_ms: int, auth: Authority, outcome: Outcome, kind: KindPolicy) -> Execution:
     """Record an attempt's outcome under its fence, with its consumption proofs, atomically."""
+    validate_outcome(outcome)
     execution = authorize(tx, now_ms, auth)
     work = require_work(tx, execution.work_id)
     consume_claimed_inputs_in_tx(tx, execution)

@@ -16,7 +16,16 @@ from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import EventIn
 from ..records.notices import TimerArmed, TimerCancelled
 from ..records.timers import FireRequest, Timer, TimerSpec, TimerState
-from ..records.validation import payload_json, validate_event_in
+from ..records.validation import (
+    FIRING_RESERVE_BYTES,
+    MAX_INT,
+    MAX_PAYLOAD_BYTES,
+    check_int,
+    check_text,
+    check_time,
+    payload_json,
+    validate_event_in,
+)
 from ..store import Tx
 
 TIMERS_NAMESPACE = "core.timers"
@@ -24,27 +33,46 @@ DUE_CURSOR = "due_cursor"
 MAX_DUE = 10_000
 
 
-def validate_spec(spec: TimerSpec) -> None:
-    """Refuse a malformed timer before anything is written, naming the field."""
-    if not isinstance(spec.id, str) or not spec.id or len(spec.id) > 200:
-        raise InvalidRequest(
-            f"timer.id must be a non-empty string of at most 200 characters, got {spec.id!r}"
-        )
-    if isinstance(spec.fire_at_ms, bool) or not isinstance(spec.fire_at_ms, int) or spec.fire_at_ms < 0:
-        raise InvalidRequest(f"timer.fire_at_ms must be a non-negative integer, got {spec.fire_at_ms!r}")
-    if spec.interval_ms is not None and (
-        isinstance(spec.interval_ms, bool) or not isinstance(spec.interval_ms, int) or spec.interval_ms < 1
-    ):
-        raise InvalidRequest(f"timer.interval_ms must be a positive integer, got {spec.interval_ms!r}")
-    if spec.interval_ms is not None and spec.recurrence is not None:
-        raise InvalidRequest("timer: interval_ms and recurrence are exclusive")
-    if spec.recurrence is not None and (not isinstance(spec.recurrence, str) or not spec.recurrence):
-        raise InvalidRequest(f"timer.recurrence must name a recurrence policy, got {spec.recurrence!r}")
-    if spec.recurrence is not None and not isinstance(spec.spec, Mapping):
-        raise InvalidRequest("timer.spec must be a table for a recurrence timer")
+MAX_INTERVAL_MS = 100 * 366 * 86_400_000
+"""The longest fixed interval a timer may recur at (a century)."""
+
+
+def validate_spec(spec: object) -> TimerSpec:
+    """Refuse a malformed timer before anything is written, naming the field.
+
+    The payload must leave room for the fields its firing adds (`FIRING_RESERVE_BYTES`), so a timer
+    accepted at arm is never refused at fire for its size.
+    """
+    if not isinstance(spec, TimerSpec):
+        raise InvalidRequest(f"expected a TimerSpec, got {type(spec).__name__}")
+    check_text("timer.id", spec.id)
+    check_time("timer.fire_at_ms", spec.fire_at_ms)
+    if spec.interval_ms is not None:
+        check_int("timer.interval_ms", spec.interval_ms, 1, MAX_INTERVAL_MS)
+        if spec.recurrence is not None:
+            raise InvalidRequest("timer: interval_ms and recurrence are exclusive")
+    check_text("timer.delivery_id", spec.delivery_id, optional=True)
+    if spec.recurrence is not None:
+        check_text("timer.recurrence", spec.recurrence)
+        if not isinstance(spec.spec, Mapping):
+            raise InvalidRequest("timer.spec must be a table for a recurrence timer")
+    elif spec.spec is not None:
+        raise InvalidRequest("timer.spec belongs to a recurrence timer; this timer names no recurrence")
     if spec.spec is not None:
         payload_json(spec.spec, field="timer.spec")
+    payload_json(spec.payload, field="timer.payload", max_bytes=MAX_PAYLOAD_BYTES - FIRING_RESERVE_BYTES)
     validate_event_in(timer_template(spec, spec.delivery_id or spec.id), allow_core=True)
+    return spec
+
+
+def check_fire_request(request: object) -> FireRequest:
+    """A well-formed firing identity (whether it is current is for `fire_timer_in_tx` to say)."""
+    if not isinstance(request, FireRequest):
+        raise InvalidRequest(f"expected a FireRequest, got {type(request).__name__}")
+    check_text("request.timer_id", request.timer_id)
+    check_int("request.revision", request.revision, 1, MAX_INT)
+    check_time("request.fire_at_ms", request.fire_at_ms)
+    return request
 
 
 def timer_template(

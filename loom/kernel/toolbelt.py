@@ -16,7 +16,7 @@ from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import stable_id
 from ..records.notices import WorkChanged
 from ..records.timers import Timer, TimerSpec
-from ..records.validation import validate_event_in
+from ..records.validation import check_keys, check_text, validate_event_in
 from ..records.work import Execution, Work
 from ..store import Tx
 from ._common import require_work
@@ -54,10 +54,11 @@ def create_child_in_tx(
     limits: CausalLimits,
 ) -> Work | CausalRejection:
     """Create child Work in the parent's scope, atomically with its ``core.work.created`` Event."""
+    check_text("create_child: name", name)
+    keys = check_keys("create_child: keys", keys)
+    check_text("create_child: kind", kind, optional=True)
     execution = authorize(tx, now_ms, auth)
     parent_work = require_work(tx, execution.work_id)
-    if not name or not isinstance(name, str):
-        raise InvalidRequest("create_child: name must be a non-empty string (it makes the child id stable)")
     child_id = stable_id("wk", parent_work.id, "child", name)
     existing = tx.work(child_id)
     if existing is not None:

@@ -1,53 +1,167 @@
 """Validation of untrusted input: plain functions that raise `InvalidRequest` naming the bad field.
 
 Nothing is stored when one of them refuses; kernel procedures call them again (they trust no caller).
+The limits, as documented for users:
+
+* text (ids, keys, sources, reasons) is valid Unicode (no lone surrogates), without control
+  characters; ids and sources are at most 200 characters, keys 500, reasons 2,000;
+* a payload is a JSON object with string keys, at most 1 MiB as canonical JSON and 64 levels deep;
+  integers in it fit in 64 bits and floats are finite; a timer's payload leaves room for the fields
+  firing adds (`FIRING_RESERVE_BYTES`);
+* times are integer Unix milliseconds from 0 to `MAX_TIME_MS` (year 9999); durations and sequence
+  numbers are integers in their documented ranges (never ``bool``, never a float or a string).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
+from .work import Completed, Failed, Handoff, Lease, Outcome
 
 MAX_ID_LEN = 200
+MAX_KEY_LEN = 500
+MAX_REASON_LEN = 2_000
 MAX_PAYLOAD_BYTES = 1_048_576
+MAX_PAYLOAD_DEPTH = 64
+FIRING_RESERVE_BYTES = 4_096
+"""Room a timer's payload leaves for the fields its firing adds (timer id, occurrence, skipped counts)."""
+MAX_TIME_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: the last instant a time may name."""
+MAX_SEQ = 2**63 - 1
+MAX_INT = 2**63 - 1
+MIN_INT = -(2**63)
 
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
 
 
-def _check_text(field: str, value: object, *, max_len: int = MAX_ID_LEN) -> str:
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def is_valid_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_text(
+    field: str, value: object, *, max_len: int = MAX_ID_LEN, strip: bool = True, optional: bool = False
+) -> str:
+    """A non-empty string of valid Unicode, at most ``max_len`` characters, without control characters
+    (and, with ``strip``, without surrounding whitespace)."""
+    if value is None and optional:
+        return value  # type: ignore[return-value]
     if not isinstance(value, str):
-        raise InvalidRequest(f"event.{field} must be a string, got {type(value).__name__}")
-    if not value or value.strip() != value:
-        raise InvalidRequest(f"event.{field} must be non-empty without surrounding whitespace: {value!r}")
+        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}")
+    if not value or (strip and value.strip() != value):
+        raise InvalidRequest(f"{field} must be non-empty without surrounding whitespace: {_describe(value)}")
     if len(value) > max_len:
-        raise InvalidRequest(f"event.{field} is longer than {max_len} characters")
-    if any(ord(c) < 32 for c in value):
-        raise InvalidRequest(f"event.{field} contains control characters: {value!r}")
+        raise InvalidRequest(f"{field} is longer than {max_len} characters")
+    if not is_valid_unicode(value):
+        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidRequest(f"{field} contains control characters: {_describe(value)}")
     return value
+
+
+def check_reason(field: str, value: object) -> str:
+    """A human-readable reason: valid Unicode, not blank, at most `MAX_REASON_LEN` characters."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidRequest(f"{field} must be a non-empty string")
+    if len(value) > MAX_REASON_LEN:
+        raise InvalidRequest(f"{field} is longer than {MAX_REASON_LEN} characters")
+    if not is_valid_unicode(value):
+        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)")
+    return value
+
+
+def check_int(field: str, value: object, low: int, high: int) -> int:
+    """An integer (not a bool, float or string) from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{field} must be an integer, got {type(value).__name__} {_describe(value)}")
+    if not low <= value <= high:
+        raise InvalidRequest(f"{field} must be from {low} to {high}, got {value}")
+    return value
+
+
+def check_time(field: str, value: object) -> int:
+    """Integer Unix milliseconds from 0 to `MAX_TIME_MS`."""
+    return check_int(field, value, 0, MAX_TIME_MS)
+
+
+def check_keys(field: str, keys: object) -> tuple[str, ...]:
+    """A sequence of correlation keys (each `check_text` with `MAX_KEY_LEN`), as a tuple."""
+    if isinstance(keys, str) or not isinstance(keys, list | tuple):
+        raise InvalidRequest(f"{field} must be a list of keys, got {type(keys).__name__}")
+    return tuple(check_text(f"{field}[{i}]", key, max_len=MAX_KEY_LEN) for i, key in enumerate(keys))
 
 
 def validate_scope(scope: object, *, field: str = "event.scope") -> str:
     if not isinstance(scope, str) or not _SCOPE_RE.match(scope) or len(scope) > MAX_ID_LEN:
-        raise InvalidRequest(f"{field} must be a path like 'org/team/repo', got {scope!r}")
+        raise InvalidRequest(f"{field} must be a path like 'org/team/repo', got {_describe(scope)}")
     return scope
 
 
-def payload_json(payload: object, *, field: str = "event.payload") -> str:
-    """Serialise a payload, refusing anything that is not a JSON object of bounded size."""
+def check_json_value(field: str, value: Any, depth: int = 1) -> None:
+    """JSON data: objects with string keys, arrays, valid Unicode strings, 64-bit integers, finite
+    floats, booleans and null, at most `MAX_PAYLOAD_DEPTH` levels deep (checked before going deeper,
+    so no input can exhaust the stack)."""
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        if not is_valid_unicode(value):
+            raise InvalidRequest(f"{field} holds a string that is not valid Unicode (a lone surrogate)")
+        return
+    if isinstance(value, int):
+        if not MIN_INT <= value <= MAX_INT:
+            raise InvalidRequest(f"{field} holds an integer outside 64 bits: {_describe(value)}")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidRequest(f"{field} holds a number JSON cannot carry: {value!r}")
+        return
+    if isinstance(value, Mapping | list | tuple):
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidRequest(f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep")
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise InvalidRequest(
+                        f"{field} has a {type(key).__name__} key {_describe(key)}: JSON object keys are strings"
+                    )
+                if not is_valid_unicode(key):
+                    raise InvalidRequest(f"{field} has a key that is not valid Unicode (a lone surrogate)")
+                check_json_value(f"{field}.{key}" if len(field) < 200 else field, item, depth + 1)
+        else:
+            for i, item in enumerate(value):
+                check_json_value(f"{field}[{i}]" if len(field) < 200 else field, item, depth + 1)
+        return
+    raise InvalidRequest(f"{field} holds a {type(value).__name__}, which is not JSON data")
+
+
+def payload_json(payload: object, *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
+    """Check a JSON object (see `check_json_value`) and return its canonical JSON text, at most
+    ``max_bytes`` long."""
     if not isinstance(payload, Mapping):
         raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}")
-    try:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest(f"{field} is not JSON-serialisable: {exc}") from None
-    if len(text.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidRequest(f"{field} is larger than {MAX_PAYLOAD_BYTES} bytes")
+    check_json_value(field, payload)
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if len(text) > max_bytes:  # ASCII-only text (non-ASCII is escaped): one byte per character
+        raise InvalidRequest(f"{field} is larger than {max_bytes} bytes as JSON ({len(text)})")
     return text
 
 
@@ -62,19 +176,70 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
     return event
 
 
-def validated_payload(event: object, *, allow_core: bool = False) -> str:
+def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """`validate_event_in`, returning the payload's canonical JSON text (serialised once)."""
     if not isinstance(event, EventIn):
         raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
-    _check_text("source", event.source)
-    _check_text("delivery_id", event.delivery_id)
+    check_text("event.source", event.source)
+    check_text("event.delivery_id", event.delivery_id)
     if not isinstance(event.type, str) or not _TYPE_RE.match(event.type) or len(event.type) > MAX_ID_LEN:
-        raise InvalidRequest(f"event.type must be a dotted name like 'pr.opened', got {event.type!r}")
+        raise InvalidRequest(
+            f"event.type must be a dotted name like 'pr.opened', got {_describe(event.type)}"
+        )
     if event.type.startswith(CORE_PREFIX) and not allow_core:
         raise InvalidRequest(f"event.type {event.type!r} is in the privileged core.* family")
     validate_scope(event.scope)
-    if event.key is not None:
-        _check_text("key", event.key, max_len=500)
-    if event.work_id is not None:
-        _check_text("work_id", event.work_id)
-    return payload_json(event.payload)
+    check_text("event.key", event.key, max_len=MAX_KEY_LEN, optional=True)
+    check_text("event.work_id", event.work_id, optional=True)
+    return payload_json(event.payload, max_bytes=max_bytes)
+
+
+MAX_LEASE_MS = 7 * 24 * 3_600_000
+"""The longest lease a claim or renewal may ask for (a week)."""
+MAX_RETRY_AFTER_MS = 30 * 24 * 3_600_000
+
+
+def check_lease(field: str, lease: object) -> Lease:
+    """A `Lease` whose fenced identity (execution, attempt, epoch, token) is well formed; whether it is
+    still current is for the store to say (`StaleAuthority`)."""
+    if not isinstance(lease, Lease):
+        raise InvalidRequest(f"{field} must be a Lease, got {type(lease).__name__}")
+    check_text(f"{field}.execution_id", lease.execution_id)
+    check_int(f"{field}.attempt", lease.attempt, 1, MAX_INT)
+    check_int(f"{field}.epoch", lease.epoch, 1, MAX_INT)
+    check_text(f"{field}.token", lease.token, max_len=MAX_KEY_LEN)
+    return lease
+
+
+def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
+    """An attempt's outcome as an executor or host reports it: `Completed`, `Handoff` or `Failed`,
+    with consumed input ids, a usage table of named finite amounts, and (for `Failed`) an error text
+    and an optional retry hint."""
+    if not isinstance(outcome, Completed | Handoff | Failed):
+        raise InvalidRequest(
+            f"{field} must be a Completed, Handoff or Failed outcome, got {type(outcome).__name__} "
+            f"{_describe(outcome)}"
+        )
+    consumed: object = outcome.consumed_inputs
+    if isinstance(consumed, str) or not isinstance(consumed, list | tuple):
+        raise InvalidRequest(
+            f"{field}.consumed_inputs must be a list of event ids, got {type(consumed).__name__}"
+        )
+    for i, event_id in enumerate(consumed):
+        check_text(f"{field}.consumed_inputs[{i}]", event_id)
+    usage: object = outcome.usage
+    if not isinstance(usage, Mapping):
+        raise InvalidRequest(
+            f"{field}.usage must be a table of named amounts, got {type(outcome.usage).__name__}"
+        )
+    for unit, amount in usage.items():
+        check_text(f"{field}.usage key", unit)
+        if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
+            raise InvalidRequest(f"{field}.usage[{unit!r}] must be a finite number, got {_describe(amount)}")
+        if isinstance(amount, int) and not MIN_INT <= amount <= MAX_INT:
+            raise InvalidRequest(f"{field}.usage[{unit!r}] is outside 64 bits")
+    if isinstance(outcome, Failed):
+        check_reason(f"{field}.error", outcome.error)
+        if outcome.retry_after_ms is not None:
+            check_int(f"{field}.retry_after_ms", outcome.retry_after_ms, 0, MAX_RETRY_AFTER_MS)
+    return outcome

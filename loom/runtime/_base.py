@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import pluggy
@@ -15,6 +16,7 @@ from ..config import Config, ConfigHolder
 from ..plugins.registry import Extensions
 from ..records.clock import Clock
 from ..records.errors import InvalidRequest
+from ..records.validation import MAX_KEY_LEN, check_int, check_text
 from ..store import Reader, StorageActor
 
 DEFAULT_LEASE_MS = 60_000
@@ -54,6 +56,28 @@ class RuntimeBase:
 
 
 def check_limit(limit: object) -> int:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        raise InvalidRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit!r}")
-    return limit
+    return check_int("limit", limit, 1, MAX_LIMIT)
+
+
+def lookup(field: str, value: object) -> str:
+    """An id or key to look up: any valid Unicode text up to `MAX_KEY_LEN` (unknown ones are `NotFound`)."""
+    return check_text(field, value, max_len=MAX_KEY_LEN, strip=False)
+
+
+def after(field: str, value: object) -> str:
+    """A paging cursor: ``""`` (from the start) or an id."""
+    return "" if value == "" else lookup(field, value)
+
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def member(field: str, cls: type[E], value: object) -> E | None:
+    """``None``, or a member of ``cls`` given as itself or its value."""
+    if value is None:
+        return None
+    try:
+        return cls(value)
+    except ValueError:
+        choices = ", ".join(str(m.value) for m in cls)
+        raise InvalidRequest(f"{field} must be one of {choices}, got {value!r}") from None

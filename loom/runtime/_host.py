@@ -27,13 +27,22 @@ from ..kernel.executions import (
     renew_in_tx,
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
-from ..kernel.timers import arm_in_tx, cancel_timer_in_tx, due_in_tx
+from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import DiagnosticKind
 from ..records.timers import FireRequest, Firing, Timer, TimerSpec
+from ..records.validation import (
+    MAX_INT,
+    MAX_LEASE_MS,
+    check_int,
+    check_lease,
+    check_reason,
+    check_text,
+    validate_outcome,
+)
 from ..records.work import Execution, Intent, Lease, Outcome, Work
 from ..store import Tx
-from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit
+from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit, lookup
 
 
 @attrs.frozen(kw_only=True)
@@ -61,6 +70,11 @@ class Host(RuntimeBase):
         Without ``binding``, the attempt pins the binding of the route that routed its earliest
         pending input (or none: the host runs it itself).
         """
+        lookup("work_id", work_id)
+        check_text("owner", owner)
+        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+        if binding is not None and not isinstance(binding, BindingRef):
+            raise InvalidRequest(f"binding must be a BindingRef, got {type(binding).__name__}")
         config = self._p.config()
         work = await self._p.reader.work(work_id)
         if work is None:
@@ -75,17 +89,24 @@ class Host(RuntimeBase):
         return lease
 
     async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
+        """Extend the lease ``lease`` holds (`StaleAuthority` if it is no longer current)."""
+        check_lease("lease", lease)
+        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
         expires = await self._submit(renew_in_tx, Authority.of(lease), lease_ms)
         return attrs.evolve(lease, expires_at_ms=expires)
 
     async def complete(self, lease: Lease, outcome: Outcome) -> Execution:
         """Commit an attempt's outcome under its fence (`StaleAuthority` if the lease is stale)."""
+        check_lease("lease", lease)
+        validate_outcome(outcome)
         kind = kind_policy(self._p.config(), lease.request.kind)
         execution: Execution = await self._submit(complete_in_tx, Authority.of(lease), outcome, kind)
         return execution
 
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
         """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""
+        check_lease("lease", lease)
+        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
         config = self._p.config()
         return RuntimeToolbelt(
             self._p.storage, lease, limits=config.causal, generation=config.generation, lease_ms=lease_ms
@@ -95,16 +116,20 @@ class Host(RuntimeBase):
 
     async def hold(self, work_id: str, *, reason: str) -> Work:
         """Hold Work: no attempt starts until it is released; its input keeps queueing."""
+        lookup("work_id", work_id)
+        check_reason("reason", reason)
         work: Work = await self._submit(hold_in_tx, work_id, reason)
         return work
 
     async def release(self, work_id: str) -> Work:
         """Release a hold; the next start goes through (start gates let it through once)."""
+        lookup("work_id", work_id)
         work: Work = await self._submit(release_in_tx, work_id)
         return work
 
     async def cancel(self, work_id: str) -> Work:
         """Cancel Work (terminal): every token of its attempts loses authority at this commit."""
+        lookup("work_id", work_id)
         work: Work = await self._submit(cancel_in_tx, work_id)
         return work
 
@@ -112,6 +137,10 @@ class Host(RuntimeBase):
         self, work_id: str, *, reason: str = "operator interrupt", request_id: str | None = None
     ) -> Intent:
         """Interrupt the running attempt (``core.manual.interrupt``); the Work stays ready with its input."""
+        lookup("work_id", work_id)
+        check_reason("reason", reason)
+        if request_id is not None:
+            check_text("request_id", request_id)
         intent: Intent = await self._submit(
             manual_interrupt_in_tx,
             work_id,
@@ -170,16 +199,20 @@ class Host(RuntimeBase):
 
     async def cancel_timer(self, timer_id: str, *, revision: int) -> Timer:
         """Cancel a timer at ``revision`` (a stale revision is a `Conflict`)."""
+        lookup("timer_id", timer_id)
+        check_int("revision", revision, 1, MAX_INT)
         timer: Timer = await self._submit(cancel_timer_in_tx, timer_id, revision)
         return timer
 
     async def due(self, limit: int = 100) -> list[FireRequest]:
         """Up to ``limit`` due firing requests (bounded; a durable cursor keeps it fair)."""
+        check_int("limit", limit, 1, MAX_DUE)
         requests: list[FireRequest] = await self._submit(due_in_tx, limit)
         return requests
 
     async def fire(self, request: FireRequest) -> Firing:
         """Fire one timer identity (idempotent: a committed firing is answered from the ledger)."""
+        check_fire_request(request)
         firing: Firing = await self._submit(
             fire_timer_in_tx, request, self._p.config().causal, self._p.extensions.recurrence_policies
         )

@@ -13,8 +13,9 @@ from ..records.errors import NotFound
 from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
 from ..records.serde import structure
 from ..records.timers import Firing, Timer, TimerState
+from ..records.validation import MAX_SEQ, check_int
 from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
-from ._base import RuntimeBase, check_limit
+from ._base import RuntimeBase, after, check_limit, lookup, member
 
 
 @attrs.frozen(kw_only=True)
@@ -28,12 +29,15 @@ class WorkHistory:
 
 class Reads(RuntimeBase):
     async def event(self, event_id: str) -> Event:
+        lookup("event_id", event_id)
         found = await self._p.reader.event(event_id)
         if found is None:
             raise NotFound(f"no event with id {event_id!r}")
         return found
 
     async def event_by_delivery(self, source: str, delivery_id: str) -> Event:
+        lookup("source", source)
+        lookup("delivery_id", delivery_id)
         found = await self._p.reader.event_by_delivery(source, delivery_id)
         if found is None:
             raise NotFound(f"no event from source {source!r} with delivery id {delivery_id!r}")
@@ -44,7 +48,9 @@ class Reads(RuntimeBase):
     ) -> list[Event]:
         """Accepted Events in sequence order (optionally those of one causal root)."""
         check_limit(limit)
+        check_int("after_seq", after_seq, 0, MAX_SEQ)
         if root_id is not None:
+            lookup("root_id", root_id)
             return await self._p.reader.events_of_root(root_id, after_seq, limit)
         return await self._p.reader.events_after(after_seq, limit)
 
@@ -54,12 +60,14 @@ class Reads(RuntimeBase):
         return await self._p.reader.checkpoint(event_id)
 
     async def work(self, work_id: str) -> Work:
+        lookup("work_id", work_id)
         found = await self._p.reader.work(work_id)
         if found is None:
             raise NotFound(f"no work with id {work_id!r}")
         return found
 
     async def work_for_key(self, key: str) -> Work:
+        lookup("key", key)
         owner = await self._p.reader.key_owner(key)
         if owner is None:
             raise NotFound(f"no work owns key {key!r}")
@@ -69,8 +77,9 @@ class Reads(RuntimeBase):
         self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100
     ) -> list[Work]:
         check_limit(limit)
+        chosen = member("state", WorkState, state)
         return await self._p.reader.works(
-            state=state.value if state else None, after_id=after_id, limit=limit
+            state=chosen.value if chosen else None, after_id=after("after_id", after_id), limit=limit
         )
 
     async def history(self, work_id: str) -> WorkHistory:
@@ -83,22 +92,29 @@ class Reads(RuntimeBase):
         )
 
     async def execution(self, execution_id: str) -> Execution:
+        lookup("execution_id", execution_id)
         found = await self._p.reader.execution(execution_id)
         if found is None:
             raise NotFound(f"no execution with id {execution_id!r}")
         return found
 
     async def intents(self, execution_id: str) -> list[Intent]:
+        lookup("execution_id", execution_id)
         return await self._p.reader.intents_of_execution(execution_id)
 
     async def diagnostics(
         self, *, kind: str | None = None, subject: str | None = None, limit: int = 1000
     ) -> list[Diagnostic]:
         check_limit(limit)
+        if kind is not None:
+            lookup("kind", kind)
+        if subject is not None:
+            lookup("subject", subject)
         return await self._p.reader.diagnostics(kind, subject, limit)
 
     async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
         check_limit(limit)
+        lookup("namespace", namespace)
         return await self._p.reader.kv_list(namespace, limit)
 
     async def causal_rejections(self, *, limit: int = 1000) -> list[CausalRejection]:
@@ -108,6 +124,7 @@ class Reads(RuntimeBase):
         return [structure(entry.value, CausalRejection) for entry in entries]
 
     async def timer(self, timer_id: str) -> Timer:
+        lookup("timer_id", timer_id)
         found = await self._p.reader.timer(timer_id)
         if found is None:
             raise NotFound(f"no timer with id {timer_id!r}")
@@ -117,10 +134,12 @@ class Reads(RuntimeBase):
         self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100
     ) -> list[Timer]:
         check_limit(limit)
+        chosen = member("state", TimerState, state)
         return await self._p.reader.timers(
-            state=state.value if state else None, after_id=after_id, limit=limit
+            state=chosen.value if chosen else None, after_id=after("after_id", after_id), limit=limit
         )
 
     async def firings(self, timer_id: str) -> list[Firing]:
         """The timer's firing ledger, in commit order."""
+        lookup("timer_id", timer_id)
         return await self._p.reader.firings_of_timer(timer_id)
