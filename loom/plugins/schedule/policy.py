@@ -19,7 +19,7 @@ from ..._records import Event
 from ..._timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer, TimerSpec
 from ..._work import Decision, Deliver, Drop, Unmatched, Work
 from .._manager import hookimpl
-from .instants import next_occurrence, occurrence_id, occurrences, previous_occurrence
+from .instants import forward, next_occurrence, occurrence_id, occurrences, previous_occurrence
 from .spec import Overlap, ScheduleSpec, spec_from_mapping, to_overlap
 
 MAX_COUNTED_SKIPS = 1000
@@ -41,7 +41,8 @@ class FiringPlan:
     The due occurrences are ``scheduled_ms`` and every occurrence in ``(scheduled_ms, now_ms]``.
     At most one of them fires (``fire_ms``); the rest are skipped, summarised by a count and the
     first and last skipped instants. ``next_ms`` (always > ``now_ms``) is when to arm the timer
-    again.
+    again, or ``None`` when the schedule has no occurrence after ``now_ms`` (it ended, e.g. its
+    last named year is over): the due occurrence still fires, and nothing replaces the timer.
     """
 
     schedule_id: str
@@ -55,7 +56,7 @@ class FiringPlan:
     """True when there were more skipped occurrences than were counted."""
     skipped_first_ms: int | None
     skipped_last_ms: int | None
-    next_ms: int
+    next_ms: int | None
 
     @property
     def occurrence_id(self) -> str | None:
@@ -63,9 +64,9 @@ class FiringPlan:
         return None if self.fire_ms is None else occurrence_id(self.schedule_id, self.fire_ms)
 
     @property
-    def next_occurrence_id(self) -> str:
-        """The identity of the occurrence the re-armed timer is for."""
-        return occurrence_id(self.schedule_id, self.next_ms)
+    def next_occurrence_id(self) -> str | None:
+        """The identity of the occurrence the re-armed timer is for (``None`` if the schedule ended)."""
+        return None if self.next_ms is None else occurrence_id(self.schedule_id, self.next_ms)
 
 
 def plan_firing(spec: ScheduleSpec, scheduled_ms: int, now_ms: int) -> FiringPlan:
@@ -108,7 +109,7 @@ def plan_firing(spec: ScheduleSpec, scheduled_ms: int, now_ms: int) -> FiringPla
         skipped_count_truncated=truncated,
         skipped_first_ms=first,
         skipped_last_ms=last,
-        next_ms=next_occurrence(spec, now_ms),
+        next_ms=next(forward(spec, now_ms), None),
     )
 
 
@@ -160,7 +161,10 @@ def _core_policy(plan_policy: PlanPolicy) -> RecurrencePolicy:
         timer: Timer, now_ms: int, spec: Mapping[str, Any]
     ) -> tuple[Occurrence | Skip, Replacement | None]:
         plan = plan_policy(timer.fire_at_ms, now_ms, spec)
-        replacement = Replacement(fire_at_ms=plan.next_ms, delivery_id=plan.next_occurrence_id)
+        # A schedule that ended has no replacement: core settles the timer once this firing is done.
+        replacement = None
+        if plan.next_ms is not None and plan.next_occurrence_id is not None:
+            replacement = Replacement(fire_at_ms=plan.next_ms, delivery_id=plan.next_occurrence_id)
         skipped = {
             "skipped": plan.skipped_count,
             "skipped_first_ms": plan.skipped_first_ms,
