@@ -319,7 +319,7 @@ def test_a_long_jump_counts_skips_up_to_a_bound() -> None:
 
 def until_2025(**extra: Any) -> ScheduleSpec:
     """New Year's midnight (UTC) from 2000 to 2025, and never after."""
-    return ScheduleSpec(schedule_id="until-2025", cron="0 0 1 1 * 0 2000-2025", **extra)
+    return ScheduleSpec(schedule_id="until-2025", cron="0 0 0 1 1 * 2000-2025", seconds="first", **extra)
 
 
 def test_the_last_occurrence_of_a_schedule_that_ends_fires_and_nothing_follows() -> None:

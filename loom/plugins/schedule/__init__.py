@@ -6,7 +6,10 @@ pure, deterministic functions over integer Unix milliseconds (no clock, no I/O),
 it inside the firing transaction.
 
 A schedule is a `ScheduleSpec`: either a ``cron`` expression or a `Calendar` (local times of day on
-chosen weekdays), read as local wall-clock time in an IANA ``timezone``.
+chosen weekdays), read as local wall-clock time in an IANA ``timezone``. A cron expression has five
+fields (minute hour day-of-month month day-of-week) or ``@daily``-style aliases; six or seven fields
+carry seconds (and a year), and are refused unless ``seconds`` says where they are (`SecondsField`),
+because other cron tools disagree.
 
 Defaults, and what they mean:
 
@@ -36,6 +39,9 @@ from __future__ import annotations
 
 from .calendar import WEEKDAYS as WEEKDAYS
 from .calendar import Calendar as Calendar
+from .cron import CronExpression as CronExpression
+from .cron import SecondsField as SecondsField
+from .cron import parse_cron as parse_cron
 from .instants import HOUR_MS as HOUR_MS
 from .instants import DstFold as DstFold
 from .instants import DstGap as DstGap

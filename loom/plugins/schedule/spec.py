@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -17,10 +17,12 @@ import attrs
 
 from ..._errors import InvalidRequest
 from .calendar import Calendar
-from .cron import check_cron, cron_walls
-from .instants import HOUR_MS, DstFold, DstGap, forward
+from .cron import SecondsField, parse_cron
+from .instants import HOUR_MS, DstFold, DstGap, forward, to_ms
 
 DEFAULT_CATCH_UP_MS = 6 * HOUR_MS
+
+_DAY = timedelta(days=1)
 
 
 class Overlap(enum.StrEnum):
@@ -43,6 +45,10 @@ def enum_value(cls: type[_E], field: str, value: object) -> _E:
             pass
     choices = ", ".join(member.value for member in cls)
     raise InvalidRequest(f"ScheduleSpec.{field}: must be one of {choices}; got {value!r}")
+
+
+def _to_seconds(value: object) -> SecondsField | None:
+    return None if value is None else enum_value(SecondsField, "seconds", value)
 
 
 def _to_dst_gap(value: object) -> DstGap:
@@ -93,8 +99,8 @@ def _check_catch_up(_: object, __: attrs.Attribute[int], value: object) -> None:
 
 
 def _check_cron(_: object, __: attrs.Attribute[str | None], value: object) -> None:
-    if value is not None:
-        check_cron(value)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidRequest(f"ScheduleSpec.cron: must be a cron expression string, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -103,6 +109,8 @@ class ScheduleSpec:
 
     schedule_id: str = attrs.field(validator=_check_schedule_id)
     cron: str | None = attrs.field(default=None, validator=_check_cron)
+    seconds: SecondsField | None = attrs.field(default=None, converter=_to_seconds)
+    """Where a six- or seven-field ``cron`` has its seconds (see `SecondsField`); unset for five fields."""
     calendar: Calendar | None = attrs.field(default=None, converter=_to_calendar)
     timezone: str = attrs.field(default="UTC", validator=_check_timezone)
     dst_gap: DstGap = attrs.field(default=DstGap.SHIFT_FORWARD, converter=_to_dst_gap)
@@ -113,12 +121,20 @@ class ScheduleSpec:
     def __attrs_post_init__(self) -> None:
         if (self.cron is None) == (self.calendar is None):
             raise InvalidRequest("ScheduleSpec.cron, ScheduleSpec.calendar: give exactly one of them")
+        if self.cron is None and self.seconds is not None:
+            raise InvalidRequest("ScheduleSpec.seconds: only a cron expression has a seconds field")
+        # Whether the schedule ever occurs is judged from the schedule itself: search from where its
+        # first occurrence can be (the start of the first year a cron expression names), over its
+        # whole span, in its time zone and DST policy.
+        start = parse_cron(self.cron, self.seconds).search_start() if self.cron else datetime(1970, 1, 1)
         try:
-            next(forward(self, 0))
+            first_wall = next(self.walls(start, reverse=False))
+            # Any instant a day before the first wall's date comes before it, whatever the zone's offset.
+            next(forward(self, to_ms(datetime.combine(first_wall.date(), datetime.min.time(), UTC) - _DAY)))
         except StopIteration:
             raise InvalidRequest(
-                f"ScheduleSpec.{'cron' if self.cron else 'calendar'}: schedule {self.schedule_id!r} "
-                "never occurs (no occurrence after 1970 in this time zone and DST policy)"
+                f"ScheduleSpec.{self.kind}: schedule {self.schedule_id!r} never occurs "
+                f"(in time zone {self.timezone}, with dst_gap {self.dst_gap})"
             ) from None
 
     @property
@@ -129,7 +145,7 @@ class ScheduleSpec:
     def walls(self, start: datetime, *, reverse: bool) -> Iterator[datetime]:
         """Local wall times after ``start`` (before it when ``reverse``), in order."""
         if self.cron is not None:
-            return cron_walls(self.cron, start, reverse=reverse)
+            return parse_cron(self.cron, self.seconds).walls(start, reverse=reverse)
         assert self.calendar is not None
         return self.calendar.walls(start, reverse=reverse)
 
@@ -138,6 +154,8 @@ class ScheduleSpec:
         out: dict[str, Any] = {"schedule_id": self.schedule_id}
         if self.cron is not None:
             out["cron"] = self.cron
+        if self.seconds is not None:
+            out["seconds"] = self.seconds.value
         if self.calendar is not None:
             out["calendar"] = {"at": list(self.calendar.at), "weekdays": list(self.calendar.weekdays)}
         out.update(
