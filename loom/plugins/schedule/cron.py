@@ -1,8 +1,9 @@
 """Cron expressions: loom reads every field itself, and croniter does the calendar arithmetic.
 
 Loom parses each field into the explicit set of values it means in standard cron (Vixie cron and
-cronie, robfig/cron), and hands croniter an expression made only of plain numbers and the ``L``,
-``W`` and ``#`` forms. Croniter's own reading of ranges and steps never decides what a schedule
+cronie, robfig/cron; ``a/n`` as robfig/cron and Quartz read it, ``L``, ``W`` and ``#`` as Quartz
+does), and hands croniter an expression made only of plain numbers and the ``L``, ``W`` and ``#``
+forms. Croniter's own reading of ranges and steps never decides what a schedule
 means, because it has changed from release to release: an equal range (``5-5``, ``Sun-Sun``,
 ``jan-jan``) is read as the whole field from croniter 5.0 on, ``59/15`` as every fifteen minutes in
 5.0 to 6.2, and ``6/1`` in the day-of-week field as every day in 4.0 to 6.2. What is left to
@@ -104,8 +105,8 @@ class CronExpression:
     """A cron expression as the explicit sets of values its fields mean.
 
     A day matches when it is in the month (and year) sets and its day fields match: when both
-    day-of-month and day-of-week are restricted (anything but ``*`` or ``?``) a day matches if
-    either does, otherwise it must match the restricted one (standard cron's rule).
+    day-of-month and day-of-week are restricted (neither has a plain ``*`` or ``?``) a day matches
+    if either does, otherwise it must match the restricted one (standard cron's rule).
     """
 
     text: str
@@ -367,8 +368,11 @@ def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
         weekdays, nth, last_weekdays = _weekday_field(weekday)
     except _Refusal as refusal:
         raise _Refusal(f"day-of-week field {weekday!r}: {refusal}") from None
-    days_restricted = day not in _UNRESTRICTED
-    weekdays_restricted = weekday not in _UNRESTRICTED
+    # A day field with a plain '*' or '?' in it puts no restriction on the day (as in cronie and
+    # robfig/cron); '*/2' does restrict it (as in robfig/cron, unlike cronie, which looks only at
+    # whether the field's first character is '*').
+    days_restricted = _UNRESTRICTED.isdisjoint(day.split(","))
+    weekdays_restricted = _UNRESTRICTED.isdisjoint(weekday.split(","))
     if nearest is not None and weekdays_restricted:
         raise _Refusal(f"{day.upper()} in day-of-month needs '*' or '?' in day-of-week")
     if (nth or last_weekdays) and days_restricted:
