@@ -3,12 +3,12 @@
 Loom parses each field into the explicit set of values it means in standard cron (Vixie cron and
 cronie, robfig/cron; ``a/n`` as robfig/cron and Quartz read it, ``L``, ``W`` and ``#`` as Quartz
 does), and hands croniter an expression made only of plain numbers and the ``L``, ``W`` and ``#``
-forms. Croniter's own reading of ranges and steps never decides what a schedule
-means, because it has changed from release to release: an equal range (``5-5``, ``Sun-Sun``,
-``jan-jan``) is read as the whole field from croniter 5.0 on, ``59/15`` as every fifteen minutes in
-5.0 to 6.2, and ``6/1`` in the day-of-week field as every day in 4.0 to 6.2. What is left to
-croniter (finding the next or previous local time that matches explicit sets) is checked against
-an independent model in the tests.
+forms. Croniter's own reading of ranges and steps never decides what a schedule means, because it
+has changed from release to release: an equal range (``5-5``, ``Sun-Sun``, ``jan-jan``) is read as
+the whole field from croniter 5.0 on, ``59/15`` as every fifteen minutes in 5.0 to 6.2, and ``6/1``
+in the day-of-week field as every day in 4.0 to 6.2. What is left to croniter (finding the next or
+previous local time that matches explicit sets) is checked against an independent model in the
+tests.
 
 The field order has one rule, so that an expression ported from another tool cannot be misread:
 
@@ -39,8 +39,8 @@ YEAR_MAX = 2099
 """The years a year field may name: the range croniter computes in."""
 
 # croniter gives up after this many years without a match; every gap between two occurrences of a
-# valid expression is shorter (a year field spans 1970..2099; without one, a day that is rarest,
-# the fifth Monday of a February, recurs within 40 years).
+# valid expression is shorter (a year field spans 1970..2099; without one, the rarest day an
+# expression can name, such as the fifth Monday of February, recurs within 40 years).
 _SEARCH_YEARS = YEAR_MAX - YEAR_MIN + 1
 
 MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
@@ -61,7 +61,8 @@ class SecondsField(enum.StrEnum):
     """Where the seconds field of a six- or seven-field cron expression is."""
 
     FIRST = "first"
-    """``second minute hour day-of-month month day-of-week [year]`` (Quartz, Spring, robfig/cron, croner)."""
+    """``second minute hour day-of-month month day-of-week [year]``: Quartz, Spring, robfig/cron, croner,
+    Temporal."""
     LAST = "last"
     """``minute hour day-of-month month day-of-week second``: six fields only (croniter's order)."""
 
