@@ -246,6 +246,8 @@ CASES = [
     case("half-hourly-across-the-gap-skip", "*/30 * * * *", "2024-03-31T01:00+01:00",
          "2024-03-31T01:30+01:00", "2024-03-31T03:00+02:00", "2024-03-31T03:30+02:00",
          timezone="Europe/Berlin", dst_gap="skip"),
+    case("every-last-sunday-of-march-is-in-the-gap-from-1981", "30 2 * 3 0L", "1979-01-01T00:00+01:00",
+         "1979-03-25T02:30+01:00", "1980-03-30T02:30+01:00", END, timezone="Europe/Berlin", dst_gap="skip"),
     # --- Fall back: a local time that happens twice ---------------------------------------------------
     case("berlin-fold-first", "30 2 * * *", "2024-10-26T12:00+00:00",
          "2024-10-27T02:30+02:00", "2024-10-28T02:30+01:00", timezone="Europe/Berlin"),

@@ -26,6 +26,11 @@ HOUR_MS = 3_600_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 _SECOND = timedelta(seconds=1)
+# A stream of occurrences ends when this long (131 years) passes without one. Consecutive local
+# times of a valid schedule are always closer (a cron year field spans 1970-2099), so only a DST
+# policy that skips every one of them gets here, and the search stops there instead of running on
+# to the year 9999.
+_REACH = timedelta(days=366 * 131)
 
 
 class DstGap(enum.StrEnum):
@@ -107,10 +112,17 @@ def _map_wall(spec: Recurring, zone: ZoneInfo, wall: datetime, fold: int) -> int
     return after
 
 
-def _mapped(spec: Recurring, zone: ZoneInfo, walls: Iterator[datetime], fold: int) -> Iterator[int]:
+def _mapped(
+    spec: Recurring, zone: ZoneInfo, walls: Iterator[datetime], fold: int, *, reverse: bool
+) -> Iterator[int]:
+    found: datetime | None = None  # the last wall that mapped to an instant (or the first wall)
     for wall in walls:
+        found = found or wall
+        if abs(wall - found) > _REACH:
+            return
         ms = _map_wall(spec, zone, wall, fold)
         if ms is not None:
+            found = wall
             yield ms
 
 
@@ -118,13 +130,13 @@ def forward(spec: Recurring, after_ms: int) -> Iterator[int]:
     """Every occurrence strictly after ``after_ms``, increasing."""
     zone = ZoneInfo(spec.timezone)
     # Walls at or before wall(after) have f0 <= after.
-    streams = [_mapped(spec, zone, spec.walls(wall_at(zone, after_ms), reverse=False), 0)]
+    streams = [_mapped(spec, zone, spec.walls(wall_at(zone, after_ms), reverse=False), 0, reverse=False)]
     if spec.dst_fold is DstFold.BOTH:
         # f1(w) > after only for walls above the lowest reading the clock will still show,
         # which a coming fall-back lowers below wall(after).
         lowest_offset = min(_offset_ms(zone, after_ms + k * HOUR_MS) for k in range(4))
         start = instant(after_ms + lowest_offset).replace(tzinfo=None)
-        streams.append(_mapped(spec, zone, spec.walls(start, reverse=False), 1))
+        streams.append(_mapped(spec, zone, spec.walls(start, reverse=False), 1, reverse=False))
     last = after_ms
     for ms in heapq.merge(*streams):
         if ms > last:
@@ -139,10 +151,10 @@ def backward(spec: Recurring, before_ms: int) -> Iterator[int]:
     # which a recent fall-back raises above wall(before).
     highest_offset = max(_offset_ms(zone, before_ms - 1 - k * HOUR_MS) for k in range(4))
     start = instant(before_ms + highest_offset).replace(tzinfo=None) + _SECOND
-    streams = [_mapped(spec, zone, spec.walls(start, reverse=True), 0)]
+    streams = [_mapped(spec, zone, spec.walls(start, reverse=True), 0, reverse=True)]
     if spec.dst_fold is DstFold.BOTH:
         start = wall_at(zone, before_ms) + _SECOND
-        streams.append(_mapped(spec, zone, spec.walls(start, reverse=True), 1))
+        streams.append(_mapped(spec, zone, spec.walls(start, reverse=True), 1, reverse=True))
     last = before_ms
     for ms in heapq.merge(*streams, reverse=True):
         if ms < last:
