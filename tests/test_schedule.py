@@ -317,6 +317,33 @@ def test_a_long_jump_counts_skips_up_to_a_bound() -> None:
     assert plan.next_ms == now + MINUTE
 
 
+def until_2025(**extra: Any) -> ScheduleSpec:
+    """New Year's midnight (UTC) from 2000 to 2025, and never after."""
+    return ScheduleSpec(schedule_id="until-2025", cron="0 0 0 1 1 * 2000-2025", seconds="first", **extra)
+
+
+def test_the_last_occurrence_of_a_schedule_that_ends_fires_and_nothing_follows() -> None:
+    last = utc_ms("2025-01-01T00:00")
+    plan = plan_firing(until_2025(), last, last + 5)
+    assert (plan.fire_ms, plan.occurrence_id) == (last, f"until-2025@{last}")
+    assert (plan.next_ms, plan.next_occurrence_id) == (None, None)
+    assert plan.skipped_count == 0
+    # The one before it still has a successor.
+    assert plan_firing(until_2025(), utc_ms("2024-01-01T00:00"), utc_ms("2024-01-01T00:00")).next_ms == last
+
+
+def test_a_schedule_that_ended_during_an_outage_skips_without_a_successor() -> None:
+    scheduled = utc_ms("2024-01-01T00:00")
+    plan = plan_firing(until_2025(), scheduled, utc_ms("2026-06-01T00:00"))
+    assert plan.fire_ms is None
+    assert (plan.skipped_count, plan.skipped_first_ms, plan.skipped_last_ms) == (
+        2,
+        scheduled,
+        utc_ms("2025-01-01T00:00"),
+    )
+    assert plan.next_ms is None
+
+
 def test_a_firing_timer_never_runs_before_its_time() -> None:
     with pytest.raises(InvalidRequest, match="cannot fire earlier"):
         plan_firing(hourly(), utc_ms("2024-05-01T03:00"), utc_ms("2024-05-01T02:59"))
@@ -464,7 +491,9 @@ def test_plugin_answers_core_recurrence_contract() -> None:
     assert isinstance(occurrence, Occurrence)
     assert occurrence.delivery_id == f"hourly@{scheduled + 2 * HOUR}"
     assert occurrence.payload["skipped"] == 2
-    assert replacement == Replacement(fire_at_ms=scheduled + 3 * HOUR, delivery_id=f"hourly@{scheduled + 3 * HOUR}")
+    assert replacement == Replacement(
+        fire_at_ms=scheduled + 3 * HOUR, delivery_id=f"hourly@{scheduled + 3 * HOUR}"
+    )
     # when even the latest due occurrence is older than six hours nothing fires: a skip, never a burst
     daily = ScheduleSpec(schedule_id="daily", cron="0 0 * * *").to_mapping()
     skip, replacement = policies["cron"](_timer(scheduled, daily), scheduled + 3 * DAY + 7 * HOUR, daily)
@@ -472,6 +501,19 @@ def test_plugin_answers_core_recurrence_contract() -> None:
     assert skip.skipped == 4
     assert replacement is not None
     assert replacement.fire_at_ms == scheduled + 4 * DAY
+
+
+def test_the_core_policy_delivers_the_last_occurrence_with_no_replacement() -> None:
+    policies = schedule.loom_recurrence_policies()
+    spec = until_2025().to_mapping()
+    last = utc_ms("2025-01-01T00:00")
+    occurrence, replacement = policies["cron"](_timer(last, spec), last + 5, spec)
+    assert isinstance(occurrence, Occurrence)
+    assert (occurrence.occurrence_ms, occurrence.delivery_id) == (last, f"until-2025@{last}")
+    assert replacement is None
+    skip, replacement = policies["cron"](_timer(last, spec), last + DAY, spec)
+    assert isinstance(skip, Skip)
+    assert replacement is None
 
 
 def _timer(fire_at_ms: int, spec: dict[str, object]) -> Timer:

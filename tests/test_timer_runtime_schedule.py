@@ -128,6 +128,29 @@ async def test_an_outage_longer_than_the_catch_up_window_records_a_skip(loom_sto
         assert await occurrences(driver.runtime) == []
 
 
+async def test_the_last_occurrence_of_a_schedule_that_ends_is_delivered_and_the_timer_retires(
+    loom_store: str,
+) -> None:
+    # midnight (UTC) on the first two days of 2026, and never again
+    async with RuntimeDriver.open(loom_store, start_ms=utc_ms("2025-12-31T12:00")) as driver:
+        rt = driver.runtime
+        timer = await arm(
+            driver, ScheduleSpec(schedule_id="twice", cron="0 0 0 1-2 1 * 2026", seconds="first")
+        )
+        days = [utc_ms("2026-01-01T00:00"), utc_ms("2026-01-02T00:00")]
+        for n, at in enumerate(days, start=1):
+            driver.clock.set(at)
+            await ledger(driver, timer.id, n)
+        firings = await rt.firings(timer.id)
+        assert [(f.result, f.next_fire_at_ms) for f in firings] == [
+            (FiringResult.ACCEPTED, days[1]),
+            (FiringResult.ACCEPTED, None),
+        ]
+        assert [e.delivery_id for e in await occurrences(rt)] == [occurrence_id("twice", at) for at in days]
+        retired = await rt.timer(timer.id)
+        assert (retired.state, retired.occurrences, retired.reason) == (TimerState.FIRED, 2, None)
+
+
 @pytest.mark.parametrize(
     ("dst_gap", "on_the_29th"),
     [("shift_forward", "2026-03-29T01:00"), ("skip", None)],  # 03:00 CEST, the first instant after the gap
