@@ -2,6 +2,7 @@
 
 from .records.notices import Committed as Committed
 from .records.notices import EventAccepted as EventAccepted
+from .records.notices import EventReplayed as EventReplayed
 from .records.notices import EventRouted as EventRouted
 from .records.notices import ExecutionFenced as ExecutionFenced
 from .records.notices import IntentPending as IntentPending

@@ -669,7 +669,7 @@ async def test_due_is_bounded_and_rotates_through_overdue_timers_across_a_reopen
                 await driver.runtime.due(bad)
 
 
-async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_stop_it(
+async def test_poll_fires_at_most_limit_per_pass_and_a_firing_that_raises_retires_its_timer(
     loom_store: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = fire_timer_in_tx
@@ -685,19 +685,22 @@ async def test_poll_fires_at_most_limit_per_pass_and_an_item_failure_does_not_st
         for timer_id in "abcd":
             await rt.arm(tick(timer_id, T0))
         first = await rt.poll(limit=2)
-        assert [f.timer_id for f in first.firings] == ["b"]
-        assert len(first.failures) == 1
-        assert "timer a" in first.failures[0]
-        assert "RuntimeError" in first.failures[0]
-        (diagnostic,) = await rt.diagnostics(kind="poll_item_failed")
+        assert [(f.timer_id, f.result) for f in first.firings] == [
+            ("a", FiringResult.INVALID),
+            ("b", FiringResult.ACCEPTED),
+        ]
+        assert first.failures == ()
+        # the raising firing left nothing behind but its answer: the timer is retired with a reason,
+        # never retried in a loop
+        (diagnostic,) = await rt.diagnostics(kind="invalid_timer")
         assert diagnostic.subject == "a"
-        # the failing timer stays due, yet the cursor moves past it: c and d get their turn
+        assert "RuntimeError" in diagnostic.message
+        assert (await rt.timer("a")).state is TimerState.INVALID
         second = await rt.poll(limit=2)
         assert [f.timer_id for f in second.firings] == ["c", "d"]
         third = await rt.poll(limit=2)
         assert third.firings == ()
-        assert len(third.failures) == 1
-        assert (await rt.timer("a")).state is TimerState.ARMED
+        assert third.failures == ()
         assert [e.delivery_id for e in await deliveries(rt, "clock")] == ["b", "c", "d"]
 
 

@@ -14,14 +14,15 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import EventIn
-from ..records.notices import ExecutionFenced, IntentPending, WorkChanged
+from ..records.notices import ExecutionFenced, IntentPending, TimerCancelled, WorkChanged
+from ..records.timers import TimerState
 from ..records.validation import check_reason, check_text
 from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
 from ..store import Tx
 from ._common import require_work
 from .accept import accept_in_tx
 from .checkpoints import control_checkpoint
-from .intents import intent_id, stale_open_intents_in_tx
+from .intents import end_unconfirmed_stop_in_tx, intent_id, stale_open_intents_in_tx
 from .segments import end_segment_in_tx
 
 
@@ -43,6 +44,7 @@ def release_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
     if not work.held:
         raise Conflict(f"work {work.id} is not held")
     tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1)
+    end_unconfirmed_stop_in_tx(tx, now_ms, work.id)
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)
 
@@ -64,6 +66,10 @@ def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
         )
         stale_open_intents_in_tx(tx, now_ms, live.id)
         tx.notify(ExecutionFenced(execution_id=live.id, work_id=work.id))
+    for timer in tx.armed_timers_of_work(work.id):
+        # every timer its attempts armed dies with the Work (deadlines included)
+        tx.set_timer_state(timer, TimerState.CANCELLED, f"work {work.id} was cancelled", now_ms)
+        tx.notify(TimerCancelled(timer_id=timer.id))
     tx.set_work_state(work, WorkState.CANCELLED, now_ms, held=0)
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)

@@ -45,6 +45,15 @@ from .segments import end_segment_in_tx, start_segment_in_tx
 TriggerSelector = Callable[[Sequence[Event]], int]
 
 
+class CompletionBlocked(Conflict):
+    """Terminal completion waits until an accepted Event resolving to the Work is routed
+    (``event_id``); the caller retries once it has its checkpoint."""
+
+    def __init__(self, message: str, *, event_id: str) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+
+
 @attrs.frozen(kw_only=True)
 class KindPolicy:
     """What the kernel needs of a Work kind (pure policy)."""
@@ -280,9 +289,10 @@ def complete_in_tx(tx: Tx, now_ms: int, auth: Authority, outcome: Outcome, kind:
     if state is ExecutionState.COMPLETED and not tx.pending_inputs(work.id) and not kind.standing:
         unrouted = tx.earlier_unrouted_for(work.id, work.keys, tx.max_seq() + 1)
         if unrouted:
-            raise Conflict(
+            raise CompletionBlocked(
                 f"work {work.id} cannot complete: accepted event {unrouted[0].id} resolving to it is not "
-                "routed yet (retry once routing settles)"
+                "routed yet (retry once routing settles)",
+                event_id=unrouted[0].id,
             )
         next_state = WorkState.COMPLETED
     end_segment_in_tx(tx, now_ms, execution)

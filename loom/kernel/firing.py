@@ -74,8 +74,9 @@ def fire_timers_in_tx(
 ) -> list[Firing | str]:
     """Fire many timer identities in one storage request (one commit), in the given order.
 
-    Each firing is atomic on its own: one that raises leaves its own effects undone and its
-    error (a string) in its slot, and the others stand. A storage failure fails them all.
+    Each firing is atomic on its own: one that raises leaves its own effects undone, and its timer
+    is marked invalid with a diagnostic (an answer in the ledger, never a retry loop); if even that
+    fails, its error (a string) takes its slot. The others stand. A storage failure fails them all.
     """
     results: list[Firing | str] = []
     for request in requests:
@@ -85,8 +86,22 @@ def fire_timers_in_tx(
         except Exception as exc:
             if tx.is_storage_failure(exc):
                 raise
-            results.append(f"{type(exc).__name__}: {exc}")
+            results.append(_firing_failed(tx, now_ms, request, f"{type(exc).__name__}: {exc}"))
     return results
+
+
+def _firing_failed(tx: Tx, now_ms: int, request: FireRequest, error: str) -> Firing | str:
+    """A firing raised: its own effects are undone; the timer leaves the due set as invalid."""
+    try:
+        with tx.savepoint():
+            timer = tx.timer(request.timer_id)
+            if timer is None or timer.state is not TimerState.ARMED or timer.revision != request.revision:
+                return error
+            return _invalid(tx, now_ms, timer, f"firing failed: {error}")
+    except Exception as exc:
+        if tx.is_storage_failure(exc):
+            raise
+        return f"{error}; marking it invalid failed too: {type(exc).__name__}: {exc}"
 
 
 def interval_occurrence(timer: Timer, now_ms: int) -> tuple[Occurrence, Replacement]:
@@ -168,6 +183,16 @@ def _accept(
             )
     except InvalidRequest as exc:
         return _invalid(tx, now_ms, timer, f"its event template is refused: {exc}")
+    if isinstance(accepted, Event) and accepted.duplicate:
+        # the ledger answers a repeated firing before this point: a duplicate here is an identity
+        # another firing or publisher already used, never this firing's own Event
+        return _invalid(
+            tx,
+            now_ms,
+            timer,
+            f"its delivery identity {event_in.source}/{event_in.delivery_id} was already accepted as event "
+            f"{accepted.id}; arm it again with its own delivery_id",
+        )
     if isinstance(accepted, CausalRejection):
         # a refused firing disables the timer: no event, no tight retry loop. The timer is settled
         # first, so its kind's effect sees it no longer armed.

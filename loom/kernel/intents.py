@@ -21,9 +21,11 @@ from ..records.work import (
     OPEN_INTENT_STATUSES,
     Execution,
     ExecutionState,
+    InputState,
     Intent,
     IntentKind,
     IntentStatus,
+    Policy,
     WorkState,
 )
 from ..store import Tx
@@ -100,15 +102,10 @@ def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: DispatchR
                 if intent.attempts < DISPATCH_ATTEMPTS
                 else None
             )
-            tx.set_intent_status(intent, IntentStatus.DISPATCHING, now_ms, next_attempt_ms=retry)
-            if retry is None:
-                tx.add_diagnostic(
-                    DiagnosticKind.DISPATCH_GAVE_UP,
-                    intent.event_id,
-                    f"intent {intent.id}: {intent.attempts} ambiguous dispatches; the input stays pending",
-                    {"intent": intent.id, "execution": intent.execution_id},
-                    now_ms,
-                )
+            if retry is not None:
+                tx.set_intent_status(intent, IntentStatus.DISPATCHING, now_ms, next_attempt_ms=retry)
+            else:
+                _give_up(tx, now_ms, intent)
         elif intent.kind is IntentKind.INTERRUPT:
             _settle_interrupt(tx, now_ms, intent)
         elif result is DispatchResult.ACCEPTED:
@@ -119,6 +116,57 @@ def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: DispatchR
     settled = tx.intent(intent_id)
     assert settled is not None
     return settled
+
+
+def _give_up(tx: Tx, now_ms: int, intent: Intent) -> None:
+    """Every dispatch stayed ambiguous: end the intent in its fallback, with a diagnostic.
+
+    An inject falls back to its route's error fallback: ``drop`` drops the input; otherwise (``queue``,
+    or none configured) the input stays pending for the next attempt. An interrupt cannot fall back:
+    its attempt stays fenced, and the Work is held with a reason an operator can act on.
+    """
+    tx.set_intent_status(intent, IntentStatus.GAVE_UP, now_ms)
+    detail = {"intent": intent.id, "execution": intent.execution_id, "attempts": intent.attempts}
+    if intent.kind is IntentKind.INJECT:
+        if (
+            intent.error_fallback is Policy.DROP
+            and tx.input_state(intent.work_id, intent.event_id) is InputState.PENDING
+        ):
+            tx.drop_input(intent.work_id, intent.event_id)
+            outcome = "the route's drop error fallback dropped the input"
+        else:
+            outcome = "the input stays pending for the next attempt (queue)"
+        message = f"inject of event {intent.event_id}: {intent.attempts} ambiguous dispatches; {outcome}"
+    else:
+        reason = (
+            f"the interrupt of attempt {intent.execution_id} was not confirmed after {intent.attempts} "
+            "tries: make sure its process has stopped, then release the hold to end the attempt"
+        )
+        work = tx.work(intent.work_id)
+        if work is not None and not work.state.terminal:
+            tx.update_work(work.id, now_ms, held=1, hold_reason=reason)
+        message = f"interrupt of {intent.execution_id}: {reason}"
+    tx.add_diagnostic(DiagnosticKind.DISPATCH_GAVE_UP, intent.event_id, message, detail, now_ms)
+
+
+def end_unconfirmed_stop_in_tx(tx: Tx, now_ms: int, work_id: str) -> None:
+    """An operator released a Work held because an interrupt was never confirmed: the fenced attempt
+    ends (cancelled) so the next one may start."""
+    live = tx.live_execution(work_id)
+    if live is None or live.state is not ExecutionState.STOPPING:
+        return
+    if not any(
+        i.kind is IntentKind.INTERRUPT and i.status is IntentStatus.GAVE_UP
+        for i in tx.intents_of_execution(live.id)
+    ):
+        return
+    end_segment_in_tx(tx, now_ms, live)
+    tx.set_execution_state(
+        live, ExecutionState.CANCELLED, ended_at_ms=now_ms, outcome='{"kind":"interrupted","confirmed":false}'
+    )
+    work = tx.work(work_id)
+    if work is not None and work.state is WorkState.RUNNING:
+        tx.set_work_state(work, WorkState.READY, now_ms)
 
 
 def _settle_interrupt(tx: Tx, now_ms: int, intent: Intent) -> None:

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 import attrs
 
 from ..config import Config, EffectiveRoute
+from ..records.errors import InvalidRequest
 from ..records.events import Event
-from ..records.work import Decision, Drop, Policy, Unmatched
+from ..records.validation import MAX_REASON_LEN, check_keys, check_text
+from ..records.work import Decision, Deliver, Drop, Policy, Unmatched
 
 
 @attrs.frozen(kw_only=True)
@@ -29,6 +31,8 @@ class RouteRef:
     """The queue or drop fallback for an attempt pinned without the capability."""
     fallback_reason: str | None = None
     reopen: bool = False
+    error_fallback: Policy | None = None
+    """What an inject falls back to when its dispatch stays ambiguous (``None``: the input stays pending)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -58,6 +62,7 @@ def route_ref(config: Config, route: EffectiveRoute) -> RouteRef:
         fallback=fallback,
         fallback_reason=route.fallback_reason,
         reopen=bool(kind and kind.reopen),
+        error_fallback=route.route.error_fallback,
     )
 
 
@@ -74,3 +79,20 @@ def decide_without_handler(
         reason = route.route.reason or f"route {route.name!r} drops {event.type}"
         return Drop(reason=reason), route_ref(config, route)
     return None
+
+
+def check_decision(decision: object) -> Decision:
+    """A route handler's answer, checked before it is applied: a `Deliver` names a well-formed Work id,
+    well-formed keys and kind; a `Drop` or `Unmatched` gives a reason. `InvalidRequest` names the
+    problem (the router records it as the handler's error)."""
+    if isinstance(decision, Deliver):
+        check_text("Deliver.work_id", decision.work_id)
+        if not isinstance(decision.create, bool):
+            raise InvalidRequest(f"Deliver.create must be true or false, got {decision.create!r}")
+        check_keys("Deliver.attach_keys", decision.attach_keys)
+        check_text("Deliver.kind", decision.kind, optional=True)
+        return decision
+    if isinstance(decision, Drop | Unmatched):
+        check_text(f"{type(decision).__name__}.reason", decision.reason, max_len=MAX_REASON_LEN, strip=False)
+        return decision
+    raise InvalidRequest(f"answered {type(decision).__name__}, not a Deliver, Drop or Unmatched decision")

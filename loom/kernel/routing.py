@@ -14,11 +14,12 @@ from collections.abc import Sequence
 import attrs
 
 from ..config import CausalLimits
-from ..records.core_events import CORE_SOURCE, WORK_CREATED
-from ..records.errors import Conflict, NotFound
+from ..records.core_events import CORE_SOURCE, REPLAY_REQUESTED, WORK_CREATED
+from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import stable_id
-from ..records.notices import EventRouted, IntentPending, WorkChanged
+from ..records.notices import EventReplayed, EventRouted, IntentPending, WorkChanged
+from ..records.validation import check_reason, check_text
 from ..records.work import (
     Capability,
     Checkpoint,
@@ -33,16 +34,23 @@ from ..records.work import (
     Work,
 )
 from ..store import Tx
-from .accept import accept_derived_in_tx
+from .accept import accept_derived_in_tx, accept_in_tx
 from .checkpoints import control_checkpoint
 from .intents import intent_id
-from .resolve import RouteRef, RouteRequest
+from .resolve import RouteRef, RouteRequest, check_decision
 
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
 
 
 class OutOfOrder(Conflict):
-    """An earlier accepted Event for the same Work is still unrouted; route that one first."""
+    """An earlier accepted Event for the same Work is still unrouted; route that one first.
+
+    ``event_id`` names the earliest such Event: the caller waits until it has its checkpoint.
+    """
+
+    def __init__(self, message: str, *, event_id: str) -> None:
+        super().__init__(message)
+        self.event_id = event_id
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +72,7 @@ def _base_key(key: str) -> str:
 
 def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
     """Apply one routing decision atomically, or return the committed checkpoint (replay)."""
+    check_decision(req.decision)
     event = tx.event(req.event_id)
     if event is None:
         raise NotFound(f"no event with id {req.event_id!r}")
@@ -94,12 +103,7 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     if (work.revision if work else None) != req.expected_revision:
         raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if work is not None:
-        earlier = tx.earlier_unrouted_for(work.id, work.keys, event.seq)
-        if earlier:
-            raise OutOfOrder(
-                f"event {event.id} (seq {event.seq}) cannot be routed to work {work.id} before earlier "
-                f"unrouted event {earlier[0].id} (seq {earlier[0].seq}): routing follows acceptance order"
-            )
+        _check_order(tx, event, work.id, work.keys)
         if work.state.terminal:
             return _terminal(tx, now_ms, event, req, work, limits)
     # every ownership check happens before the first write, so an abort changes nothing
@@ -138,9 +142,24 @@ def route_batch_in_tx(
         try:
             with tx.savepoint():
                 route_in_tx(tx, now_ms, req, limits)
-        except Conflict:
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            # a conflict, or a failure the router's full pass diagnoses: that pass decides
             retry.append(req.event_id)
     return retry
+
+
+def _check_order(tx: Tx, event: Event, work_id: str, keys: Sequence[str]) -> None:
+    """Per-Work acceptance order: no Event is routed to a Work while an earlier one resolving to it is
+    unrouted (`OutOfOrder` names the earliest)."""
+    earlier = tx.earlier_unrouted_for(work_id, keys, event.seq)
+    if earlier:
+        raise OutOfOrder(
+            f"event {event.id} (seq {event.seq}) cannot be routed to work {work_id} before earlier "
+            f"unrouted event {earlier[0].id} (seq {earlier[0].seq}): routing follows acceptance order",
+            event_id=earlier[0].id,
+        )
 
 
 def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[DiagnosticKind, str] | None:
@@ -245,6 +264,7 @@ def _deliver(
             execution_id=live.id,
             epoch=live.epoch,
             now_ms=now_ms,
+            error_fallback=req.route.error_fallback if req.route else None,
         )
         tx.notify(IntentPending(intent_id=iid, work_id=work.id))
         if effective is Policy.INTERRUPT:
@@ -317,9 +337,12 @@ def _terminal(
         assert successor is not None
         last, n = successor, n + 1
     if not last.state.terminal:
+        # the successor's own order holds: an earlier unrouted Event of it goes first
+        _check_order(tx, event, last.id, last.keys)
         return _deliver(tx, now_ms, event, req, last, [])
     new_id = stable_id("wk", first.id, "reopen", str(n + 1))
     new_key = successor_key(_base_key(event.key), n + 1)
+    _check_order(tx, event, new_id, [new_key])
     if tx.key_owner(new_key) is not None:
         return _unrouted(
             tx, now_ms, event, req, DiagnosticKind.OWNED_BY_OTHER, f"key {new_key!r} is already owned"
@@ -370,7 +393,35 @@ def _unrouted(
 def record_handler_error_in_tx(
     tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str, generation: int = 0
 ) -> RouteResult:
-    """A handler raised: routing stops (no later route is tried); the Event stays unrouted."""
+    """A handler raised or answered nonsense: routing stops (no later route is tried); the Event stays
+    unrouted with a diagnostic, for an operator to replay once the handler is fixed."""
+    return _record_failure(
+        tx,
+        now_ms,
+        event_id,
+        route,
+        generation,
+        DiagnosticKind.HANDLER_ERROR,
+        f"route {route.name!r} raised {error}",
+    )
+
+
+def record_routing_failure_in_tx(
+    tx: Tx, now_ms: int, event_id: str, route: RouteRef | None, reason: str, generation: int = 0
+) -> RouteResult:
+    """Applying a decision failed (or kept conflicting): the Event stays unrouted with a diagnostic."""
+    return _record_failure(tx, now_ms, event_id, route, generation, DiagnosticKind.ROUTING_FAILED, reason)
+
+
+def _record_failure(
+    tx: Tx,
+    now_ms: int,
+    event_id: str,
+    route: RouteRef | None,
+    generation: int,
+    kind: DiagnosticKind,
+    reason: str,
+) -> RouteResult:
     event = tx.event(event_id)
     if event is None:
         raise NotFound(f"no event with id {event_id!r}")
@@ -380,9 +431,49 @@ def record_handler_error_in_tx(
     req = RouteRequest(
         event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=generation
     )
-    return _unrouted(
-        tx, now_ms, event, req, DiagnosticKind.HANDLER_ERROR, f"route {route.name!r} raised {error}"
+    return _unrouted(tx, now_ms, event, req, kind, reason)
+
+
+def replay_in_tx(
+    tx: Tx, now_ms: int, event_id: str, request_id: str, reason: str, limits: CausalLimits
+) -> Event:
+    """An operator replays an Event that stayed ``unrouted``: a ``core.replay.requested`` control Event
+    records the request (naming the Event and the checkpoint it replaces), and the Event is routed again,
+    in acceptance order, once. Repeating a request returns its control Event; any other checkpoint is
+    final (`Conflict`)."""
+    check_text("event_id", event_id)
+    check_text("request_id", request_id)
+    check_reason("reason", reason)
+    delivery_id = f"replay/{request_id}"
+    done = tx.event_by_delivery(CORE_SOURCE, delivery_id)
+    if done is not None:
+        if done.payload.get("event") != event_id:
+            raise InvalidRequest(
+                f"replay request {request_id!r} was already used for event {done.payload.get('event')}"
+            )
+        return attrs.evolve(done, duplicate=True)
+    event = tx.event(event_id)
+    if event is None:
+        raise NotFound(f"no event with id {event_id!r}")
+    checkpoint = tx.checkpoint(event_id)
+    if checkpoint is None:
+        raise Conflict(f"event {event_id} is not routed yet: there is nothing to replay")
+    if checkpoint.status is not CheckpointStatus.UNROUTED:
+        raise Conflict(
+            f"event {event_id} is {checkpoint.status}, which is final; only an unrouted event can be replayed"
+        )
+    control = EventIn(
+        source=CORE_SOURCE,
+        delivery_id=delivery_id,
+        type=REPLAY_REQUESTED,
+        scope=event.scope,
+        payload={"event": event.id, "replaces": checkpoint.reason or "", "reason": reason},
     )
+    requested = accept_in_tx(tx, now_ms, control, limits, trusted=True)
+    control_checkpoint(tx, now_ms, requested, checkpoint.work_id, f"replay of event {event.id}")
+    tx.replace_checkpoint(checkpoint, requested.id, now_ms)
+    tx.notify(EventReplayed(event=event))
+    return requested
 
 
 def _checkpoint(

@@ -95,8 +95,14 @@ def timer_template(
 def arm_in_tx(
     tx: Tx, now_ms: int, spec: TimerSpec, *, parent_id: str | None = None, execution_id: str | None = None
 ) -> Timer:
-    """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one
-    recreates the timer under a new revision, so older firing requests go stale."""
+    """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
+    already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
+    requests go stale.
+
+    Each revision fires with its own Event: without an explicit ``delivery_id`` a recreated timer's
+    identity is ``{id}@r{revision}``; an explicit one already accepted by an earlier firing is refused
+    (`Conflict`), never answered with another revision's Event.
+    """
     validate_spec(spec)
     existing = tx.timer(spec.id)
     fresh = Timer(
@@ -110,7 +116,7 @@ def arm_in_tx(
         key=spec.key,
         work_id=spec.work_id,
         payload=dict(spec.payload),
-        delivery_id=spec.delivery_id or spec.id,
+        delivery_id=spec.delivery_id or (existing.delivery_id if existing is not None else spec.id),
         interval_ms=spec.interval_ms,
         recurrence=spec.recurrence,
         spec=dict(spec.spec) if spec.spec is not None else None,
@@ -131,7 +137,18 @@ def arm_in_tx(
         )
         if existing.state is TimerState.ARMED and existing == same:
             return existing
-        fresh = attrs.evolve(fresh, revision=existing.revision + 1, created_at_ms=existing.created_at_ms)
+        revision = existing.revision + 1
+        delivery_id = spec.delivery_id or f"{spec.id}@r{revision}"
+        fresh = attrs.evolve(
+            fresh, revision=revision, delivery_id=delivery_id, created_at_ms=existing.created_at_ms
+        )
+        if not fresh.interval_ms and not fresh.recurrence:
+            used = tx.event_by_delivery(fresh.source, delivery_id)
+            if used is not None:
+                raise Conflict(
+                    f"timer {spec.id!r}: delivery identity {fresh.source}/{delivery_id} was already accepted "
+                    f"(event {used.id}); arm the new revision with its own delivery_id"
+                )
     tx.put_timer(fresh, existing)
     tx.notify(TimerArmed(timer_id=fresh.id, revision=fresh.revision, fire_at_ms=fresh.fire_at_ms))
     return fresh

@@ -22,4 +22,7 @@ MANUAL_INTERRUPT = "core.manual.interrupt"
 EXECUTION_TIMEOUT = "core.execution.timeout"
 """An attempt's active-time deadline came; firing it fences and fails that segment."""
 
-ALL_CORE_TYPES = (WORK_CREATED, MANUAL_INTERRUPT, EXECUTION_TIMEOUT)
+REPLAY_REQUESTED = "core.replay.requested"
+"""An operator replayed an Event that had stayed unrouted; the payload names it and what it replaces."""
+
+ALL_CORE_TYPES = (WORK_CREATED, MANUAL_INTERRUPT, EXECUTION_TIMEOUT, REPLAY_REQUESTED)

@@ -113,6 +113,18 @@ class DiagnosticKind(enum.StrEnum):
     """A timer's recurrence or template cannot fire; it left the due set."""
     POLL_ITEM_FAILED = "poll_item_failed"
     """One item of a bounded host pass failed; the pass went on."""
+    ROUTING_FAILED = "routing_failed"
+    """Applying a route decision failed (or kept conflicting): the Event stays unrouted for replay."""
+    EXECUTOR_FAILED = "executor_failed"
+    """An executor raised, or answered something that is not an outcome: the attempt failed."""
+    INTERRUPT_FAILED = "interrupt_failed"
+    """An executor's interrupt raised while stopping an attempt that lost its authority."""
+    GATE_FAILED = "gate_failed"
+    """A start gate raised or answered something that is not a reason: the Work was held."""
+    START_FAILED = "start_failed"
+    """Starting an attempt failed for a reason that is not a conflict: the Work was held."""
+    REPLAYED = "replayed"
+    """An operator replayed an Event that had stayed unrouted: it is routed again, in order."""
 
 
 @attrs.frozen(kw_only=True)

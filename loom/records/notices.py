@@ -24,6 +24,13 @@ class EventAccepted:
 
 
 @attrs.frozen(kw_only=True)
+class EventReplayed:
+    """An operator replayed an unrouted Event: it awaits routing again."""
+
+    event: Event
+
+
+@attrs.frozen(kw_only=True)
 class WorkChanged:
     """A Work's state, inputs or executions changed: its router may have something to do."""
 
@@ -89,6 +96,7 @@ class Lagged:
 
 Notice = (
     EventAccepted
+    | EventReplayed
     | WorkChanged
     | IntentPending
     | ExecutionFenced

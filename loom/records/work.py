@@ -129,10 +129,17 @@ class CheckpointStatus(enum.StrEnum):
 class InputState(enum.StrEnum):
     PENDING = "pending"
     CONSUMED = "consumed"
+    DROPPED = "dropped"
+    """Dropped by a route's ``drop`` error fallback after its injection stayed ambiguous."""
 
 
 INPUT_LIFECYCLE = Lifecycle[InputState](
-    "input", {InputState.PENDING: frozenset({InputState.CONSUMED}), InputState.CONSUMED: frozenset()}
+    "input",
+    {
+        InputState.PENDING: frozenset({InputState.CONSUMED, InputState.DROPPED}),
+        InputState.CONSUMED: frozenset(),
+        InputState.DROPPED: frozenset(),
+    },
 )
 
 
@@ -150,6 +157,8 @@ class IntentStatus(enum.StrEnum):
     CONSUMED = "consumed"
     STALE = "stale"
     DONE = "done"
+    GAVE_UP = "gave_up"
+    """Every dispatch stayed ambiguous: the intent ended in its fallback, with a diagnostic."""
 
 
 OPEN_INTENT_STATUSES = (IntentStatus.PENDING, IntentStatus.DISPATCHING)
@@ -167,6 +176,7 @@ INTENT_LIFECYCLE = Lifecycle[IntentStatus](
                 IntentStatus.CONSUMED,
                 IntentStatus.STALE,
                 IntentStatus.DONE,
+                IntentStatus.GAVE_UP,
             }
         ),
         IntentStatus.ACCEPTED: frozenset({IntentStatus.CONSUMED}),
@@ -174,6 +184,7 @@ INTENT_LIFECYCLE = Lifecycle[IntentStatus](
         IntentStatus.CONSUMED: frozenset(),
         IntentStatus.STALE: frozenset(),
         IntentStatus.DONE: frozenset(),
+        IntentStatus.GAVE_UP: frozenset(),
     },
 )
 
@@ -292,6 +303,8 @@ class Intent:
     attempts: int
     next_attempt_ms: int | None = None
     """After an ambiguous dispatch: when the same intent is tried again (``None``: not scheduled)."""
+    error_fallback: Policy | None = None
+    """What an inject whose dispatch stays ambiguous falls back to (``None``: its input stays pending)."""
 
 
 @attrs.frozen(kw_only=True)

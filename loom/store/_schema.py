@@ -189,6 +189,22 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX events_key_seq ON events (key, seq) WHERE key IS NOT NULL;
     CREATE INDEX events_work_seq ON events (work_id, seq) WHERE work_id IS NOT NULL;
     """,
+    # 4: error fallbacks on intents, timers by the execution that armed them, replayed checkpoints
+    """
+    ALTER TABLE intents ADD COLUMN error_fallback TEXT;
+    CREATE INDEX timers_execution ON timers (execution_id) WHERE execution_id IS NOT NULL;
+    CREATE TABLE replaced_checkpoints (
+        event_id    TEXT NOT NULL REFERENCES events (id),
+        replay_id   TEXT NOT NULL REFERENCES events (id),
+        status      TEXT NOT NULL,
+        work_id     TEXT,
+        route       TEXT,
+        reason      TEXT,
+        at_ms       INTEGER NOT NULL,
+        replaced_ms INTEGER NOT NULL,
+        PRIMARY KEY (event_id, replay_id)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

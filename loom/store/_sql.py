@@ -100,7 +100,8 @@ EXECUTION_COLUMNS = (
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
 INTENT_SELECT = (
-    "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms FROM intents"
+    "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms, error_fallback"
+    " FROM intents"
 )
 
 
@@ -179,6 +180,7 @@ def intent_from_row(row: Row) -> Intent:
         status=IntentStatus(row[6]),
         attempts=row[7],
         next_attempt_ms=row[8],
+        error_fallback=Policy(row[9]) if row[9] else None,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.events import DiagnosticKind, Event, KVEntry
+from ..records.timers import Timer, TimerState
 from ..records.work import (
     EXECUTION_LIFECYCLE,
     INPUT_LIFECYCLE,
@@ -29,6 +30,7 @@ from ..records.work import (
     Intent,
     IntentKind,
     IntentStatus,
+    Policy,
     Work,
     WorkState,
 )
@@ -310,6 +312,38 @@ class Tx(TimersTx):
         )
         written(cur, f"input {event_id}", state, InputState.CONSUMED)
 
+    def drop_input(self, work_id: str, event_id: str) -> None:
+        """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
+        state = self.input_state(work_id, event_id)
+        if state is None:
+            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
+        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.DROPPED)
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.DROPPED.value, work_id, event_id, state.value),
+        )
+        written(cur, f"input {event_id}", state, InputState.DROPPED)
+
+    def armed_timers_of_work(self, work_id: str) -> list[Timer]:
+        """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""
+        rows = self._all(
+            f"{_sql.TIMER_SELECT} t WHERE t.state = ? AND t.execution_id IN"
+            " (SELECT id FROM executions WHERE work_id = ?) ORDER BY t.id",
+            (TimerState.ARMED.value, work_id),
+        )
+        return [_sql.timer_from_row(r) for r in rows]
+
+    # -- replays ----------------------------------------------------------------
+
+    def replace_checkpoint(self, cp: Checkpoint, replay_id: str, now_ms: int) -> None:
+        """Move an Event's checkpoint to the replaced history, making the Event unrouted again."""
+        self._conn.execute(
+            "INSERT INTO replaced_checkpoints (event_id, replay_id, status, work_id, route, reason, at_ms,"
+            " replaced_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (cp.event_id, replay_id, cp.status.value, cp.work_id, cp.route, cp.reason, cp.at_ms, now_ms),
+        )
+        self._conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (cp.event_id,))
+
     def pending_inputs(self, work_id: str) -> list[str]:
         return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]
 
@@ -408,11 +442,22 @@ class Tx(TimersTx):
         execution_id: str,
         epoch: int,
         now_ms: int,
+        error_fallback: Policy | None = None,
     ) -> None:
         self._conn.execute(
             "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
-            " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (id, kind.value, work_id, event_id, execution_id, epoch, IntentStatus.PENDING.value, now_ms),
+            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                id,
+                kind.value,
+                work_id,
+                event_id,
+                execution_id,
+                epoch,
+                IntentStatus.PENDING.value,
+                now_ms,
+                error_fallback.value if error_fallback else None,
+            ),
         )
 
     def set_intent_status(
