@@ -22,6 +22,7 @@ class Activity:
         self._nursery: trio.Nursery | None = None
         self.feed_pending = False
         """A committed notice batch waits to be read (the pool is not idle until it is)."""
+        self._routed: dict[str, trio.Event] = {}
 
     def bind(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -63,6 +64,26 @@ class Activity:
             await self._changed.wait()
         finally:
             self.enter()
+
+    def routed(self, event_id: str) -> None:
+        """``event_id`` got its checkpoint: wake whoever waits for it."""
+        waiter = self._routed.pop(event_id, None)
+        if waiter is not None:
+            waiter.set()
+
+    def wake_all(self) -> None:
+        """Notices were missed: every waiter looks again."""
+        waiters, self._routed = self._routed, {}
+        for waiter in waiters.values():
+            waiter.set()
+
+    async def wait_routed(self, event_id: str, is_routed: Callable[[], Awaitable[bool]]) -> None:
+        """Wait (not busy) until ``event_id`` has its routing checkpoint: the condition a step blocked
+        behind an earlier Event waits for, however many unrelated changes happen meanwhile."""
+        waiter = self._routed.setdefault(event_id, trio.Event())
+        if await is_routed():
+            return
+        await self.outside(waiter.wait)
 
     async def outside(self, fn: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``fn()`` without counting as busy (it waits on the outside world)."""

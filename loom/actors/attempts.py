@@ -2,26 +2,33 @@
 outcome (seed 003 "Lease recovery, retry and cancellation": whoever claims an attempt holds and
 renews its lease from the claim, through launch and observation, until the outcome commits or the
 lease is lost; losing it stops the launch).
+
+The executor is a boundary: a launch that raises, or answers something that is not an outcome, fails
+the attempt with that reason (logged with its traceback, and a diagnostic). A completion blocked
+behind an accepted Event not yet routed waits for that Event's checkpoint, renewing the lease all
+the while, however long that takes.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import trio
 
 from ..config import Config
 from ..kernel.authority import Authority
-from ..kernel.executions import complete_in_tx, kind_policy
-from ..records.errors import Conflict, StaleAuthority
+from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
+from ..records.errors import InvalidRequest, StaleAuthority, StorageError
+from ..records.events import DiagnosticKind
 from ..records.executor import Executor
+from ..records.validation import validate_outcome
 from ..records.work import Failed, Lease, Outcome
 from .shared import Shared
+from .supervision import contained, describe
 from .toolbelt import RuntimeToolbelt
 
-log = logging.getLogger("loom.router")
-
-MAX_COMPLETION_RETRIES = 100
+log = logging.getLogger("loom.attempts")
 
 
 class AttemptRunner:
@@ -31,11 +38,10 @@ class AttemptRunner:
     def start(self, lease: Lease, executor_name: str) -> None:
         """Run the attempt ``lease`` holds, in a task of its own."""
         executor = self._s.extensions.executors[executor_name]
-        self._s.activity.spawn(self._run, lease, executor, self._s.config())
+        self._s.activity.spawn(self._run, lease, executor_name, executor, self._s.config())
 
-    async def _run(self, lease: Lease, executor: Executor, config: Config) -> None:
+    async def _run(self, lease: Lease, name: str, executor: Executor, config: Config) -> None:
         """Hold and renew the lease from the claim through launch to the committed outcome."""
-        activity = self._s.activity
         toolbelt = RuntimeToolbelt(
             self._s.storage,
             lease,
@@ -43,33 +49,58 @@ class AttemptRunner:
             generation=config.generation,
             lease_ms=self._s.lease_ms,
         )
-        outcome: Outcome
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew, toolbelt, executor)  # not counted: it sleeps on the clock
-
-            async def launch() -> Outcome:
-                try:
-                    return await executor.launch(lease.request, toolbelt)
-                except Exception as exc:
-                    return Failed(error=f"executor raised {type(exc).__name__}: {exc}")
-
-            # a running execution is not routing work in flight
-            outcome = await activity.outside(launch)
-            nursery.cancel_scope.cancel()
         kind = kind_policy(config, lease.request.kind)
-        for _ in range(MAX_COMPLETION_RETRIES):
-            changes = activity.changes
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._renew, toolbelt, name, executor)  # not counted: it sleeps on the clock
+            # a running execution is not work in flight: it steps out of the activity count
+            outcome = await self._s.activity.outside(partial(self._launch, lease, name, executor, toolbelt))
+            await self._commit(toolbelt, outcome, kind)
+            nursery.cancel_scope.cancel()
+
+    async def _launch(
+        self, lease: Lease, name: str, executor: Executor, toolbelt: RuntimeToolbelt
+    ) -> Outcome:
+        """The executor's outcome, or a `Failed` naming what went wrong at the boundary."""
+        try:
+            answer = await executor.launch(lease.request, toolbelt)
+        except Exception as exc:
+            reason = f"executor {name!r} raised {describe(exc)}"
+            await self._contain(name, "launch", lease, reason, exc)
+            return Failed(error=reason)
+        try:
+            return validate_outcome(answer, field=f"executor {name!r} outcome")
+        except InvalidRequest as exc:
+            reason = str(exc)
+            await self._contain(name, "launch", lease, reason, None)
+            return Failed(error=reason)
+
+    async def _commit(self, toolbelt: RuntimeToolbelt, outcome: Outcome, kind: KindPolicy) -> None:
+        """Commit the outcome under the lease (still renewed); a completion blocked behind an unrouted
+        Event waits for that Event's checkpoint and tries again, with no limit but the lease."""
+        storage, activity = self._s.storage, self._s.activity
+        lease = toolbelt.lease
+        while True:
             try:
-                await self._s.storage.submit(complete_in_tx, Authority.of(toolbelt.lease), outcome, kind)
+                await storage.submit(complete_in_tx, Authority.of(toolbelt.lease), outcome, kind)
                 return
             except StaleAuthority as exc:
                 log.info("execution %s ended without authority: %s", lease.execution_id, exc)
                 return
-            except Conflict:
-                # unrouted input for this Work: wait for routing to settle, then retry
-                await activity.wait_change(changes)
+            except CompletionBlocked as blocked:
+                await activity.wait_routed(blocked.event_id, partial(self._is_routed, blocked.event_id))
+            except StorageError:
+                raise
+            except Exception as exc:
+                reason = f"committing the outcome failed: {describe(exc)}"
+                await self._contain("core", "complete", lease, reason, exc)
+                if isinstance(outcome, Failed):
+                    return  # the lease expires; recovery takes it from there
+                outcome = Failed(error=reason)
 
-    async def _renew(self, toolbelt: RuntimeToolbelt, executor: Executor) -> None:
+    async def _is_routed(self, event_id: str) -> bool:
+        return await self._s.reader.checkpoint(event_id) is not None
+
+    async def _renew(self, toolbelt: RuntimeToolbelt, name: str, executor: Executor) -> None:
         lease_ms = self._s.lease_ms
         while True:
             lease = toolbelt.lease
@@ -78,5 +109,32 @@ class AttemptRunner:
                 await toolbelt.heartbeat()
             except StaleAuthority:
                 # losing the lease stops the launch
-                await executor.interrupt(lease.execution_id)
+                try:
+                    await executor.interrupt(lease.execution_id)
+                except Exception as exc:
+                    await self._contain(
+                        name, "interrupt", lease, describe(exc), exc, DiagnosticKind.INTERRUPT_FAILED
+                    )
                 return
+
+    async def _contain(
+        self,
+        plugin: str,
+        hook: str,
+        lease: Lease,
+        reason: str,
+        exc: BaseException | None,
+        kind: DiagnosticKind = DiagnosticKind.EXECUTOR_FAILED,
+    ) -> None:
+        await contained(
+            self._s.storage,
+            kind,
+            plugin=plugin,
+            hook=hook,
+            item=lease.execution_id,
+            reason=reason,
+            exc=exc,
+            logger=log,
+            work=lease.work_id,
+            attempt=lease.attempt,
+        )

@@ -10,9 +10,11 @@ from functools import partial
 
 from ..kernel.intents import DispatchResult, begin_dispatch_in_tx, finish_dispatch_in_tx
 from ..records.errors import NotAccepting
+from ..records.events import DiagnosticKind
 from ..records.notices import ExecutionFenced
 from ..records.work import IntentKind
 from .shared import Shared
+from .supervision import contained, describe
 
 log = logging.getLogger("loom.router")
 
@@ -54,8 +56,9 @@ class IntentDispatcher:
                         result = DispatchResult.ACCEPTED
                     except NotAccepting:
                         result = DispatchResult.NOT_ACCEPTING
-                    except Exception as exc:
-                        log.warning("intent %s: ambiguous dispatch: %r", intent_id, exc)
+                    except Exception:
+                        # ambiguous: retried with the same intent identity on the kernel's schedule
+                        log.exception("intent %s: executor %r answered ambiguously", intent_id, executor)
                 intent = await storage.submit(finish_dispatch_in_tx, intent_id, result)
                 retry_at = intent.next_attempt_ms
                 if result is not DispatchResult.AMBIGUOUS or retry_at is None:
@@ -67,9 +70,20 @@ class IntentDispatcher:
     async def _stop_fenced(self, notice: ExecutionFenced) -> None:
         """Cleanup after a control fenced an attempt; it cannot restore authority."""
         execution = await self._s.reader.execution(notice.execution_id)
-        executor = self._s.extensions.executors.get(execution.executor or "") if execution else None
+        name = execution.executor or "" if execution else ""
+        executor = self._s.extensions.executors.get(name)
         if executor is not None:
             try:
                 await executor.interrupt(notice.execution_id)
             except Exception as exc:
-                log.warning("execution %s: interrupt after cancel failed: %r", notice.execution_id, exc)
+                await contained(
+                    self._s.storage,
+                    DiagnosticKind.INTERRUPT_FAILED,
+                    plugin=f"executor {name!r}",
+                    hook="interrupt",
+                    item=notice.execution_id,
+                    reason=f"stopping a fenced attempt failed: {describe(exc)}",
+                    exc=exc,
+                    logger=log,
+                    work=notice.work_id,
+                )

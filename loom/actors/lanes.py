@@ -13,16 +13,31 @@ from __future__ import annotations
 import heapq
 import inspect
 import logging
+from functools import partial
 
 import attrs
 
 from ..config import Config, EffectiveRoute, effective_routes
-from ..kernel.resolve import RouteRequest, decide_without_handler, first_match, route_ref
-from ..kernel.routing import OutOfOrder, record_handler_error_in_tx, route_batch_in_tx, route_in_tx
-from ..records.errors import Conflict
+from ..kernel.resolve import (
+    RouteRef,
+    RouteRequest,
+    check_decision,
+    decide_without_handler,
+    first_match,
+    route_ref,
+)
+from ..kernel.routing import (
+    OutOfOrder,
+    record_handler_error_in_tx,
+    record_routing_failure_in_tx,
+    route_batch_in_tx,
+    route_in_tx,
+)
+from ..records.errors import Conflict, InvalidRequest, StorageError
 from ..records.events import Event
-from ..records.work import Decision, Deliver, Drop, Unmatched, Work
+from ..records.work import Decision, Work
 from .shared import Shared
+from .supervision import describe
 
 log = logging.getLogger("loom.router")
 
@@ -125,21 +140,30 @@ class RoutingLanes:
 
         ``event`` is the accepted Event when a notice carried it; a committed checkpoint makes
         the apply a replay, so the first pass reads nothing it does not need. An earlier unrouted
-        Event of the same Work blocks it: with ``wait`` it waits for that one, else it returns
-        ``False`` at once (a bounded host pass tries again later).
+        Event of the same Work blocks it: with ``wait`` it waits until that one has its checkpoint,
+        else it returns ``False`` at once (a bounded host pass tries again later).
+
+        A handler that raises or answers nonsense, and an apply that fails, leave the Event unrouted
+        with a diagnostic; so do `MAX_REEVALUATIONS` revision conflicts in a row. Only a storage
+        failure propagates.
         """
         storage, reader, activity = self._s.storage, self._s.reader, self._s.activity
-        for attempt in range(MAX_REEVALUATIONS):
-            if event is None or attempt > 0:
+        conflicts = 0
+        fresh = event is None
+        while True:
+            if fresh:
                 if await reader.checkpoint(event_id) is not None:
                     return True
                 event = await reader.event(event_id)
                 if event is None:
                     return True
+            assert event is not None
+            fresh = True
             config = self._s.config()
             match = first_match(self._routes(config, event.scope), event.type)
             decision: Decision
             work: Work | None = None
+            ref: RouteRef | None
             if (decided := decide_without_handler(config, match, event)) is not None:
                 decision, ref = decided
             else:
@@ -153,7 +177,6 @@ class RoutingLanes:
                     )
                     return True
                 decision = evaluated
-            changes = activity.changes
             request = RouteRequest(
                 event_id=event.id,
                 decision=decision,
@@ -164,26 +187,58 @@ class RoutingLanes:
             try:
                 await storage.submit(route_in_tx, request, config.causal)
                 return True
-            except OutOfOrder:
+            except OutOfOrder as blocked:
                 if not wait:
                     return False
-                await activity.wait_change(changes)
-            except Conflict:
-                pass
-        log.warning("event %s: routing gave up after %d re-evaluations", event_id, MAX_REEVALUATIONS)
-        return False
+                await activity.wait_routed(blocked.event_id, partial(self._is_routed, blocked.event_id))
+            except StorageError:
+                raise
+            except Conflict as exc:
+                conflicts += 1
+                if conflicts >= MAX_REEVALUATIONS:
+                    reason = f"{conflicts} revision conflicts in a row, the last: {exc}"
+                    await self._failed(event, ref, config.generation, reason, None)
+                    return True
+            except Exception as exc:
+                await self._failed(
+                    event, ref, config.generation, f"applying the decision failed: {describe(exc)}", exc
+                )
+                return True
+
+    async def _is_routed(self, event_id: str) -> bool:
+        return await self._s.reader.checkpoint(event_id) is not None
+
+    async def _failed(
+        self, event: Event, ref: RouteRef | None, generation: int, reason: str, exc: BaseException | None
+    ) -> None:
+        """Leave the Event unrouted with a diagnostic (an operator can replay it)."""
+        log.error(
+            "event %s: %s", event.id, reason, exc_info=(type(exc), exc, exc.__traceback__) if exc else None
+        )
+        try:
+            await self._s.storage.submit(record_routing_failure_in_tx, event.id, ref, reason, generation)
+        except StorageError:
+            raise
+        except Exception:
+            log.exception("event %s: could not record its routing failure; it stays unrouted", event.id)
 
     async def _evaluate(self, event: Event, work: Work | None, route: EffectiveRoute) -> Decision | str:
-        """Run a handler (sync or async); a string is the error that stops routing."""
-        handler = self._s.extensions.handlers.get(route.route.handler)
+        """Run a handler (sync or async) and check its answer; a string is the error that stops routing
+        (logged with its traceback)."""
+        name = route.route.handler
+        handler = self._s.extensions.handlers.get(name)
         if handler is None:
-            return f"no route handler named {route.route.handler!r} is registered"
+            return f"no route handler named {name!r} is registered"
         try:
             decision = handler(event, event.scope, work, route)
             if inspect.isawaitable(decision):
                 decision = await decision
+            return check_decision(decision)
+        except InvalidRequest as exc:
+            log.error(
+                "route %r (handler %r) answered badly for event %s: %s", route.name, name, event.id, exc
+            )
+            return f"InvalidRequest: {exc}"
         except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-        if not isinstance(decision, (Deliver, Drop, Unmatched)):
-            return f"returned {type(decision).__name__}, not a Deliver, Drop or Unmatched decision"
-        return decision
+            log.exception("route %r (handler %r) raised for event %s", route.name, name, event.id)
+            return describe(exc)

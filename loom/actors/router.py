@@ -11,7 +11,15 @@ from __future__ import annotations
 import trio
 
 from ..kernel.resolve import RouteRequest
-from ..records.notices import EventAccepted, EventRouted, ExecutionFenced, IntentPending, Lagged, WorkChanged
+from ..records.notices import (
+    EventAccepted,
+    EventReplayed,
+    EventRouted,
+    ExecutionFenced,
+    IntentPending,
+    Lagged,
+    WorkChanged,
+)
 from ..store import Tx
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
@@ -68,6 +76,7 @@ class RouterPool:
                         quick: list[RouteRequest] = []
                         for notice in notices:
                             if isinstance(notice, Lagged):
+                                activity.wake_all()
                                 await self._resync()
                             else:
                                 self._on_notice(notice, quick)
@@ -94,8 +103,12 @@ class RouterPool:
                 quick.append(request)
             else:
                 self.lanes.enqueue(event.id, event.seq, event.work_id, event.key, event)
+        elif isinstance(notice, EventReplayed):
+            event = notice.event
+            self.lanes.enqueue(event.id, event.seq, event.work_id, event.key)
         elif isinstance(notice, EventRouted):
-            self._s.activity.signal_change()  # an earlier Event a lane or a completion waits on may be settled
+            self._s.activity.routed(notice.event_id)  # a lane or a completion may wait for this one
+            self._s.activity.signal_change()
         elif isinstance(notice, WorkChanged):
             self._s.activity.signal_change()
             self.starter.on_work_changed(notice.work_id)

@@ -9,14 +9,19 @@ scope capacity is rechecked when some Work changes (a slot may have been freed).
 from __future__ import annotations
 
 import inspect
+import logging
 import secrets
 from collections.abc import Callable
 
 from ..kernel.control import hold_in_tx
 from ..kernel.executions import BindingRef, binding_for_in_tx, claim_in_tx, claim_request, claimable
-from ..records.errors import Conflict
+from ..records.errors import Conflict, StorageError
+from ..records.events import DiagnosticKind
 from ..records.work import Lease, Work
 from .shared import Shared
+from .supervision import contained, describe
+
+log = logging.getLogger("loom.starter")
 
 LaunchHook = Callable[[Lease, str], None]
 """Called with each new lease and the executor name it runs under."""
@@ -74,7 +79,13 @@ class Starter:
         work = await self._s.reader.work(work_id)
         if work is None or claimable(work) is not None:
             return
-        binding = await self.binding_for(work)
+        try:
+            binding = await self.binding_for(work)
+        except StorageError:
+            raise
+        except Exception as exc:
+            await self._hold(work, DiagnosticKind.START_FAILED, "core", "binding", describe(exc), exc)
+            return
         if (
             binding is None
             or binding.executor is None
@@ -83,10 +94,10 @@ class Starter:
             return
         executor = binding.executor
         if not work.started and not work.released:
-            reason = await self._gate(work)
-            if reason is not None:
+            held = await self._gate(work)
+            if held is not None:
                 try:
-                    await self._s.storage.submit(hold_in_tx, work.id, reason)
+                    await self._s.storage.submit(hold_in_tx, work.id, held)
                 except Conflict:
                     pass
                 return
@@ -105,14 +116,56 @@ class Starter:
             if request.capacity is not None:
                 self._deferred.add(work.id)
             return
+        except StorageError:
+            raise
+        except Exception as exc:
+            await self._hold(work, DiagnosticKind.START_FAILED, "core", "claim", describe(exc), exc)
+            return
         self._launch(lease, executor)
 
     async def _gate(self, work: Work) -> str | None:
-        """Ask the start gates (outside any transaction) whether to hold a first start."""
+        """Ask the start gates (outside any transaction) whether to hold a first start: the hold's
+        reason, or ``None``. A gate that raises or answers something that is not a reason holds the
+        Work too, saying so (a person can fix the gate and release)."""
         for name, gate in sorted(self._s.extensions.start_gates.items()):
-            reason = gate(work)
-            if inspect.isawaitable(reason):
-                reason = await reason
-            if reason:
-                return f"start gate {name}: {reason}"
+            try:
+                reason = gate(work)
+                if inspect.isawaitable(reason):
+                    reason = await reason
+            except Exception as exc:
+                return await self._gate_failed(work, name, describe(exc), exc)
+            if reason is None or reason is False or reason == "":
+                continue
+            if not isinstance(reason, str):
+                return await self._gate_failed(
+                    work, name, f"answered {type(reason).__name__}, not a reason", None
+                )
+            return f"start gate {name}: {reason}"
         return None
+
+    async def _gate_failed(self, work: Work, name: str, reason: str, exc: BaseException | None) -> str:
+        await contained(
+            self._s.storage,
+            DiagnosticKind.GATE_FAILED,
+            plugin=f"start gate {name}",
+            hook="check",
+            item=work.id,
+            reason=reason,
+            exc=exc,
+            logger=log,
+        )
+        return f"start gate {name} failed: {reason}; fix the gate, then release the hold"
+
+    async def _hold(
+        self, work: Work, kind: DiagnosticKind, plugin: str, hook: str, reason: str, exc: BaseException | None
+    ) -> None:
+        """Starting failed for a reason no retry fixes: hold the Work with it, and say so."""
+        await contained(
+            self._s.storage, kind, plugin=plugin, hook=hook, item=work.id, reason=reason, exc=exc, logger=log
+        )
+        try:
+            await self._s.storage.submit(
+                hold_in_tx, work.id, f"could not start an attempt: {reason}; release the hold to try again"
+            )
+        except Conflict:
+            pass

@@ -17,7 +17,7 @@ import trio
 from ..config import CausalLimits
 from ..kernel.firing import fire_timers_in_tx
 from ..records.notices import Lagged, TimerArmed, TimerCancelled
-from ..records.timers import FireRequest, RecurrencePolicy
+from ..records.timers import FireRequest, FiringResult, RecurrencePolicy
 from ..store import StorageActor, Tx
 from .timer_service import TimerService
 
@@ -123,9 +123,11 @@ class TimerActor:
         failed = []
         for (timer_id, armed), result in zip(pending, results, strict=True):
             if isinstance(result, str):
-                log.warning("timer %s: firing failed: %s", timer_id, result)
+                log.error("timer %s: firing failed: %s", timer_id, result)
                 failed.append(timer_id)
                 continue
+            if result.result is FiringResult.INVALID:
+                log.error("timer %s is invalid and left the due set: %s", timer_id, result.detail)
             if self._armed.get(timer_id) == armed and result.next_fire_at_ms is None:
                 self._armed.pop(timer_id, None)
         return failed

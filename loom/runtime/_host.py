@@ -27,9 +27,10 @@ from ..kernel.executions import (
     renew_in_tx,
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
+from ..kernel.routing import replay_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound
-from ..records.events import DiagnosticKind
+from ..records.events import DiagnosticKind, Event
 from ..records.timers import FireRequest, Firing, Timer, TimerSpec
 from ..records.validation import (
     MAX_INT,
@@ -149,6 +150,22 @@ class Host(RuntimeBase):
             self._p.config().causal,
         )
         return intent
+
+    async def replay(
+        self, event_id: str, *, reason: str = "operator replay", request_id: str | None = None
+    ) -> Event:
+        """Route again an Event that stayed ``unrouted`` (a handler error, a key owned elsewhere, a failed
+        apply), once, in acceptance order, under the configuration in force now. Returns the
+        ``core.replay.requested`` control Event that records the request; repeating ``request_id``
+        returns it again. Any other checkpoint is final: `Conflict`."""
+        lookup("event_id", event_id)
+        check_reason("reason", reason)
+        if request_id is not None:
+            check_text("request_id", request_id)
+        replayed: Event = await self._submit(
+            replay_in_tx, event_id, request_id or secrets.token_hex(8), reason, self._p.config().causal
+        )
+        return replayed
 
     # -- timers ---------------------------------------------------------------------
 

@@ -295,9 +295,20 @@ class StorageActor:
         self._feeds.clear()
 
     async def _close(self) -> None:
+        """A clean close: fold the write-ahead log into the database file, so the file alone holds
+        everything (a copy of it is a complete backup), then close."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            await anyio.to_thread.run_sync(conn.close, limiter=self._limiter)
+            await anyio.to_thread.run_sync(self._checkpoint_and_close, conn, limiter=self._limiter)
+
+    def _checkpoint_and_close(self, conn: sqlite3.Connection) -> None:
+        try:
+            if not self.store.in_memory and not conn.in_transaction:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass  # readers still hold the log: it stays, and the next open folds it in
+        finally:
+            conn.close()
 
 
 class _StorageFailure(Exception):

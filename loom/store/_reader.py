@@ -12,6 +12,7 @@ from typing import Any
 import sqlite_anyio
 import trio
 
+from ..records.errors import StorageClosed
 from ..records.events import Diagnostic, Event, KVEntry
 from ..records.timers import Firing, Timer
 from ..records.work import Checkpoint, Execution, Intent, Work
@@ -39,7 +40,8 @@ class Reader:
             await conn.close()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
-        assert self._conn is not None, "Reader.open() was not called"
+        if self._conn is None:
+            raise StorageClosed("the store is closed: reads end with the runtime")
         async with self._lock:
             cursor = await self._conn.cursor()
             try:
@@ -50,7 +52,8 @@ class Reader:
 
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         """Several queries in one read transaction: one consistent snapshot."""
-        assert self._conn is not None, "Reader.open() was not called"
+        if self._conn is None:
+            raise StorageClosed("the store is closed: reads end with the runtime")
         async with self._lock:
             cursor = await self._conn.cursor()
             try:
