@@ -1,4 +1,4 @@
-"""The routing scenarios of seed 003 against both backends."""
+"""The routing scenarios of seed 003 against both backends (the file one reopened between steps)."""
 
 from __future__ import annotations
 
@@ -14,3 +14,5 @@ Scenario = Callable[[RuntimeDriver], Awaitable[None]]
 @pytest.mark.parametrize("scenario", scenarios.ROUTING_SCENARIOS, ids=lambda s: s.__name__)
 async def test_routing_scenario(scenario: Scenario, loom_driver: RuntimeDriver) -> None:
     await scenario(loom_driver)
+    if loom_driver.reopenable:
+        assert loom_driver.reopens >= 1, f"{scenario.__name__} never closed and reopened its store"
