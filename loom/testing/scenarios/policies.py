@@ -292,12 +292,22 @@ async def completion_inject_orders(driver: Driver) -> None:
         f"the attempt should hold exactly e6's inject intent: {intents}",
     )
     driver.fake.finish(w3, Completed(consumed_inputs=(e6.id, e7.id)))
+
+    async def ended() -> bool:
+        return (await driver.runtime.execution(execution_id)).state.terminal
+
+    await driver.until(ended, "the first attempt of W3 to end")
+    pending = (await driver.runtime.work(w3)).pending_inputs
+    expect(
+        list(pending) == [e6.id, e7.id],
+        "a completion consumed an input whose inject intent was never dispatched or was not accepted; "
+        f"both must stay pending for the next attempt: pending {pending}",
+    )
     await launch_count(w3, 2)
     retry = driver.fake.launches_of(w3)[1]
     expect(
         [x.id for x in retry.request.inputs] == [e6.id, e7.id],
-        "a completion consumed an input whose inject intent was never dispatched or was not accepted; "
-        f"both must stay pending for the next attempt, which got {[x.id for x in retry.request.inputs]}",
+        f"the next attempt was not handed the unconsumed e6 and e7: {retry.request.inputs}",
     )
     expect(
         [i.status for i in await driver.runtime.intents(execution_id)] == [IntentStatus.NOT_ACCEPTING],
