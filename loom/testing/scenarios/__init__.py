@@ -13,7 +13,8 @@ Causal bounds (`causal`)
 Routing and ownership (`routing`)
     concurrent_correlations_and_attempts  one Work per key, input in acceptance order; one attempt
     independent_work_progress             a blocked handler or launch for A never delays B
-    first_match_replay_and_drop_audit     first match stops; drops are durable and audited
+    first_match_replay_and_drop_audit     first match stops; drops are durable and audited; a handler's
+                                          drop from a stale Work snapshot is re-evaluated
     multi_key_attachment_conflict_and_order  atomic key attachment (a free key before an owned one
                                           aborts too), unmatched and drop stay so, commit order,
                                           a stale Work snapshot is re-evaluated

@@ -14,6 +14,7 @@ from ... import (
     Conflict,
     Drop,
     Event,
+    Failed,
     Lease,
     Policy,
     Work,
@@ -162,8 +163,19 @@ async def independent_work_progress(driver: Driver) -> None:
 
 async def first_match_replay_and_drop_audit(driver: Driver) -> None:
     """First match stops (a drop too); a drop is durable and audited; replay is a no-op; a
-    handler error stops routing with a diagnostic."""
+    handler error stops routing with a diagnostic; a drop a handler decided from a Work snapshot
+    that changed before it applied is re-evaluated."""
     calls: dict[str, int] = {"r2": 0, "r3": 0}
+    gate = trio.Event()
+    busy_seen: list[int | None] = []
+    """The Work revision each evaluation of an ``x.busy`` Event saw."""
+
+    async def busy(event: Event, scope: str, work: Work | None, route: Any) -> Any:
+        busy_seen.append(work.revision if work else None)
+        await gate.wait()
+        if work is not None and work.state is WorkState.RUNNING:
+            return Drop(reason=f"busy: work {work.id} is running")
+        return correlate(event, scope, work, route)
 
     def counting(name: str) -> Callable[..., Any]:
         def handler(event: Event, scope: str, work: Work | None, route: Any) -> Any:
@@ -175,12 +187,13 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
     def raising(event: Event, scope: str, work: Work | None, route: Any) -> Any:
         raise RuntimeError("handler r0 cannot handle x.err")
 
-    driver.handlers.table.update(r2=counting("r2"), r3=counting("r3"), r0=raising)
+    driver.handlers.table.update(r2=counting("r2"), r3=counting("r3"), r0=raising, busy=busy)
     config = await driver.configure(
         _config(
             [
                 {"name": "r0", "types": ["x.err"], "handler": "scenario", "config": {"fn": "r0"}},
                 {"name": "r1", "types": ["x.drop"], "policy": "drop", "reason": "audit: drops are kept"},
+                {"name": "rb", "types": ["x.busy"], "handler": "scenario", "config": {"fn": "busy"}},
                 {
                     "name": "r2",
                     "types": ["x.*"],
@@ -239,6 +252,30 @@ async def first_match_replay_and_drop_audit(driver: Driver) -> None:
         any("r0" in d.message for d in diagnostics), "the handler error left no diagnostic naming its route"
     )
     expect(calls == {"r2": 1, "r3": 0}, f"a later route was tried after a handler error: {calls}")
+    await driver.settle()
+    await driver.reopen()
+
+    # 5. rb drops x.busy while its Work runs; the attempt ends while the handler holds a running snapshot
+    work = await driver.runtime.work_for_key("k1")
+    lease = await driver.runtime.claim(work.id, owner="scenario")
+    busy_event = await driver.runtime.publish(_ev("busy-1", "x.busy", key="k1"))
+
+    async def busy_evaluating() -> bool:
+        return bool(busy_seen)
+
+    await driver.until(busy_evaluating, "rb's handler to read the running Work's snapshot")
+    await driver.runtime.complete(lease, Failed(error="the attempt ends while rb's handler is held"))
+    ready = await driver.runtime.work(work.id)
+    expect(ready.state is WorkState.READY, f"the Work should be ready once its attempt failed: {ready.state}")
+    gate.set()
+    await wait_routed(driver, busy_event)
+    cp = await _checkpoint(driver, busy_event)
+    expect(
+        cp.status is CheckpointStatus.ROUTED and cp.route == "rb" and cp.work_id == work.id,
+        "a drop decided from a stale Work snapshot (running) was applied after the Work stopped running: "
+        f"a handler's decision must be re-evaluated against the Work's new revision; checkpoint {cp}, "
+        f"snapshot revisions seen {busy_seen}, current {ready.revision}",
+    )
 
 
 async def multi_key_attachment_conflict_and_order(driver: Driver) -> None:
