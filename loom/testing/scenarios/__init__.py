@@ -1,24 +1,31 @@
 """The shared runtime scenarios, each an importable async function taking a `Driver`.
 
 Every scenario reads durable state back through the public API and raises `ScenarioFailure`
-naming the rule a runtime broke. The index (one line per scenario, by area):
+naming the rule a runtime broke; order is read in commit order (`Runtime.history`), never from a
+sorted view. Each one calls `Driver.reopen` at settled step boundaries, so on a file store it runs
+across closes and reopens. The index (one line per scenario, by area):
 
 Causal bounds (`causal`)
     causal_depth_rate_replay_and_clock    depth 32 accepted and 33 refused; 128 per root per minute;
-                                          replay free; the next minute restores rate, never depth
+                                          a replay is never charged; the next minute restores rate,
+                                          never depth
     concurrent_chain_budget               256 racing siblings, exactly 128 accepted; the fixed window
 Routing and ownership (`routing`)
-    concurrent_correlations_and_attempts  one Work per key under concurrency; one attempt per Work
+    concurrent_correlations_and_attempts  one Work per key, input in acceptance order; one attempt
     independent_work_progress             a blocked handler or launch for A never delays B
-    first_match_replay_and_drop_audit     first match stops; drops are durable and audited
-    multi_key_attachment_conflict_and_order  atomic key attachment, owned keys abort, acceptance order
+    first_match_replay_and_drop_audit     first match stops; drops are durable and audited; a handler's
+                                          drop from a stale Work snapshot is re-evaluated
+    multi_key_attachment_conflict_and_order  atomic key attachment (a free key before an owned one
+                                          aborts too), unmatched and drop stay so, commit order,
+                                          a stale Work snapshot is re-evaluated
 Work identity and scopes (`ownership`)
     uncorrelated_and_terminal_successor   no key is unmatched; terminal Work and reopen successors
-    scope_route_inheritance               routes replace in their slot; bindings by nearest definition
+    scope_route_inheritance               routes replace in their slot; a binding is replaced, never merged
     unmatched_and_contradictory_target    unmatched is kept; contradictory targets are refused
 Active-event policies (`policies`)
     unsupported_policy_explicit_fallback  unsupported controls refused or take an explicit fallback
-    completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion
+    completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion;
+                                          only a dispatched inject intent's input can be proved consumed
 """
 
 from .causal import causal_depth_rate_replay_and_clock as causal_depth_rate_replay_and_clock

@@ -118,6 +118,22 @@ async def _checkpoint(driver: Driver, event: Event) -> Any:
     return await driver.runtime.checkpoint(event.id)
 
 
+async def _commit_order(driver: Driver, work_id: str, *events: Event) -> list[str]:
+    """The delivery ids of ``events`` in the order their checkpoints on ``work_id`` were committed.
+
+    `Runtime.history` lists a Work's checkpoints in commit order, so this is the order the runtime
+    applied them, not a view sorted by sequence; compare it with `_acceptance_order`.
+    """
+    by_id = {e.id: e.delivery_id for e in events}
+    history = await driver.runtime.history(work_id)
+    return [by_id[c.event_id] for c in history.checkpoints if c.event_id in by_id]
+
+
+def _acceptance_order(*events: Event) -> list[str]:
+    """The delivery ids of ``events`` in acceptance (sequence) order."""
+    return [e.delivery_id for e in sorted(events, key=lambda e: e.seq)]
+
+
 async def _work_of(driver: Driver, key: str) -> Work | None:
     try:
         return await driver.runtime.work_for_key(key)

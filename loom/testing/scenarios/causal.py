@@ -15,7 +15,7 @@ from ... import (
     TimerState,
 )
 from .._driver import Driver, wait_routed
-from .._scenario import expect
+from .._scenario import ScenarioFailure, expect
 from ._common import (
     MINUTE_MS,
     SCOPE,
@@ -26,7 +26,8 @@ from ._common import (
 
 
 async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
-    """Depth 32 accepted, 33 refused; 128 per root per minute; replay free; next minute resets rate only."""
+    """Depth 32 accepted, 33 refused; 128 per root per minute; a replay returns the original and is
+    never charged (before or after the budget is full); the next minute resets rate only."""
     secret = "s3cr3t-payload-value"
     # 1. a chain under R: depths 1..32 accepted, 33 refused with a redacted diagnostic
     root_r = await driver.publish(_event("R"))
@@ -63,13 +64,22 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
     )
     expect(secret not in repr(rej), "the causal diagnostic carries the payload")
 
-    # 2. S's budget: 100 siblings, reopen, 28 more, the 129th refused; a replay is free
+    # 2. S's budget: 100 siblings (and free replays), reopen, 28 more, the 129th refused; a replay is free
     root_s = await driver.publish(_event("S"))
     for i in range(100):
         await driver.derive(_event(f"S/{i}"), parent_id=root_s.id)
+    for _ in range(3):
+        replayed = await driver.derive(_event("S/0"), parent_id=root_s.id)
+        expect(replayed.duplicate, "replaying sibling S/0 did not return the original marked duplicate")
     await driver.reopen()
     for i in range(100, 128):
-        sibling = await driver.derive(_event(f"S/{i}"), parent_id=root_s.id)
+        try:
+            sibling = await driver.derive(_event(f"S/{i}"), parent_id=root_s.id)
+        except CausalRefused as refused:
+            raise ScenarioFailure(
+                f"sibling {i} of root S was refused after 100 siblings and 3 replays: a replay is not "
+                f"charged ({refused})"
+            ) from refused
         expect(not sibling.duplicate and sibling.depth == 1, f"sibling {i} should be a new depth-1 event")
     refusal = await _refused(driver, _event("S/128"), root_s.id)
     expect(refusal is not None, "the 129th derived event of root S in one minute was accepted (limit 128)")
@@ -78,12 +88,28 @@ async def causal_depth_rate_replay_and_clock(driver: Driver) -> None:
         len(rate) == 1 and rate[0].reason is RejectionReason.RATE_LIMIT and rate[0].budget == 128,
         f"expected one rate_limit diagnostic with budget 128 for S/128, found {rate}",
     )
-    replay = await driver.derive(_event("S/7"), parent_id=root_s.id)
+    accepted_before = len(await driver.events_of_root(root_s.id))
+    refusals_before = [r for r in await driver.causal_rejections() if r.root_id == root_s.id]
+    try:
+        replay = await driver.derive(_event("S/7"), parent_id=root_s.id)
+    except CausalRefused as refused:
+        raise ScenarioFailure(
+            f"a replay of an accepted sibling was refused with the budget full: a replay is not charged "
+            f"({refused})"
+        ) from refused
     expect(replay.duplicate, "replaying an accepted sibling did not return the original marked duplicate")
     original = await driver.event(replay.id)
-    expect(original.seq == replay.seq, "a replay returned a different event than the original")
+    expect(
+        original.seq == replay.seq and original.delivery_id == "S/7",
+        "a replay returned a different event than the original",
+    )
     siblings = await driver.events_of_root(root_s.id)
-    expect(len(siblings) == 129, f"root S should hold itself and 128 siblings, found {len(siblings)}")
+    refusals_after = [r for r in await driver.causal_rejections() if r.root_id == root_s.id]
+    expect(
+        len(siblings) == accepted_before == 129 and refusals_after == refusals_before,
+        f"a replay was charged to root S: accepted {accepted_before} -> {len(siblings)} (expected 129), "
+        f"refusals {len(refusals_before)} -> {len(refusals_after)}",
+    )
 
     # 3. the next UTC minute restores rate, never depth
     driver.clock.set(_next_minute(driver.clock.now_ms()))

@@ -86,6 +86,12 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
     )
     driver.fake.finish(work_id, Completed())
     await driver.settle()
+    generation = driver.runtime.config.generation
+    await driver.reopen()
+    expect(
+        driver.runtime.config.generation == generation and await _checkpoint(driver, second) == cp,
+        "the fallback checkpoint or the generation in force changed across a reopen",
+    )
 
     driver.fake.capabilities.add("inject")
     await driver.configure(_config([inject_route], capabilities=["inject"]))
@@ -132,7 +138,8 @@ async def unsupported_policy_explicit_fallback(driver: Driver) -> None:
 
 async def completion_inject_orders(driver: Driver) -> None:
     """Committed inject intents retain unconfirmed input; unrouted input blocks terminal
-    completion; consumed_inputs is the only consumption proof, whatever the order."""
+    completion (refused for that reason); consumed_inputs is the only consumption proof, whatever
+    the order, and it consumes only input whose inject intent was dispatched and not refused."""
     driver.fake.capabilities.add("inject")
     hold = trio.Event()
 
@@ -153,7 +160,8 @@ async def completion_inject_orders(driver: Driver) -> None:
                     "binding": "fake",
                     "policy": "inject",
                     "config": {"fn": "inj"},
-                }
+                },
+                {"name": "queued", "types": ["q.*"], "create_work": True, "binding": "fake"},
             ],
             capabilities=["inject"],
         )
@@ -195,10 +203,14 @@ async def completion_inject_orders(driver: Driver) -> None:
     held = await driver.runtime.publish(_ev("i2", "i.more", key="ik", payload={"hold": True}))
     try:
         await driver.runtime.complete(second.toolbelt.lease, Completed())
-        blocked = False
-    except Conflict:
-        blocked = True
-    expect(blocked, "terminal completion succeeded while an accepted event for W was unrouted")
+        blocked = None
+    except Conflict as exc:
+        blocked = exc
+    expect(blocked is not None, "terminal completion succeeded while an accepted event for W was unrouted")
+    expect(
+        held.id in str(blocked) and "not routed" in str(blocked),
+        f"completion was refused for another reason than the unrouted event {held.id}: {blocked}",
+    )
     hold.set()
     await wait_routed(driver, held)
     await driver.runtime.complete(second.toolbelt.lease, Completed())
@@ -220,7 +232,12 @@ async def completion_inject_orders(driver: Driver) -> None:
         (await _checkpoint(driver, late)).status is CheckpointStatus.TERMINAL,
         "a post-terminal event was not terminal",
     )
-    del third
+    expect(
+        third.request.inputs and [x.id for x in third.request.inputs] == [held.id],
+        f"attempt 3 did not get the event routed after the refused completion: {third.request.inputs}",
+    )
+    await driver.settle()
+    await driver.reopen()
 
     # 4. a proof while the acknowledgement is in flight consumes; the late ack keeps it consumed
     await driver.runtime.publish(_ev("j0", "i.start", key="jk"))
@@ -262,7 +279,41 @@ async def completion_inject_orders(driver: Driver) -> None:
 
     await driver.until(settled, "the not-accepting answer to settle the intent")
     expect(e6.id in (await driver.runtime.work(w3)).pending_inputs, "a not-accepted input was not retained")
-    kinds = {i.kind for i in await driver.runtime.intents(execution_id)}
-    expect(kinds == {IntentKind.INJECT}, f"unexpected intents {kinds}")
+
+    # 5. only an input whose inject intent was dispatched (and not refused) can be proved consumed:
+    # neither the not-accepted e6 nor e7, queued with no intent at all, although the result names both
+    e7 = await driver.runtime.publish(_ev("k2", "q.more", key="kk"))
+    await wait_routed(driver, e7)
+    cp7 = await _checkpoint(driver, e7)
+    expect(cp7.effective_policy is Policy.QUEUE, f"e7 should be queued for the running attempt: {cp7}")
+    intents = await driver.runtime.intents(execution_id)
+    expect(
+        [(i.kind, i.event_id) for i in intents] == [(IntentKind.INJECT, e6.id)],
+        f"the attempt should hold exactly e6's inject intent: {intents}",
+    )
+    driver.fake.finish(w3, Completed(consumed_inputs=(e6.id, e7.id)))
+
+    async def ended() -> bool:
+        return (await driver.runtime.execution(execution_id)).state.terminal
+
+    await driver.until(ended, "the first attempt of W3 to end")
+    pending = (await driver.runtime.work(w3)).pending_inputs
+    expect(
+        list(pending) == [e6.id, e7.id],
+        "a completion consumed an input whose inject intent was never dispatched or was not accepted; "
+        f"both must stay pending for the next attempt: pending {pending}",
+    )
+    await launch_count(w3, 2)
+    retry = driver.fake.launches_of(w3)[1]
+    expect(
+        [x.id for x in retry.request.inputs] == [e6.id, e7.id],
+        f"the next attempt was not handed the unconsumed e6 and e7: {retry.request.inputs}",
+    )
+    expect(
+        [i.status for i in await driver.runtime.intents(execution_id)] == [IntentStatus.NOT_ACCEPTING],
+        "a proof changed the settled not-accepting intent",
+    )
     driver.fake.finish(w3, Completed())
     await driver.settle()
+    expect((await driver.runtime.work(w3)).state is WorkState.COMPLETED, "W3 did not complete")
+    await driver.reopen()
