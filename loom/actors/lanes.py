@@ -87,6 +87,7 @@ class RoutingLanes:
             route=ref,
             expected_revision=None,
             generation=config.generation,
+            from_handler=False,
         )
 
     async def route_quick(self, requests: list[RouteRequest]) -> None:
@@ -164,7 +165,8 @@ class RoutingLanes:
             decision: Decision
             work: Work | None = None
             ref: RouteRef | None
-            if (decided := decide_without_handler(config, match, event)) is not None:
+            decided = decide_without_handler(config, match, event)
+            if decided is not None:
                 decision, ref = decided
             else:
                 assert match is not None
@@ -183,6 +185,7 @@ class RoutingLanes:
                 route=ref,
                 expected_revision=work.revision if work else None,
                 generation=config.generation,
+                from_handler=decided is None,
             )
             try:
                 await storage.submit(route_in_tx, request, config.causal)

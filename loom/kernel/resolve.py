@@ -43,6 +43,10 @@ class RouteRequest:
     expected_revision: int | None
     """The revision of the Work the handler saw (``None``: it saw no Work)."""
     generation: int
+    from_handler: bool = True
+    """The decision is a handler's, made over a Work snapshot: whatever it decided (deliver, drop or
+    no match), it applies only if that Work is still at ``expected_revision``. Decisions made without
+    a handler (no route matched, a drop route) depend on no snapshot."""
 
 
 def first_match(routes: Sequence[EffectiveRoute], event_type: str) -> EffectiveRoute | None:

@@ -80,6 +80,11 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     if existing is not None:
         return RouteResult(checkpoint=existing, replay=True)
     decision = req.decision
+    if req.from_handler and not isinstance(decision, Deliver):
+        # a handler's drop or no-match was decided over the Work it saw: that Work must not have changed
+        seen = _resolved_work(tx, event)
+        if (seen.revision if seen else None) != req.expected_revision:
+            raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if isinstance(decision, Unmatched):
         cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req, reason=decision.reason)
         return RouteResult(checkpoint=cp)
@@ -162,6 +167,16 @@ def _check_order(tx: Tx, event: Event, work_id: str, keys: Sequence[str]) -> Non
         )
 
 
+def _resolved_work(tx: Tx, event: Event) -> Work | None:
+    """The Work an Event resolves to before any decision: the one it names, else its key's owner."""
+    if event.work_id is not None:
+        return tx.work(event.work_id)
+    if event.key is not None:
+        owner = tx.key_owner(event.key)
+        return tx.work(owner) if owner else None
+    return None
+
+
 def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[DiagnosticKind, str] | None:
     """The Work a decision selects (``None``: to be created or none), or a contradiction."""
     if isinstance(decision, Deliver):
@@ -186,12 +201,7 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[Diagnostic
                     f"key {event.key!r} is owned by work {owner}, not {work.id}",
                 )
         return work
-    if event.work_id is not None:
-        return tx.work(event.work_id)
-    if event.key is not None:
-        owner = tx.key_owner(event.key)
-        return tx.work(owner) if owner else None
-    return None
+    return _resolved_work(tx, event)
 
 
 def _deliver(

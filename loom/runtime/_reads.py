@@ -83,7 +83,7 @@ class Reads(RuntimeBase):
         )
 
     async def history(self, work_id: str) -> WorkHistory:
-        """The Work with its checkpoints (in acceptance order) and attempts (in attempt order)."""
+        """The Work with its checkpoints (in the order they were committed) and attempts (in attempt order)."""
         work = await self.work(work_id)
         return WorkHistory(
             work=work,
