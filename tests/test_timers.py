@@ -37,6 +37,7 @@ from loom.actors.timer_service import DEFAULT_RETRY_MS
 from loom.actors.timers import TimerActor
 from loom.kernel import firing as kernel_timers  # the firing procedures the timer actor and poll run
 from loom.kernel.firing import fire_timer_in_tx
+from loom.kernel.timers import arm_in_tx
 from loom.records.timers import (
     FireRequest,
     Firing,
@@ -594,10 +595,34 @@ async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(lo
         ("raise", "raised ValueError"),
     ],
 )
-async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract(mode: str, reason: str) -> None:
+async def test_arming_asks_the_policy_and_refuses_an_answer_that_breaks_the_contract(
+    mode: str, reason: str
+) -> None:
     async with RuntimeDriver.open(":memory:", plugins=(CalendarDouble(),)) as driver:
         rt = driver.runtime
-        await rt.arm(recurring("cal", mode, T0 + MINUTE))
+        with pytest.raises(InvalidRequest, match=reason):
+            await rt.arm(recurring("cal", mode, T0 + MINUTE))
+        with pytest.raises(NotFound):
+            await rt.timer("cal")
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("replacement_not_after_now", "not after now"),
+        ("replacement_same_identity", "same identity as the occurrence"),
+        ("changes_source", "changes the source"),
+        ("changes_parent", "changes the timer's parent"),
+        ("raise", "raised ValueError"),
+    ],
+)
+async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract_at_fire(
+    mode: str, reason: str
+) -> None:
+    async with RuntimeDriver.open(":memory:", plugins=(CalendarDouble(),)) as driver:
+        rt = driver.runtime
+        # armed without asking the policy (as a timer armed before its policy changed would be)
+        await storage_of(rt).submit(arm_in_tx, recurring("cal", mode, T0 + MINUTE))
         driver.clock.advance(MINUTE)
         (firing,) = await ledger(driver, "cal", 1)
         assert (firing.result, firing.event_id, firing.next_fire_at_ms) == (FiringResult.INVALID, None, None)
@@ -619,7 +644,10 @@ async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_othe
 ) -> None:
     async with RuntimeDriver.open(loom_store, plugins=(CalendarDouble(),)) as driver:
         rt = driver.runtime
-        await rt.arm(recurring("a-unknown", "occur", T0, kind="lunar"))
+        with pytest.raises(InvalidRequest, match="no recurrence policy is registered for 'lunar'"):
+            await rt.arm(recurring("a-unknown", "occur", T0, kind="lunar"))
+        # armed while a plugin that is gone now was installed
+        await storage_of(rt).submit(arm_in_tx, recurring("a-unknown", "occur", T0, kind="lunar"))
         await rt.arm(recurring("b-known", "occur", T0))
         await rt.arm(tick("c-plain", T0))
         first = await rt.poll(limit=1)

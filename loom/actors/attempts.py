@@ -48,6 +48,7 @@ class AttemptRunner:
             limits=config.causal,
             generation=config.generation,
             lease_ms=self._s.lease_ms,
+            policies=self._s.extensions.recurrence_policies,
         )
         kind = kind_policy(config, lease.request.kind)
         async with trio.open_nursery() as nursery:

@@ -5,7 +5,7 @@ Every call presents the lease; a stale one fails with `StaleAuthority` and chang
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -15,15 +15,23 @@ from ..kernel.executions import renew_in_tx
 from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
 from ..records.errors import CausalRefused
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.timers import Timer, TimerSpec
+from ..records.timers import RecurrencePolicy, Timer, TimerSpec
 from ..records.work import Lease, Work
 from ..store import StorageActor
 
 
 class RuntimeToolbelt:
     def __init__(
-        self, storage: StorageActor, lease: Lease, *, limits: CausalLimits, generation: int, lease_ms: int
+        self,
+        storage: StorageActor,
+        lease: Lease,
+        *,
+        limits: CausalLimits,
+        generation: int,
+        lease_ms: int,
+        policies: Mapping[str, RecurrencePolicy] | None = None,
     ) -> None:
+        self._policies = dict(policies or {})
         self._storage = storage
         self._lease = lease
         self._limits = limits
@@ -60,7 +68,7 @@ class RuntimeToolbelt:
 
     async def arm_timer(self, spec: TimerSpec) -> Timer:
         """Arm a timer in this Work's scope; its firing derives from the attempt's trigger."""
-        return await self._storage.submit(arm_derived_in_tx, Authority.of(self._lease), spec)
+        return await self._storage.submit(arm_derived_in_tx, Authority.of(self._lease), spec, self._policies)
 
     async def heartbeat(self) -> None:
         """Renew the lease."""

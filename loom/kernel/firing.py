@@ -31,6 +31,7 @@ from ..records.timers import (
 )
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
+from .recurrence import check_answer
 from .timer_kinds import TIMER_KINDS
 from .timers import timer_template
 
@@ -132,36 +133,12 @@ def _fire_recurrence(
         return _invalid(
             tx, now_ms, timer, f"recurrence policy {timer.recurrence!r} raised {type(exc).__name__}: {exc}"
         )
-    problem = _check_answer(timer, now_ms, answer, replacement)
+    problem = check_answer(timer, now_ms, answer, replacement)
     if problem is not None:
         return _invalid(tx, now_ms, timer, problem)
     if isinstance(answer, Skip):
         return _settle(tx, now_ms, timer, FiringResult.SKIPPED, None, replacement, answer.reason)
     return _accept(tx, now_ms, timer, answer, replacement, limits)
-
-
-def _check_answer(timer: Timer, now_ms: int, answer: object, replacement: object) -> str | None:
-    """Core validates every policy answer: the occurrence keeps the timer's source and parent;
-    the replacement fires after now and has an identity distinct from the occurrence's."""
-    if not isinstance(answer, (Occurrence, Skip)):
-        return f"policy answered {type(answer).__name__}, not an Occurrence or Skip"
-    if replacement is not None and not isinstance(replacement, Replacement):
-        return f"policy answered a {type(replacement).__name__} replacement, not a Replacement"
-    if isinstance(answer, Occurrence):
-        if answer.source is not None and answer.source != timer.source:
-            return f"the occurrence changes the source from {timer.source!r} to {answer.source!r}"
-        if answer.parent_id is not None and answer.parent_id != timer.parent_id:
-            return "the occurrence changes the timer's parent"
-        if not answer.delivery_id:
-            return "the occurrence has no delivery identity"
-    if isinstance(replacement, Replacement):
-        if isinstance(replacement.fire_at_ms, bool) or not isinstance(replacement.fire_at_ms, int):
-            return f"the replacement's fire_at_ms is not integer milliseconds: {replacement.fire_at_ms!r}"
-        if replacement.fire_at_ms <= now_ms:
-            return f"the replacement fires at {replacement.fire_at_ms}, not after now ({now_ms})"
-        if isinstance(answer, Occurrence) and replacement.delivery_id == answer.delivery_id:
-            return "the replacement has the same identity as the occurrence"
-    return None
 
 
 def _accept(

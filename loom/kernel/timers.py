@@ -15,7 +15,7 @@ import attrs
 from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import EventIn
 from ..records.notices import TimerArmed, TimerCancelled
-from ..records.timers import FireRequest, Timer, TimerSpec, TimerState
+from ..records.timers import FireRequest, RecurrencePolicy, Timer, TimerSpec, TimerState
 from ..records.validation import (
     FIRING_RESERVE_BYTES,
     MAX_INT,
@@ -27,6 +27,7 @@ from ..records.validation import (
     validate_event_in,
 )
 from ..store import Tx
+from .recurrence import dry_run
 
 TIMERS_NAMESPACE = "core.timers"
 DUE_CURSOR = "due_cursor"
@@ -93,7 +94,13 @@ def timer_template(
 
 
 def arm_in_tx(
-    tx: Tx, now_ms: int, spec: TimerSpec, *, parent_id: str | None = None, execution_id: str | None = None
+    tx: Tx,
+    now_ms: int,
+    spec: TimerSpec,
+    *,
+    parent_id: str | None = None,
+    execution_id: str | None = None,
+    policies: Mapping[str, RecurrencePolicy] | None = None,
 ) -> Timer:
     """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
     already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
@@ -101,7 +108,8 @@ def arm_in_tx(
 
     Each revision fires with its own Event: without an explicit ``delivery_id`` a recreated timer's
     identity is ``{id}@r{revision}``; an explicit one already accepted by an earlier firing is refused
-    (`Conflict`), never answered with another revision's Event.
+    (`Conflict`), never answered with another revision's Event. With ``policies``, a recurrence
+    timer's spec is validated by its policy now (see `recurrence.dry_run`).
     """
     validate_spec(spec)
     existing = tx.timer(spec.id)
@@ -149,6 +157,8 @@ def arm_in_tx(
                     f"timer {spec.id!r}: delivery identity {fresh.source}/{delivery_id} was already accepted "
                     f"(event {used.id}); arm the new revision with its own delivery_id"
                 )
+    if fresh.recurrence is not None and policies is not None:
+        dry_run(fresh, policies)
     tx.put_timer(fresh, existing)
     tx.notify(TimerArmed(timer_id=fresh.id, revision=fresh.revision, fire_at_ms=fresh.fire_at_ms))
     return fresh

@@ -7,7 +7,7 @@ execution derives stays on the trigger's causal chain and is charged to its root
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..config import CausalLimits
 from ..records.core_events import CORE_PREFIX, CORE_SOURCE, WORK_CREATED
@@ -15,7 +15,7 @@ from ..records.errors import Conflict, InvalidRequest
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import stable_id
 from ..records.notices import WorkChanged
-from ..records.timers import Timer, TimerSpec
+from ..records.timers import RecurrencePolicy, Timer, TimerSpec
 from ..records.validation import check_keys, check_text, validate_event_in
 from ..records.work import Execution, Work
 from ..store import Tx
@@ -105,7 +105,13 @@ def _authority_parent(execution: Execution) -> str:
     return execution.trigger_id
 
 
-def arm_derived_in_tx(tx: Tx, now_ms: int, auth: Authority, spec: TimerSpec) -> Timer:
+def arm_derived_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    spec: TimerSpec,
+    policies: Mapping[str, RecurrencePolicy] | None = None,
+) -> Timer:
     """Arm a timer under an execution's lease; it inherits the attempt's trigger as its parent,
     so its firing stays on the trigger's causal chain even days later."""
     execution = authorize(tx, now_ms, auth)
@@ -122,7 +128,9 @@ def arm_derived_in_tx(tx: Tx, now_ms: int, auth: Authority, spec: TimerSpec) -> 
     if existing is not None and not _armed_by_work(tx, existing, work.id):
         # re-arming would recreate someone else's timer (a root schedule, its own deadline)
         raise Conflict(f"timer {spec.id!r} was not armed by an execution of work {work.id}")
-    return arm_in_tx(tx, now_ms, spec, parent_id=execution.trigger_id, execution_id=execution.id)
+    return arm_in_tx(
+        tx, now_ms, spec, parent_id=execution.trigger_id, execution_id=execution.id, policies=policies
+    )
 
 
 def _armed_by_work(tx: Tx, timer: Timer, work_id: str) -> bool:

@@ -110,7 +110,12 @@ class Host(RuntimeBase):
         check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
         config = self._p.config()
         return RuntimeToolbelt(
-            self._p.storage, lease, limits=config.causal, generation=config.generation, lease_ms=lease_ms
+            self._p.storage,
+            lease,
+            limits=config.causal,
+            generation=config.generation,
+            lease_ms=lease_ms,
+            policies=self._p.extensions.recurrence_policies,
         )
 
     # -- operator controls ----------------------------------------------------------
@@ -175,7 +180,7 @@ class Host(RuntimeBase):
         With ``interval_ms`` it recurs at a fixed interval; with ``recurrence`` (a policy kind
         such as ``cron``) and an opaque ``spec`` it recurs by that policy.
         """
-        timer: Timer = await self._submit(arm_in_tx, spec)
+        timer: Timer = await self._submit(arm_in_tx, spec, policies=self._p.extensions.recurrence_policies)
         return timer
 
     async def arm_recurring(self, spec: TimerSpec) -> Timer:
