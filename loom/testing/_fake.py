@@ -28,6 +28,8 @@ class Launch:
     toolbelt: Toolbelt
     done: trio.Event = attrs.Factory(trio.Event)
     outcome: Outcome | None = None
+    answered: bool = False
+    """`finish` gave the outcome (which a test may make anything, to play a misbehaving executor)."""
     interrupted: bool = False
 
 
@@ -64,7 +66,9 @@ class FakeExecutor:
         if self.auto_complete:
             return Completed()
         await launch.done.wait()
-        return launch.outcome or Failed(error="interrupted")
+        if launch.answered:
+            return launch.outcome  # type: ignore[return-value]  # whatever the test said, as it is
+        return Failed(error="interrupted")
 
     async def next_launch(self) -> None:
         """Return at the next launch (or inject/interrupt call) the fake sees."""
@@ -87,6 +91,7 @@ class FakeExecutor:
     def finish(self, work_id: str, outcome: Outcome) -> Launch:
         launch = self.running(work_id)
         launch.outcome = outcome
+        launch.answered = True
         launch.done.set()
         return launch
 
