@@ -107,3 +107,15 @@ def test_each_example_runs_as_it_is(example: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip(), "an example says what it did"
+
+
+def test_the_readme_embedding_example_runs_its_handler_before_it_closes(tmp_path: Path) -> None:
+    readme = (EXAMPLES.parent / "README.md").read_text(encoding="utf-8")
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "readme_example.py"
+    script.write_text(code, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "1 ['order.placed']" in done.stdout, "the handler ran (attempt 1, with its input) before the close"
