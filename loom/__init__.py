@@ -39,6 +39,10 @@ from .records.timers import Skip as Skip
 from .records.timers import Timer as Timer
 from .records.timers import TimerSpec as TimerSpec
 from .records.timers import TimerState as TimerState
+from .records.waits import Wait as Wait
+from .records.waits import Waiting as Waiting
+from .records.waits import WaitSpec as WaitSpec
+from .records.waits import WaitState as WaitState
 from .records.work import Capability as Capability
 from .records.work import Checkpoint as Checkpoint
 from .records.work import CheckpointStatus as CheckpointStatus

@@ -128,7 +128,11 @@ async def test_an_event_whose_successor_key_is_too_long_stays_unrouted_and_resta
 # -- executors and start gates ----------------------------------------------------------------------------
 
 BAD_OUTCOMES: list[tuple[str, Any, str]] = [
-    ("None (a forgotten return)", None, "must be a Completed, Handoff or Failed outcome, got NoneType"),
+    (
+        "None (a forgotten return)",
+        None,
+        "must be a Completed, Handoff, Failed or Waiting outcome, got NoneType",
+    ),
     ("an unserialisable usage amount", Completed(usage={"x": object()}), "usage"),  # type: ignore[dict-item]
     ("consumed_inputs of None", Completed(consumed_inputs=None), "consumed_inputs"),  # type: ignore[arg-type]
 ]

@@ -62,8 +62,12 @@ class AttemptRunner:
         self, lease: Lease, name: str, executor: Executor, toolbelt: RuntimeToolbelt
     ) -> Outcome:
         """The executor's outcome, or a `Failed` naming what went wrong at the boundary."""
+        resume = getattr(executor, "resume", None) if lease.request.resumed else None
         try:
-            answer = await executor.launch(lease.request, toolbelt)
+            if resume is not None:
+                answer = await resume(lease.request, toolbelt)
+            else:
+                answer = await executor.launch(lease.request, toolbelt)
         except Exception as exc:
             reason = f"executor {name!r} raised {describe(exc)}"
             await self._contain(name, "launch", lease, reason, exc)
@@ -82,7 +86,9 @@ class AttemptRunner:
         lease = toolbelt.lease
         while True:
             try:
-                await storage.submit(complete_in_tx, Authority.of(toolbelt.lease), outcome, kind)
+                await storage.submit(
+                    complete_in_tx, Authority.of(toolbelt.lease), outcome, kind, self._s.config().causal
+                )
                 return
             except StaleAuthority as exc:
                 log.info("execution %s ended without authority: %s", lease.execution_id, exc)

@@ -121,7 +121,7 @@ class Starter:
         except Exception as exc:
             await self._hold(work, DiagnosticKind.START_FAILED, "core", "claim", describe(exc), exc)
             return
-        self._launch(lease, executor)
+        self._launch(lease, lease.request.executor or executor)
 
     async def _gate(self, work: Work) -> str | None:
         """Ask the start gates (outside any transaction) whether to hold a first start: the hold's

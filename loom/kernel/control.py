@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 
 from ..config import CausalLimits
-from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT
+from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT, WORK_RELEASED
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import EventIn
 from ..records.notices import ExecutionFenced, IntentPending, TimerCancelled, WorkChanged
 from ..records.timers import TimerState
 from ..records.validation import check_reason, check_text
+from ..records.waits import WaitState
 from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
 from ..store import Tx
 from ._common import require_work
@@ -24,6 +25,7 @@ from .accept import accept_in_tx
 from .checkpoints import control_checkpoint
 from .intents import end_unconfirmed_stop_in_tx, intent_id, stale_open_intents_in_tx
 from .segments import end_segment_in_tx
+from .waits import cancel_wait_in_tx, unblock_waits_in_tx
 
 
 def hold_in_tx(tx: Tx, now_ms: int, work_id: str, reason: str) -> Work:
@@ -36,15 +38,40 @@ def hold_in_tx(tx: Tx, now_ms: int, work_id: str, reason: str) -> Work:
     return require_work(tx, work_id)
 
 
-def release_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
-    """Release a hold: the next start goes through (start gates let it through once)."""
+def release_in_tx(
+    tx: Tx, now_ms: int, work_id: str, limits: CausalLimits | None = None, request_id: str | None = None
+) -> Work:
+    """Release a hold: the next start goes through (start gates let it through once). A blocked wait is
+    rearmed and arbitrated again, with a root ``core.work.released`` Event (the operator's outside
+    input) as the parent of its next wake."""
     work = require_work(tx, work_id)
     if work.state.terminal:
         raise Conflict(f"cannot release work {work.id}: it is {work.state}")
     if not work.held:
         raise Conflict(f"work {work.id} is not held")
+    reason = work.hold_reason
     tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1)
     end_unconfirmed_stop_in_tx(tx, now_ms, work.id)
+    wait = tx.open_wait_of_work(work.id)
+    if wait is not None and wait.state is WaitState.BLOCKED:
+        release = accept_in_tx(
+            tx,
+            now_ms,
+            EventIn(
+                source=CORE_SOURCE,
+                delivery_id=f"work.released/{work.id}/{request_id or now_ms}",
+                type=WORK_RELEASED,
+                scope=work.scope,
+                work_id=work.id,
+                payload={"work": work.id, "hold_reason": reason or ""},
+            ),
+            limits or CausalLimits(),
+            trusted=True,
+        )
+        if not release.duplicate:
+            control_checkpoint(tx, now_ms, release, work.id, "operator release")
+        released = require_work(tx, work_id)
+        unblock_waits_in_tx(tx, now_ms, released, release, limits or CausalLimits())
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)
 
@@ -66,6 +93,7 @@ def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
         )
         stale_open_intents_in_tx(tx, now_ms, live.id)
         tx.notify(ExecutionFenced(execution_id=live.id, work_id=work.id))
+    cancel_wait_in_tx(tx, now_ms, work)
     for timer in tx.armed_timers_of_work(work.id):
         # every timer its attempts armed dies with the Work (deadlines included)
         tx.set_timer_state(timer, TimerState.CANCELLED, f"work {work.id} was cancelled", now_ms)

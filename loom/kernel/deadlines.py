@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..config import CausalLimits
 from ..records.core_events import EXECUTION_TIMEOUT
 from ..records.events import Event
 from ..records.notices import ExecutionFenced, WorkChanged
@@ -74,11 +75,11 @@ def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapp
     tx.notify(WorkChanged(work_id=work.id))
 
 
-def _on_fired(tx: Tx, now_ms: int, timer: Timer, event: Event) -> None:
+def _on_fired(tx: Tx, now_ms: int, timer: Timer, event: Event, limits: CausalLimits) -> None:
     apply_deadline_in_tx(tx, now_ms, event, event.payload)
 
 
-def _on_refused(tx: Tx, now_ms: int, timer: Timer) -> None:
+def _on_refused(tx: Tx, now_ms: int, timer: Timer, limits: CausalLimits) -> None:
     apply_deadline_in_tx(tx, now_ms, None, timer.payload)
 
 

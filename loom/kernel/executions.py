@@ -16,12 +16,13 @@ from typing import Any
 
 import attrs
 
-from ..config import Config, effective_routes
+from ..config import CausalLimits, Config, effective_bindings, effective_routes
 from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
 from ..records.notices import WorkChanged
 from ..records.validation import MAX_LEASE_MS, check_int, check_text, validate_outcome
+from ..records.waits import Waiting
 from ..records.work import (
     Completed,
     Execution,
@@ -40,6 +41,7 @@ from ..records.work import (
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize
+from .continuation import park_in_tx, resume_in_tx
 from .segments import end_segment_in_tx, start_segment_in_tx
 
 TriggerSelector = Callable[[Sequence[Event]], int]
@@ -149,6 +151,17 @@ def binding_for_in_tx(
     """
     work = require_work(tx, work_id)
     routes = {route.name: route for route in effective_routes(config, work.scope)}
+    if work.execution_state is ExecutionState.PARKED:
+        # a parked attempt resumes with the binding it was pinned to
+        parked = tx.live_execution(work.id)
+        assert parked is not None
+        pinned = effective_bindings(config, work.scope).get(parked.binding or "")
+        return BindingRef(
+            name=parked.binding,
+            executor=parked.executor,
+            capabilities=parked.capabilities,
+            config=pinned.binding.config if pinned is not None else {},
+        )
     for event_id in work.pending_inputs:
         checkpoint = tx.checkpoint(event_id)
         route = routes.get(checkpoint.route or "") if checkpoint else None
@@ -179,7 +192,7 @@ def claimable(work: Work) -> str | None:
     """Why ``work`` cannot start an attempt now (``None``: it can)."""
     if work.state.terminal:
         return f"work {work.id} is {work.state}"
-    if work.current_execution_id is not None:
+    if work.current_execution_id is not None and work.execution_state is not ExecutionState.PARKED:
         return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
     if work.held:
         return f"work {work.id} is held: {work.hold_reason}"
@@ -203,7 +216,32 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
         )
     inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
+    wake = tx.untaken_wake(work.id)
+    if work.execution_state is ExecutionState.PARKED:
+        parked = tx.live_execution(work.id)
+        assert parked is not None
+        if wake is None or wake.execution_id != parked.id:
+            raise Conflict(f"cannot claim: work {work.id}'s parked attempt {parked.id} has not been woken")
+        return resume_in_tx(
+            tx,
+            now_ms,
+            work,
+            parked,
+            wake,
+            inputs,
+            token=req.token,
+            owner=req.owner,
+            lease_ms=req.lease_ms,
+            config=req.binding.config,
+        )
     trigger = select_trigger(inputs, req.kind.select_trigger)
+    authority = trigger.id if trigger else None
+    if wake is not None:
+        # a continuation after a wait: the winner triggers it, the wake's bridge is its authority
+        winner = next((e for e in inputs if e.id == wake.winner_event_id), None)
+        trigger = winner or trigger
+        authority = wake.bridge_event_id or authority
+        tx.take_wake(wake, now_ms)
     attempt = work.attempts + 1
     execution_id = stable_id("ex", work.id, str(attempt))
     expires = now_ms + req.lease_ms
@@ -221,12 +259,14 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         capabilities=sorted(req.binding.capabilities),
         generation=req.generation,
         now_ms=now_ms,
+        watermark=max((e.seq for e in inputs), default=0),
+        authority_id=authority,
     )
     if req.timeout_ms is not None:
         # the first active segment: its deadline is a durable timer armed in this same commit
-        assert trigger is not None
+        assert authority is not None
         tx.update_execution(execution_id, budget_ms=req.timeout_ms)
-        start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, trigger.id, work.scope)
+        start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
     tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
     tx.notify(WorkChanged(work_id=work.id))
     request = RunRequest(
@@ -239,6 +279,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         inputs=tuple(inputs),
         binding=req.binding.name,
         config=dict(req.binding.config),
+        executor=req.binding.executor,
     )
     return Lease(
         execution_id=execution_id,
@@ -268,13 +309,29 @@ def consume_claimed_inputs_in_tx(tx: Tx, execution: Execution) -> None:
             tx.consume_input(execution.work_id, event_id, execution.id)
 
 
-def complete_in_tx(tx: Tx, now_ms: int, auth: Authority, outcome: Outcome, kind: KindPolicy) -> Execution:
-    """Record an attempt's outcome under its fence, with its consumption proofs, atomically."""
+def complete_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    outcome: Outcome,
+    kind: KindPolicy,
+    limits: CausalLimits | None = None,
+) -> Execution:
+    """Record an attempt's outcome under its fence, with its consumption proofs, atomically.
+
+    A `Waiting` outcome parks or ends the attempt on its wait (see `continuation.park_in_tx`): its proof
+    is applied before the wait's registration scan, so it is never woken by what it already took in.
+    """
     validate_outcome(outcome)
     execution = authorize(tx, now_ms, auth)
     work = require_work(tx, execution.work_id)
-    consume_claimed_inputs_in_tx(tx, execution)
     _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
+    consume_claimed_inputs_in_tx(tx, execution)
+    if isinstance(outcome, Waiting):
+        for intent in tx.intents_of_execution(execution.id):
+            if intent.status is IntentStatus.PENDING:
+                tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
+        return park_in_tx(tx, now_ms, execution, work, outcome, limits or CausalLimits())
     for intent in tx.intents_of_execution(execution.id):
         if intent.status is IntentStatus.PENDING:
             tx.set_intent_status(intent, IntentStatus.STALE, now_ms)

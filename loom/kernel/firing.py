@@ -178,12 +178,12 @@ def _accept(
         firing = _ledger(tx, now_ms, timer, FiringResult.REFUSED, None, None, accepted.describe())
         kind = TIMER_KINDS.get(timer.type)
         if kind is not None:
-            kind.on_refused(tx, now_ms, timer)
+            kind.on_refused(tx, now_ms, timer, limits)
         return firing
     firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
     kind = TIMER_KINDS.get(timer.type)
     if kind is not None and not accepted.duplicate:
-        kind.on_fired(tx, now_ms, timer, accepted)
+        kind.on_fired(tx, now_ms, timer, accepted, limits)
     return firing
 
 

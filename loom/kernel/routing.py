@@ -32,12 +32,14 @@ from ..records.work import (
     Policy,
     Unmatched,
     Work,
+    WorkState,
 )
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
 from .checkpoints import control_checkpoint
 from .intents import intent_id
 from .resolve import RouteRef, RouteRequest, check_decision
+from .waits import wake_on_key_in_tx
 
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
 
@@ -71,7 +73,20 @@ def _base_key(key: str) -> str:
 
 
 def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
-    """Apply one routing decision atomically, or return the committed checkpoint (replay)."""
+    """Apply one routing decision atomically, or return the committed checkpoint (replay).
+
+    Whatever the decision (routed, unmatched, drop, terminal), every wait watching the Event's key then
+    arbitrates again in the same transaction: an Event for a waiting Work is always seen by its wait.
+    """
+    result = _route_in_tx(tx, now_ms, req, limits)
+    if not result.replay:
+        event = tx.event(req.event_id)
+        assert event is not None
+        wake_on_key_in_tx(tx, now_ms, event.key, limits)
+    return result
+
+
+def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
     check_decision(req.decision)
     event = tx.event(req.event_id)
     if event is None:
@@ -441,6 +456,22 @@ def _record_failure(
     req = RouteRequest(
         event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=generation
     )
+    waiting = _resolved_work(tx, event)
+    if kind is DiagnosticKind.HANDLER_ERROR and waiting is not None and waiting.state is WorkState.WAITING:
+        # a route that errs keeps the input as context of the waiting Work (it cannot bypass the wait)
+        tx.add_diagnostic(kind, event.id, f"{kind}: {reason}", {"event": event.id, "seq": event.seq}, now_ms)
+        tx.add_input(waiting.id, event.id, event.seq)
+        cp = _checkpoint(
+            tx,
+            now_ms,
+            event,
+            CheckpointStatus.ROUTED,
+            req,
+            work_id=waiting.id,
+            reason=f"kept as context of waiting work {waiting.id}: {reason}",
+        )
+        wake_on_key_in_tx(tx, now_ms, event.key, CausalLimits())
+        return RouteResult(checkpoint=cp)
     return _unrouted(tx, now_ms, event, req, kind, reason)
 
 

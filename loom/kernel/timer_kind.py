@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import attrs
 
+from ..config import CausalLimits
 from ..records.events import Event
 from ..records.timers import Timer
 from ..store import Tx
@@ -20,7 +21,7 @@ from ..store import Tx
 @attrs.frozen(kw_only=True)
 class TimerKind:
     event_type: str
-    on_fired: Callable[[Tx, int, Timer, Event], None]
+    on_fired: Callable[[Tx, int, Timer, Event, CausalLimits], None]
     """The firing accepted ``event`` (a new Event, never a duplicate): apply its effect."""
-    on_refused: Callable[[Tx, int, Timer], None]
+    on_refused: Callable[[Tx, int, Timer, CausalLimits], None]
     """The causal bounds refused the firing: apply what must happen without an Event."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import deadlines
+from . import deadlines, waits
 from .timer_kind import TimerKind
 
-TIMER_KINDS: Mapping[str, TimerKind] = {kind.event_type: kind for kind in (deadlines.TIMER_KIND,)}
+TIMER_KINDS: Mapping[str, TimerKind] = {
+    kind.event_type: kind for kind in (deadlines.TIMER_KIND, waits.TIMER_KIND)
+}

@@ -100,9 +100,12 @@ def create_child_in_tx(
 
 
 def _authority_parent(execution: Execution) -> str:
-    if execution.trigger_id is None:
+    """What an execution's derived actions descend from: its causal authority (the wake bridge of a
+    continuation), else its trigger."""
+    parent = execution.authority_id or execution.trigger_id
+    if parent is None:
         raise InvalidRequest(f"execution {execution.id} has no trigger to derive from")
-    return execution.trigger_id
+    return parent
 
 
 def arm_derived_in_tx(
@@ -118,8 +121,7 @@ def arm_derived_in_tx(
     # an execution may not schedule the privileged core.* family (a forged core.execution.timeout)
     validate_spec(spec)
     validate_event_in(timer_template(spec, spec.delivery_id or spec.id))
-    if execution.trigger_id is None:
-        raise InvalidRequest(f"execution {execution.id} has no trigger to derive a timer from")
+    parent = _authority_parent(execution)
     work = tx.work(execution.work_id)
     assert work is not None
     if spec.scope != work.scope:
@@ -128,9 +130,7 @@ def arm_derived_in_tx(
     if existing is not None and not _armed_by_work(tx, existing, work.id):
         # re-arming would recreate someone else's timer (a root schedule, its own deadline)
         raise Conflict(f"timer {spec.id!r} was not armed by an execution of work {work.id}")
-    return arm_in_tx(
-        tx, now_ms, spec, parent_id=execution.trigger_id, execution_id=execution.id, policies=policies
-    )
+    return arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id, policies=policies)
 
 
 def _armed_by_work(tx: Tx, timer: Timer, work_id: str) -> bool:

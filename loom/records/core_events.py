@@ -25,4 +25,25 @@ EXECUTION_TIMEOUT = "core.execution.timeout"
 REPLAY_REQUESTED = "core.replay.requested"
 """An operator replayed an Event that had stayed unrouted; the payload names it and what it replaces."""
 
-ALL_CORE_TYPES = (WORK_CREATED, MANUAL_INTERRUPT, EXECUTION_TIMEOUT, REPLAY_REQUESTED)
+WAIT_TIMEOUT = "core.wait.timeout"
+"""A wait's own timeout, accepted when its timer fires; the wake arbitrates it like any match."""
+
+WAIT_WOKEN = "core.wait.woken"
+"""The bridge of a wake: derived from the winner, it carries the continuation's causal authority."""
+
+WAIT_BLOCKED = "core.wait.blocked"
+"""A wake the causal limits refused: names the wait, the winner and the reason; the Work is held."""
+
+WORK_RELEASED = "core.work.released"
+"""An operator released a held Work: outside input, the parent of a blocked wait's next wake."""
+
+ALL_CORE_TYPES = (
+    WORK_CREATED,
+    MANUAL_INTERRUPT,
+    EXECUTION_TIMEOUT,
+    REPLAY_REQUESTED,
+    WAIT_TIMEOUT,
+    WAIT_WOKEN,
+    WAIT_BLOCKED,
+    WORK_RELEASED,
+)

@@ -123,6 +123,8 @@ class DiagnosticKind(enum.StrEnum):
     """A start gate raised or answered something that is not a reason: the Work was held."""
     START_FAILED = "start_failed"
     """Starting an attempt failed for a reason that is not a conflict: the Work was held."""
+    WAIT_BLOCKED = "wait_blocked"
+    """The causal limits refused a wake (or a wait's timeout): the Work is held until released."""
     REPLAYED = "replayed"
     """An operator replayed an Event that had stayed unrouted: it is routed again, in order."""
 

@@ -23,6 +23,7 @@ from typing import Any
 from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
+from .waits import Waiting, WaitSpec
 from .work import Completed, Failed, Handoff, Lease, Outcome
 
 MAX_ID_LEN = 200
@@ -215,9 +216,9 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
     """An attempt's outcome as an executor or host reports it: `Completed`, `Handoff` or `Failed`,
     with consumed input ids, a usage table of named finite amounts, and (for `Failed`) an error text
     and an optional retry hint."""
-    if not isinstance(outcome, Completed | Handoff | Failed):
+    if not isinstance(outcome, Completed | Handoff | Failed | Waiting):
         raise InvalidRequest(
-            f"{field} must be a Completed, Handoff or Failed outcome, got {type(outcome).__name__} "
+            f"{field} must be a Completed, Handoff, Failed or Waiting outcome, got {type(outcome).__name__} "
             f"{_describe(outcome)}"
         )
     consumed: object = outcome.consumed_inputs
@@ -238,8 +239,34 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
             raise InvalidRequest(f"{field}.usage[{unit!r}] must be a finite number, got {_describe(amount)}")
         if isinstance(amount, int) and not MIN_INT <= amount <= MAX_INT:
             raise InvalidRequest(f"{field}.usage[{unit!r}] is outside 64 bits")
+    if isinstance(outcome, Waiting):
+        check_wait_spec(f"{field}.wait", outcome.wait)
+        artifacts: object = outcome.artifacts
+        if isinstance(artifacts, str) or not isinstance(artifacts, list | tuple):
+            raise InvalidRequest(
+                f"{field}.artifacts must be a list of references, got {type(artifacts).__name__}"
+            )
+        for i, ref in enumerate(artifacts):
+            check_text(f"{field}.artifacts[{i}]", ref, max_len=MAX_REASON_LEN)
     if isinstance(outcome, Failed):
         check_reason(f"{field}.error", outcome.error)
         if outcome.retry_after_ms is not None:
             check_int(f"{field}.retry_after_ms", outcome.retry_after_ms, 0, MAX_RETRY_AFTER_MS)
     return outcome
+
+
+def check_wait_spec(field: str, spec: object) -> WaitSpec:
+    """A well-formed `WaitSpec` (whether its keys belong to the Work is checked at registration)."""
+    if not isinstance(spec, WaitSpec):
+        raise InvalidRequest(f"{field} must be a WaitSpec, got {type(spec).__name__}")
+    check_keys(f"{field}.keys", spec.keys)
+    types: object = spec.types
+    if isinstance(types, str) or not isinstance(types, list | tuple):
+        raise InvalidRequest(f"{field}.types must be a list of type patterns, got {type(types).__name__}")
+    for i, pattern in enumerate(types):
+        check_text(f"{field}.types[{i}]", pattern)
+    if spec.after_seq is not None:
+        check_int(f"{field}.after_seq", spec.after_seq, 0, MAX_SEQ)
+    if spec.timeout_ms is not None:
+        check_int(f"{field}.timeout_ms", spec.timeout_ms, 1, MAX_TIME_MS)
+    return spec

@@ -15,6 +15,7 @@ import attrs
 from .events import Event, JSONObject
 from .frozen import frozen_object, frozen_optional_object
 from .states import Lifecycle
+from .waits import Waiting
 
 
 class Capability(enum.StrEnum):
@@ -87,13 +88,17 @@ class ExecutionState(enum.StrEnum):
     HANDOFF = "handoff"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PARKED = "parked"
+    """Waiting with a resume-capable binding: no authority; the same attempt resumes at a higher epoch."""
+    WAITED = "waited"
+    """Ended on a wait without resume: attempt N+1 continues with the winner."""
 
     @property
     def terminal(self) -> bool:
         return EXECUTION_LIFECYCLE.terminal(self)
 
 
-LIVE_EXECUTION_STATES = (ExecutionState.RUNNING, ExecutionState.STOPPING)
+LIVE_EXECUTION_STATES = (ExecutionState.RUNNING, ExecutionState.STOPPING, ExecutionState.PARKED)
 """The nonterminal attempt states: at most one attempt per Work is in one of them."""
 
 EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
@@ -106,9 +111,13 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
                 ExecutionState.HANDOFF,
                 ExecutionState.FAILED,
                 ExecutionState.CANCELLED,
+                ExecutionState.PARKED,
+                ExecutionState.WAITED,
             }
         ),
         ExecutionState.STOPPING: frozenset({ExecutionState.CANCELLED}),
+        ExecutionState.PARKED: frozenset({ExecutionState.RUNNING, ExecutionState.CANCELLED}),
+        ExecutionState.WAITED: frozenset(),
         ExecutionState.COMPLETED: frozenset(),
         ExecutionState.HANDOFF: frozenset(),
         ExecutionState.FAILED: frozenset(),
@@ -246,6 +255,10 @@ class Work:
     """Whether any attempt was ever claimed (start gates hold only the first start)."""
     released: bool = False
     """An operator released a hold: the next start goes through the start gates once."""
+    execution_state: ExecutionState | None = None
+    """The state of its nonterminal attempt (``None``: it has none)."""
+    wait_id: str | None = None
+    """Its active or blocked wait (``None``: it waits for nothing)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -289,6 +302,10 @@ class Execution:
     """The execution timeout: active time only (a wait pauses it)."""
     used_ms: int = 0
     """Active time spent in ended segments."""
+    watermark: int = 0
+    """The highest sequence this attempt has been handed (its acknowledged observation watermark)."""
+    authority_id: str | None = None
+    """The Event its derived actions descend from: its trigger, or the wake bridge of a continuation."""
 
 
 @attrs.frozen(kw_only=True)
@@ -320,6 +337,10 @@ class RunRequest:
     inputs: tuple[Event, ...]
     binding: str | None
     config: JSONObject = attrs.field(factory=dict, hash=False, converter=frozen_object)
+    executor: str | None = None
+    """The executor that runs it (the binding's, pinned at the attempt's first claim)."""
+    resumed: bool = False
+    """The same attempt continues after a wait, at a higher epoch; ``trigger`` is the wait's winner."""
 
 
 @attrs.frozen(kw_only=True)
@@ -361,7 +382,7 @@ class Failed:
     usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
 
 
-Outcome = Completed | Handoff | Failed
+Outcome = Completed | Handoff | Failed | Waiting
 
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
@@ -373,4 +394,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Failed):
         data["error"] = outcome.error
         data["retry_after_ms"] = outcome.retry_after_ms
+    if isinstance(outcome, Waiting):
+        data["artifacts"] = list(outcome.artifacts)
     return data

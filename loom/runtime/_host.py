@@ -5,7 +5,7 @@ operator controls, timers, and the bounded host pass `poll` (DESIGN sections 1 a
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -41,6 +41,7 @@ from ..records.validation import (
     check_text,
     validate_outcome,
 )
+from ..records.waits import Waiting, WaitSpec
 from ..records.work import Execution, Intent, Lease, Outcome, Work
 from ..store import Tx
 from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit, lookup
@@ -100,9 +101,33 @@ class Host(RuntimeBase):
         """Commit an attempt's outcome under its fence (`StaleAuthority` if the lease is stale)."""
         check_lease("lease", lease)
         validate_outcome(outcome)
-        kind = kind_policy(self._p.config(), lease.request.kind)
-        execution: Execution = await self._submit(complete_in_tx, Authority.of(lease), outcome, kind)
+        config = self._p.config()
+        kind = kind_policy(config, lease.request.kind)
+        execution: Execution = await self._submit(
+            complete_in_tx, Authority.of(lease), outcome, kind, config.causal
+        )
         return execution
+
+    async def wait(
+        self,
+        lease: Lease,
+        spec: WaitSpec | None = None,
+        *,
+        consumed_inputs: Sequence[str] = (),
+        usage: Mapping[str, float] | None = None,
+        artifacts: Sequence[str] = (),
+    ) -> Execution:
+        """End the attempt's active segment on a wait (trusted host call: the host observed its executor
+        finish or suspend the segment). With a resume-capable binding the attempt parks and resumes at a
+        higher epoch once woken; otherwise attempt N+1 continues with the winner. Registration scans
+        accepted history and may wake at once. Same as ``complete(lease, Waiting(...))``."""
+        outcome = Waiting(
+            wait=spec if spec is not None else WaitSpec(),
+            consumed_inputs=tuple(consumed_inputs),
+            usage=dict(usage or {}),
+            artifacts=tuple(artifacts),
+        )
+        return await self.complete(lease, outcome)
 
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
         """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""
@@ -130,7 +155,7 @@ class Host(RuntimeBase):
     async def release(self, work_id: str) -> Work:
         """Release a hold; the next start goes through (start gates let it through once)."""
         lookup("work_id", work_id)
-        work: Work = await self._submit(release_in_tx, work_id)
+        work: Work = await self._submit(release_in_tx, work_id, self._p.config().causal)
         return work
 
     async def cancel(self, work_id: str) -> Work:

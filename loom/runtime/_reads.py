@@ -14,6 +14,7 @@ from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
 from ..records.serde import structure
 from ..records.timers import Firing, Timer, TimerState
 from ..records.validation import MAX_SEQ, check_int
+from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
 from ._base import RuntimeBase, after, check_limit, lookup, member
 
@@ -90,6 +91,12 @@ class Reads(RuntimeBase):
             checkpoints=tuple(await self._p.reader.checkpoints_of_work(work_id)),
             executions=tuple(await self._p.reader.executions_of_work(work_id)),
         )
+
+    async def waits(self, work_id: str) -> list[Wait]:
+        """The Work's waits, oldest first: the open one (if any) and the history of woken, blocked and
+        cancelled ones (winner, bridge, timeout identity, reason)."""
+        lookup("work_id", work_id)
+        return await self._p.reader.waits_of_work(work_id)
 
     async def execution(self, execution_id: str) -> Execution:
         lookup("execution_id", execution_id)

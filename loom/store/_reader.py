@@ -15,10 +15,12 @@ import trio
 from ..records.errors import StorageClosed
 from ..records.events import Diagnostic, Event, KVEntry
 from ..records.timers import Firing, Timer
+from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
 from ._tx import Tx
+from ._tx_waits import WAIT_SELECT, wait_from_row
 
 Rows = list[tuple[Any, ...]]
 
@@ -100,18 +102,23 @@ class Reader:
         return int(rows[0][0]) if rows else 0
 
     async def work(self, work_id: str) -> Work | None:
-        row, keys, pending, live = await self._snapshot(
+        row, keys, pending, live, wait = await self._snapshot(
             [
                 (_sql.WORK_BY_ID, (work_id,)),
                 (_sql.WORK_KEYS, (work_id,)),
                 (_sql.WORK_PENDING, (work_id,)),
                 (_sql.WORK_LIVE_EXECUTION, (work_id,)),
+                (_sql.WORK_OPEN_WAIT, (work_id,)),
             ]
         )
         if not row:
             return None
         return _sql.work_from_row(
-            row[0], tuple(r[0] for r in keys), tuple(r[0] for r in pending), live[0][0] if live else None
+            row[0],
+            tuple(r[0] for r in keys),
+            tuple(r[0] for r in pending),
+            live[0] if live else None,
+            wait[0][0] if wait else None,
         )
 
     async def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
@@ -173,6 +180,14 @@ class Reader:
             (state, state, after_id, limit),
         )
         return [_sql.timer_from_row(r) for r in rows]
+
+    async def waits_of_work(self, work_id: str) -> list[Wait]:
+        rows = await self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY created_at_ms, id", (work_id,))
+        return [wait_from_row(r) for r in rows]
+
+    async def wait(self, wait_id: str) -> Wait | None:
+        rows = await self._all(f"{WAIT_SELECT} WHERE id = ?", (wait_id,))
+        return wait_from_row(rows[0]) if rows else None
 
     async def firings_of_timer(self, timer_id: str) -> list[Firing]:
         return [_sql.firing_from_row(r) for r in await self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]

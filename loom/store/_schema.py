@@ -205,6 +205,43 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (event_id, replay_id)
     );
     """,
+    # 5: waits, parked attempts, watermarks and causal authority of continuations
+    """
+    DROP INDEX executions_one_live;
+    CREATE UNIQUE INDEX executions_one_live ON executions (work_id)
+        WHERE state IN ('running', 'stopping', 'parked');
+    ALTER TABLE executions ADD COLUMN watermark INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE executions ADD COLUMN authority_id TEXT;
+    CREATE TABLE waits (
+        id                  TEXT PRIMARY KEY,
+        work_id             TEXT NOT NULL REFERENCES works (id),
+        execution_id        TEXT NOT NULL REFERENCES executions (id),
+        attempt             INTEGER NOT NULL,
+        epoch               INTEGER NOT NULL,
+        state               TEXT NOT NULL,
+        keys                TEXT NOT NULL,
+        types               TEXT NOT NULL,
+        after_seq           INTEGER NOT NULL,
+        resume              INTEGER NOT NULL,
+        timeout_at_ms       INTEGER,
+        timeout_timer_id    TEXT,
+        timeout_delivery_id TEXT,
+        winner_event_id     TEXT,
+        bridge_event_id     TEXT,
+        reason              TEXT,
+        created_at_ms       INTEGER NOT NULL,
+        woken_at_ms         INTEGER,
+        taken_at_ms         INTEGER,
+        detail              TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE UNIQUE INDEX waits_one_open ON waits (execution_id) WHERE state IN ('active', 'blocked');
+    CREATE INDEX waits_work ON waits (work_id, created_at_ms);
+    CREATE TABLE wait_keys (
+        key     TEXT NOT NULL,
+        wait_id TEXT NOT NULL REFERENCES waits (id),
+        PRIMARY KEY (key, wait_id)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -81,7 +81,8 @@ def _sql_set(states: tuple[enum.Enum, ...]) -> str:
 LIVE = _sql_set(LIVE_EXECUTION_STATES)
 OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
 WORK_PENDING = f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
-WORK_LIVE_EXECUTION = f"SELECT id FROM executions WHERE work_id = ? AND state IN {LIVE}"
+WORK_LIVE_EXECUTION = f"SELECT id, state FROM executions WHERE work_id = ? AND state IN {LIVE}"
+WORK_OPEN_WAIT = "SELECT id FROM waits WHERE work_id = ? AND state IN ('active', 'blocked')"
 CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
     " generation, at_ms"
@@ -95,7 +96,8 @@ UNROUTED_EVENTS = (
 )
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
-    " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms, segment, budget_ms, used_ms"
+    " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms, segment, budget_ms, used_ms,"
+    " watermark, authority_id"
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
@@ -105,7 +107,9 @@ INTENT_SELECT = (
 )
 
 
-def work_from_row(row: Row, keys: tuple[str, ...], pending: tuple[str, ...], live: str | None) -> Work:
+def work_from_row(
+    row: Row, keys: tuple[str, ...], pending: tuple[str, ...], live: Row | None, wait_id: str | None
+) -> Work:
     return Work(
         id=row[0],
         scope=row[1],
@@ -123,7 +127,9 @@ def work_from_row(row: Row, keys: tuple[str, ...], pending: tuple[str, ...], liv
         released=bool(row[13]),
         keys=keys,
         pending_inputs=pending,
-        current_execution_id=live,
+        current_execution_id=live[0] if live else None,
+        execution_state=ExecutionState(live[1]) if live else None,
+        wait_id=wait_id,
     )
 
 
@@ -166,6 +172,8 @@ def execution_from_row(row: Row) -> Execution:
         segment=row[17],
         budget_ms=row[18],
         used_ms=row[19],
+        watermark=row[20],
+        authority_id=row[21],
     )
 
 

@@ -37,6 +37,7 @@ from ..records.work import (
 from . import _sql
 from ._tx_base import written
 from ._tx_timers import TimersTx
+from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
 _EXECUTION_FIELDS = frozenset(
@@ -53,11 +54,15 @@ _EXECUTION_FIELDS = frozenset(
         "used_ms",
         "segment_started_ms",
         "deadline_timer_id",
+        "watermark",
+        "authority_id",
+        "inputs",
+        "trigger_id",
     }
 )
 
 
-class Tx(TimersTx):
+class Tx(WaitsTx, TimersTx):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------
@@ -167,7 +172,8 @@ class Tx(TimersTx):
         keys = tuple(r[0] for r in self._all(_sql.WORK_KEYS, (work_id,)))
         pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
         live = self._one(_sql.WORK_LIVE_EXECUTION, (work_id,))
-        return _sql.work_from_row(row, keys, pending, live[0] if live else None)
+        wait = self._one(_sql.WORK_OPEN_WAIT, (work_id,))
+        return _sql.work_from_row(row, keys, pending, live, wait[0] if wait else None)
 
     def insert_work(
         self,
@@ -384,11 +390,13 @@ class Tx(TimersTx):
         capabilities: Sequence[str],
         generation: int,
         now_ms: int,
+        watermark: int = 0,
+        authority_id: str | None = None,
     ) -> None:
         self._conn.execute(
             "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
-            " inputs, binding, executor, capabilities, generation, created_at_ms)"
-            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id)"
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 id,
                 work_id,
@@ -404,6 +412,8 @@ class Tx(TimersTx):
                 json.dumps(sorted(capabilities)),
                 generation,
                 now_ms,
+                watermark,
+                authority_id,
             ),
         )
 

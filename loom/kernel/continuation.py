@@ -1,0 +1,121 @@
+"""Continuation after a wait (seed 003 "Resume and continuation"; seed 000 "Resume and continuation"):
+parking an attempt on its waiting outcome, and resuming it (or starting attempt N+1) once woken.
+
+A resume-capable attempt (its binding pinned ``resume``) parks: its authority is released, its active
+time stops counting, and after the wake the same attempt resumes at a higher epoch with a new token,
+its original trigger kept and the winner as `RunRequest.trigger`. Any other attempt ends on its wait
+and attempt N+1 starts with the winner. Either way the continuation's causal authority is the wake's
+``core.wait.woken`` bridge, and `RunRequest.inputs` is the ordered batch accumulated meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import CausalLimits
+from ..records.events import Event
+from ..records.notices import WorkChanged
+from ..records.waits import Wait, Waiting
+from ..records.work import (
+    Capability,
+    Execution,
+    ExecutionState,
+    Lease,
+    RunRequest,
+    Work,
+    WorkState,
+    outcome_json,
+)
+from ..store import Tx
+from .segments import end_segment_in_tx, start_segment_in_tx
+from .waits import register_wait_in_tx
+
+
+def park_in_tx(
+    tx: Tx, now_ms: int, execution: Execution, work: Work, outcome: Waiting, limits: CausalLimits
+) -> Execution:
+    """Apply a waiting outcome (its inputs already settled by the caller): park or end the attempt,
+    make the Work waiting, and register the wait, which scans history and may wake it at once."""
+    resume = Capability.RESUME.value in execution.capabilities
+    end_segment_in_tx(tx, now_ms, execution)
+    data = json.dumps(outcome_json(outcome))
+    if resume:
+        # the token stays with the parked record (a host may still enrich it); authority needs `running`
+        tx.set_execution_state(execution, ExecutionState.PARKED, outcome=data)
+    else:
+        tx.set_execution_state(execution, ExecutionState.WAITED, token=None, outcome=data, ended_at_ms=now_ms)
+    tx.set_work_state(work, WorkState.WAITING, now_ms)
+    tx.notify(WorkChanged(work_id=work.id))
+    parked = tx.execution(execution.id)
+    assert parked is not None
+    waiting = tx.work(work.id)
+    assert waiting is not None
+    register_wait_in_tx(tx, now_ms, parked, waiting, outcome.wait, resume=resume, limits=limits)
+    result = tx.execution(execution.id)
+    assert result is not None
+    return result
+
+
+def resume_in_tx(
+    tx: Tx,
+    now_ms: int,
+    work: Work,
+    execution: Execution,
+    wake: Wait,
+    inputs: list[Event],
+    *,
+    token: str,
+    owner: str,
+    lease_ms: int,
+    config: Mapping[str, Any],
+) -> Lease:
+    """Resume a parked attempt after its wake: a higher epoch, a new token, the winner as trigger, the
+    accumulated batch as inputs, and a new active segment with the budget it has left."""
+    winner = tx.event(wake.winner_event_id or "")
+    assert winner is not None, f"woken wait {wake.id} has no winner"
+    epoch = execution.epoch + 1
+    expires = now_ms + lease_ms
+    watermark = max([execution.watermark, *(e.seq for e in inputs)])
+    tx.set_execution_state(
+        execution,
+        ExecutionState.RUNNING,
+        epoch=epoch,
+        token=token,
+        owner=owner,
+        expires_at_ms=expires,
+        inputs=json.dumps([e.id for e in inputs]),
+        watermark=watermark,
+        authority_id=wake.bridge_event_id,
+    )
+    tx.take_wake(wake, now_ms)
+    if execution.budget_ms is not None:
+        parent = wake.bridge_event_id or winner.id
+        remaining = execution.budget_ms - execution.used_ms
+        start_segment_in_tx(tx, now_ms, execution.id, execution.segment + 1, remaining, parent, work.scope)
+    tx.set_work_state(work, WorkState.RUNNING, now_ms)
+    tx.notify(WorkChanged(work_id=work.id))
+    request = RunRequest(
+        work_id=work.id,
+        execution_id=execution.id,
+        attempt=execution.attempt,
+        scope=work.scope,
+        kind=work.kind,
+        trigger=winner,
+        inputs=tuple(inputs),
+        binding=execution.binding,
+        config=dict(config),
+        executor=execution.executor,
+        resumed=True,
+    )
+    return Lease(
+        execution_id=execution.id,
+        work_id=work.id,
+        attempt=execution.attempt,
+        epoch=epoch,
+        token=token,
+        owner=owner,
+        expires_at_ms=expires,
+        request=request,
+    )

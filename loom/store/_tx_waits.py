@@ -1,0 +1,163 @@
+"""The wait part of `Tx`: waits, their watched keys, and the matching-Event scan."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..records.events import Event
+from ..records.waits import WAIT_LIFECYCLE, Wait, WaitState
+from ..records.work import InputState
+from . import _sql
+from ._tx_base import TxBase, written
+
+WAIT_COLUMNS = (
+    "id, work_id, execution_id, attempt, epoch, state, keys, types, after_seq, resume, timeout_at_ms,"
+    " timeout_timer_id, timeout_delivery_id, winner_event_id, bridge_event_id, reason, created_at_ms,"
+    " woken_at_ms, detail"
+)
+WAIT_SELECT = f"SELECT {WAIT_COLUMNS} FROM waits"
+_OPEN = f"('{WaitState.ACTIVE.value}', '{WaitState.BLOCKED.value}')"
+
+
+def wait_from_row(row: tuple[Any, ...]) -> Wait:
+    return Wait(
+        id=row[0],
+        work_id=row[1],
+        execution_id=row[2],
+        attempt=row[3],
+        epoch=row[4],
+        state=WaitState(row[5]),
+        keys=tuple(json.loads(row[6])),
+        types=tuple(json.loads(row[7])),
+        after_seq=row[8],
+        resume=bool(row[9]),
+        timeout_at_ms=row[10],
+        timeout_timer_id=row[11],
+        timeout_delivery_id=row[12],
+        winner_event_id=row[13],
+        bridge_event_id=row[14],
+        reason=row[15],
+        created_at_ms=row[16],
+        woken_at_ms=row[17],
+        detail=json.loads(row[18]),
+    )
+
+
+_WAIT_FIELDS = frozenset(
+    {
+        "winner_event_id",
+        "bridge_event_id",
+        "reason",
+        "woken_at_ms",
+        "timeout_timer_id",
+        "taken_at_ms",
+        "detail",
+    }
+)
+
+
+class WaitsTx(TxBase):
+    def wait(self, wait_id: str) -> Wait | None:
+        row = self._one(f"{WAIT_SELECT} WHERE id = ?", (wait_id,))
+        return wait_from_row(row) if row else None
+
+    def open_wait_of_work(self, work_id: str) -> Wait | None:
+        """The Work's active or blocked wait (at most one: one per attempt, one live attempt per Work)."""
+        row = self._one(f"{WAIT_SELECT} WHERE work_id = ? AND state IN {_OPEN}", (work_id,))
+        return wait_from_row(row) if row else None
+
+    def open_waits_on_key(self, key: str) -> list[Wait]:
+        """Active or blocked waits watching ``key``."""
+        rows = self._all(
+            f"{WAIT_SELECT} w WHERE w.state IN {_OPEN} AND w.id IN (SELECT wait_id FROM wait_keys WHERE key = ?)",
+            (key,),
+        )
+        return [wait_from_row(r) for r in rows]
+
+    def untaken_wake(self, work_id: str) -> Wait | None:
+        """The Work's woken wait whose continuation has not started yet."""
+        row = self._one(
+            f"{WAIT_SELECT} WHERE work_id = ? AND state = ? AND taken_at_ms IS NULL ORDER BY woken_at_ms DESC",
+            (work_id, WaitState.WOKEN.value),
+        )
+        return wait_from_row(row) if row else None
+
+    def take_wake(self, wait: Wait, now_ms: int) -> None:
+        """The continuation of a woken wait started: it is not handed to another attempt."""
+        self._update_wait(wait, wait.state.value, {"taken_at_ms": now_ms})
+
+    def waits_of_work(self, work_id: str) -> list[Wait]:
+        return [
+            wait_from_row(r)
+            for r in self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY created_at_ms, id", (work_id,))
+        ]
+
+    def insert_wait(self, wait: Wait) -> None:
+        self._conn.execute(
+            f"INSERT INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                wait.id,
+                wait.work_id,
+                wait.execution_id,
+                wait.attempt,
+                wait.epoch,
+                wait.state.value,
+                json.dumps(list(wait.keys)),
+                json.dumps(list(wait.types)),
+                wait.after_seq,
+                int(wait.resume),
+                wait.timeout_at_ms,
+                wait.timeout_timer_id,
+                wait.timeout_delivery_id,
+                wait.winner_event_id,
+                wait.bridge_event_id,
+                wait.reason,
+                wait.created_at_ms,
+                wait.woken_at_ms,
+                json.dumps(dict(wait.detail), sort_keys=True),
+            ),
+        )
+        self._conn.executemany(
+            "INSERT OR IGNORE INTO wait_keys (key, wait_id) VALUES (?, ?)",
+            [(key, wait.id) for key in wait.keys],
+        )
+
+    def set_wait_state(self, wait: Wait, new: WaitState, **fields: Any) -> None:
+        """Move ``wait`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+        WAIT_LIFECYCLE.check(wait.id, wait.state, new)
+        self._update_wait(wait, new.value, fields)
+
+    def update_wait(self, wait: Wait, **fields: Any) -> None:
+        """Set non-state fields on a wait it is still in the state it was read in."""
+        self._update_wait(wait, wait.state.value, fields)
+
+    def _update_wait(self, wait: Wait, state: str, fields: dict[str, Any]) -> None:
+        unknown = set(fields) - _WAIT_FIELDS
+        assert not unknown, f"wait: unknown fields {unknown}"
+        values = [json.dumps(v, sort_keys=True) if k == "detail" else v for k, v in fields.items()]
+        sets = "".join(f", {name} = ?" for name in fields)
+        cur = self._conn.execute(
+            f"UPDATE waits SET state = ?{sets} WHERE id = ? AND state = ?",
+            (state, *values, wait.id, wait.state.value),
+        )
+        written(cur, f"wait {wait.id}", wait.state, state)
+
+    def matching_candidates(
+        self, work_id: str, keys: Sequence[str], after_seq: int, limit: int
+    ) -> list[Event]:
+        """Accepted Events after ``after_seq`` on ``keys``, in sequence order, that are not the Work's own
+        (published by one of its executions), not core control Events, and not input it already took in."""
+        if not keys:
+            return []
+        marks = ", ".join("?" for _ in keys)
+        rows = self._all(
+            f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE e.key IN ({marks}) AND e.seq > ?"
+            " AND e.type NOT LIKE 'core.%'"
+            " AND NOT (e.execution_id IS NOT NULL AND e.execution_id IN (SELECT id FROM executions WHERE work_id = ?))"
+            " AND NOT EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = ? AND i.event_id = e.id AND i.state != ?)"
+            " ORDER BY e.seq LIMIT ?",
+            (*keys, after_seq, work_id, work_id, InputState.PENDING.value, limit),
+        )
+        return [_sql.event_from_row(r) for r in rows]
