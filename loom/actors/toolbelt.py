@@ -13,9 +13,10 @@ from ..config import CausalLimits
 from ..kernel.authority import Authority
 from ..kernel.executions import renew_in_tx
 from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
-from ..records.errors import CausalRefused
+from ..records.errors import CausalRefused, InvalidRequest
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
+from ..records.validation import check_keys
 from ..records.work import Lease, Work
 from ..store import StorageActor
 
@@ -53,6 +54,11 @@ class RuntimeToolbelt:
 
     async def create_child(self, name: str, *, keys: Sequence[str] = (), kind: str | None = None) -> Work:
         """Create child Work in this Work's scope; ``name`` makes it idempotent."""
+        seen: set[str] = set()
+        for i, key in enumerate(check_keys("create_child: keys", keys)):
+            if key in seen:  # a second attach of one key would break the store's key ownership
+                raise InvalidRequest(f"create_child: keys[{i}] repeats the key {key!r}")
+            seen.add(key)
         result = await self._storage.submit(
             create_child_in_tx,
             Authority.of(self._lease),

@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from ..records.errors import ConfigError
+from ..records.validation import MAX_INT, MAX_PAYLOAD_DEPTH, MIN_INT, is_valid_unicode
 
 MAX_NAME_LEN = 200
 
@@ -46,10 +47,13 @@ def optional_bounded(low: int, high: int) -> Any:
     return optional
 
 
-def key_path(path: str, *names: str) -> str:
-    """Append TOML keys to a dotted path, quoting those that are not bare keys."""
+def key_path(path: str, *names: object) -> str:
+    """Append TOML keys to a dotted path, quoting those that are not bare keys (a key that is not a
+    string is shown by its ``repr``; one that is not valid Unicode is escaped, so a message naming it
+    stays printable text)."""
     for name in names:
-        part = name if _BARE_KEY_RE.match(name) else json.dumps(name, ensure_ascii=False)
+        text = name if isinstance(name, str) else repr(name)
+        part = text if _BARE_KEY_RE.match(text) else json.dumps(text, ensure_ascii=not is_valid_unicode(text))
         path = f"{path}.{part}" if path else part
     return path
 
@@ -86,20 +90,32 @@ def check_name(value: object, key: str) -> None:
         )
 
 
-def check_json(value: object, key: str) -> None:
-    """Opaque tables must be JSON data: they are passed to plugins and recorded with decisions."""
+def check_json(value: object, key: str, depth: int = 1) -> None:
+    """Opaque tables must be JSON data, held to the payload rules (string keys, valid Unicode, 64-bit
+    integers, finite floats, at most `MAX_PAYLOAD_DEPTH` levels): they are passed to plugins and
+    recorded with decisions."""
+    if isinstance(value, dict | list) and depth > MAX_PAYLOAD_DEPTH:
+        raise ConfigError(f"is nested more than {MAX_PAYLOAD_DEPTH} levels deep", key=key)
     if isinstance(value, dict):
         for name, item in value.items():
             if not isinstance(name, str):
                 raise ConfigError(f"keys must be strings, got {name!r}", key=key)
-            check_json(item, key_path(key, name))
+            if not is_valid_unicode(name):
+                raise ConfigError(f"keys must be valid Unicode text, got {name!r}", key=key)
+            check_json(item, key_path(key, name), depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            check_json(item, f"{key}[{i}]")
+            check_json(item, f"{key}[{i}]", depth + 1)
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise ConfigError(f"must be JSON data, got {value!r}", key=key)
-    elif not (value is None or isinstance(value, str | int | bool)):
+    elif isinstance(value, str):
+        if not is_valid_unicode(value):
+            raise ConfigError(f"must be valid Unicode text (it holds a lone surrogate): {value!r}", key=key)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not MIN_INT <= value <= MAX_INT:
+            raise ConfigError(f"must be an integer within 64 bits, got {value!r}", key=key)
+    elif not (value is None or isinstance(value, bool)):
         raise ConfigError(f"must be JSON data (no dates or times), got {type(value).__name__}", key=key)
 
 

@@ -14,8 +14,9 @@ from typing import Any
 
 import attrs
 
-from ..records.errors import ConfigError
+from ..records.errors import ConfigError, InvalidRequest
 from ..records.frozen import frozen_object
+from ..records.validation import MAX_REASON_LEN, check_text
 from ..records.work import Capability, Policy
 from ._keys import bounded, check_json, check_name, key_path, optional_bounded
 
@@ -195,6 +196,11 @@ class Route:
                 )
             if not self.error_fallback.is_terminal:
                 raise ConfigError(f"must be queue or drop, got {self.error_fallback}", key="error_fallback")
+        if self.reason:  # the kernel holds a dropped Event's reason to the same rule ("": the default)
+            try:
+                check_text("reason", self.reason, max_len=MAX_REASON_LEN, strip=False)
+            except InvalidRequest as exc:
+                raise ConfigError(str(exc).removeprefix("reason "), key="reason") from None
         if self.reason is not None and Policy.DROP not in self.policies:
             raise ConfigError("only a route that can drop records a reason", key="reason")
         if self.create_work and self.policy is Policy.DROP:

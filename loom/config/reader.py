@@ -7,7 +7,6 @@ a list of patterns belongs. Every key must be taken, or it is refused as unknown
 
 from __future__ import annotations
 
-import copy
 import difflib
 import enum
 from collections.abc import Callable, Collection, Mapping
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ..records.errors import ConfigError
+from ..records.validation import MAX_PAYLOAD_DEPTH
 from ..records.work import Capability, Policy
 from ._keys import key_path, rekey
 from .model import (
@@ -36,7 +36,7 @@ class Where:
     file: str
     path: str
 
-    def at(self, name: str) -> Where:
+    def at(self, name: object) -> Where:
         return Where(self.file, key_path(self.path, name))
 
     def index(self, i: int) -> Where:
@@ -118,7 +118,39 @@ def _list(item: Callable[[Any, Where], Any]) -> Callable[[Any, Where], tuple[Any
 def _table_value(value: Any, where: Where) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise where.error(f"must be a table, got {_describe(value)}")
-    return copy.deepcopy(dict(value))
+    copied: dict[str, Any] = _copy(value)
+    return copied
+
+
+def _copy(value: Any) -> Any:
+    """A copy of plain data, every mapping as a ``dict`` (`_check_depth` bounds its recursion)."""
+    if isinstance(value, Mapping):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_copy(item) for item in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+MAX_DEPTH = MAX_PAYLOAD_DEPTH + 8
+"""How deep configuration data may nest: an opaque table's own limit below the deepest key that holds
+one (``scopes.<scope>.routes[<i>].config``). Checked before anything recurses into the data."""
+
+
+def _check_depth(data: Any, where: Where) -> None:
+    """Refuse data nested more than `MAX_DEPTH` levels, walking it level by level (no recursion)."""
+    level: list[tuple[Where, Any]] = [(where, data)]
+    for _ in range(MAX_DEPTH):
+        nested: list[tuple[Where, Any]] = []
+        for at, value in level:
+            if isinstance(value, Mapping):
+                nested += [(at.at(key), item) for key, item in value.items()]
+            elif isinstance(value, list | tuple):
+                nested += [(at.index(i), item) for i, item in enumerate(value)]
+        if not nested:
+            return
+        level = nested
+    raise level[0][0].error(f"is nested more than {MAX_DEPTH} levels deep")
 
 
 def _enum(cls: type[E], what: str) -> Callable[[Any, Where], E]:
@@ -167,6 +199,7 @@ _ROUTE_KEYS = (
 
 def structure_config_fields(data: Mapping[str, Any], where: Where) -> dict[str, Any]:
     """The top-level fields of a `Config` read from ``data`` (each section checked as it is read)."""
+    _check_depth(data, where)
     root = _Table(data, where, _ROOT_KEYS)
     return {
         "causal": root.get("causal", _causal, CausalLimits()),
@@ -178,7 +211,11 @@ def structure_config_fields(data: Mapping[str, Any], where: Where) -> dict[str, 
 
 def _mapping(item: Callable[[Any, Where], Any]) -> Callable[[Any, Where], dict[str, Any]]:
     def check(value: Any, where: Where) -> dict[str, Any]:
-        return {name: item(element, where.at(name)) for name, element in _table_value(value, where).items()}
+        table = _table_value(value, where)
+        for name in table:
+            if not isinstance(name, str):
+                raise where.at(name).error(f"keys must be strings, got {_describe(name)}")
+        return {name: item(element, where.at(name)) for name, element in table.items()}
 
     return check
 

@@ -24,7 +24,7 @@ from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
 from .waits import Waiting, WaitSpec
-from .work import Completed, Failed, Handoff, Lease, Outcome
+from .work import Completed, Failed, Handoff, Lease, Outcome, RunRequest
 
 MAX_ID_LEN = 200
 MAX_KEY_LEN = 500
@@ -118,9 +118,10 @@ def validate_scope(scope: object, *, field: str = "event.scope") -> str:
 
 
 def check_json_value(field: str, value: Any, depth: int = 1) -> None:
-    """JSON data: objects with string keys, arrays, valid Unicode strings, 64-bit integers, finite
-    floats, booleans and null, at most `MAX_PAYLOAD_DEPTH` levels deep (checked before going deeper,
-    so no input can exhaust the stack)."""
+    """JSON data: objects (a ``dict``: ``json.dumps`` writes no other mapping) with string keys, arrays
+    (``list`` or ``tuple``), valid Unicode strings, 64-bit integers, finite floats, booleans and null,
+    at most `MAX_PAYLOAD_DEPTH` levels deep (checked before going deeper, so no input can exhaust the
+    stack)."""
     if value is None or isinstance(value, bool):
         return
     if isinstance(value, str):
@@ -135,10 +136,10 @@ def check_json_value(field: str, value: Any, depth: int = 1) -> None:
         if not math.isfinite(value):
             raise InvalidRequest(f"{field} holds a number JSON cannot carry: {value!r}")
         return
-    if isinstance(value, Mapping | list | tuple):
+    if isinstance(value, dict | list | tuple):
         if depth > MAX_PAYLOAD_DEPTH:
             raise InvalidRequest(f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep")
-        if isinstance(value, Mapping):
+        if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidRequest(
@@ -157,7 +158,7 @@ def check_json_value(field: str, value: Any, depth: int = 1) -> None:
 def payload_json(payload: object, *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """Check a JSON object (see `check_json_value`) and return its canonical JSON text, at most
     ``max_bytes`` long."""
-    if not isinstance(payload, Mapping):
+    if not isinstance(payload, dict):
         raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}")
     check_json_value(field, payload)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -209,6 +210,9 @@ def check_lease(field: str, lease: object) -> Lease:
     check_int(f"{field}.attempt", lease.attempt, 1, MAX_INT)
     check_int(f"{field}.epoch", lease.epoch, 1, MAX_INT)
     check_text(f"{field}.token", lease.token, max_len=MAX_KEY_LEN)
+    if not isinstance(lease.request, RunRequest):
+        raise InvalidRequest(f"{field}.request must be a RunRequest, got {type(lease.request).__name__}")
+    check_text(f"{field}.request.kind", lease.request.kind, optional=True)
     return lease
 
 

@@ -61,6 +61,19 @@ def _diagnose(tx: Tx, now_ms: int, kind: DiagnosticKind, subject: str, message: 
     tx.add_diagnostic(kind, subject, message, {}, now_ms)
 
 
+def _listed(field: str, value: object) -> tuple[Any, ...]:
+    """A list or tuple argument as a tuple (the record it goes into checks its items)."""
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise InvalidRequest(f"{field} must be a list, got {type(value).__name__}")
+    return tuple(value)
+
+
+def _mapping(field: str, value: object) -> None:
+    """A table argument (the record it goes into checks its keys and values)."""
+    if not isinstance(value, Mapping):
+        raise InvalidRequest(f"{field} must be a table, got {type(value).__name__}")
+
+
 class Host(RuntimeBase):
     # -- executions (for hosts that run their own executors, and tests) --------------
 
@@ -121,11 +134,13 @@ class Host(RuntimeBase):
         finish or suspend the segment). With a resume-capable binding the attempt parks and resumes at a
         higher epoch once woken; otherwise attempt N+1 continues with the winner. Registration scans
         accepted history and may wake at once. Same as ``complete(lease, Waiting(...))``."""
+        if usage is not None:
+            _mapping("usage", usage)
         outcome = Waiting(
             wait=spec if spec is not None else WaitSpec(),
-            consumed_inputs=tuple(consumed_inputs),
+            consumed_inputs=_listed("consumed_inputs", consumed_inputs),
             usage=dict(usage or {}),
-            artifacts=tuple(artifacts),
+            artifacts=_listed("artifacts", artifacts),
         )
         return await self.complete(lease, outcome)
 
@@ -211,6 +226,8 @@ class Host(RuntimeBase):
     async def arm_recurring(self, spec: TimerSpec) -> Timer:
         """Arm a root timer that recurs every ``spec.interval_ms``; each occurrence has its own
         delivery identity ``{delivery_id}@{occurrence_ms}``."""
+        if not isinstance(spec, TimerSpec):
+            raise InvalidRequest(f"expected a TimerSpec, got {type(spec).__name__}")
         if spec.interval_ms is None:
             raise InvalidRequest("arm_recurring: timer.interval_ms is required")
         return await self.arm(spec)
@@ -230,6 +247,9 @@ class Host(RuntimeBase):
     ) -> Timer:
         """Arm a configured root timer whose recurrence policy ``kind`` (a plugin's, e.g. ``cron``)
         interprets the opaque ``spec`` at each firing."""
+        _mapping("timer.spec", spec)  # (``type`` is an argument here: the checks live outside)
+        if payload is not None:
+            _mapping("timer.payload", payload)
         return await self.arm(
             TimerSpec(
                 id=timer_id,
@@ -238,7 +258,7 @@ class Host(RuntimeBase):
                 type=type,
                 scope=scope,
                 key=key,
-                payload=dict(payload or {}),
+                payload=dict(payload) if payload is not None else {},
                 recurrence=kind,
                 spec=dict(spec),
             )

@@ -15,8 +15,9 @@ from ..actors.timer_service import TimerService
 from ..actors.timers import TimerActor
 from ..config import Config
 from ..records.clock import Clock
-from ..records.errors import InvalidRequest
+from ..records.errors import ConfigError, InvalidRequest
 from ..records.events import Event, EventIn
+from ..records.validation import check_int
 from ..store import Tx
 from ._host import Host
 from ._reads import Reads
@@ -26,6 +27,9 @@ ACTORS = ("router", "timers")
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
 intents; ``timers`` fires due timers. Each needs only the store."""
+
+MAX_WATCH_CAPACITY = 1_000_000
+"""The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
 def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
@@ -50,6 +54,8 @@ class Runtime(Reads, Host):
         A refused config raises `ConfigError` naming file, key and reason; the old
         generation stays in force.
         """
+        if not isinstance(config, Config):
+            raise ConfigError(f"expected a Config, got {type(config).__name__}")
         return self._p.holder.replace(config)
 
     # -- acceptance -----------------------------------------------------------------
@@ -92,6 +98,7 @@ class Runtime(Reads, Host):
         with `Committed`; a watcher more than ``capacity`` batches behind gets `Lagged` (reread
         what you need from the store). Notices are hints; the store is the truth.
         """
+        check_int("capacity", capacity, 1, MAX_WATCH_CAPACITY)
         return Watch(self._p.storage, capacity)
 
     # -- actors -----------------------------------------------------------------------
