@@ -22,6 +22,11 @@ Work identity and scopes (`ownership`)
     uncorrelated_and_terminal_successor   no key is unmatched; terminal Work and reopen successors
     scope_route_inheritance               routes replace in their slot; a binding is replaced, never merged
     unmatched_and_contradictory_target    unmatched is kept; contradictory targets are refused
+Waits (`waits`)
+    wait_event_registration_orders        match first and wait first wake once; own Events never wake it
+    wait_timeout_acceptance_tie           the lowest accepted sequence wins, timeout included
+    wait_cancel_orders                    cancel first and wake first
+    wait_watermark_and_timeout_only       watermarks, timeout-only waits, resume against attempt N+1
 Active-event policies (`policies`)
     unsupported_policy_explicit_fallback  unsupported controls refused or take an explicit fallback
     completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion;
@@ -39,6 +44,11 @@ from .routing import concurrent_correlations_and_attempts as concurrent_correlat
 from .routing import first_match_replay_and_drop_audit as first_match_replay_and_drop_audit
 from .routing import independent_work_progress as independent_work_progress
 from .routing import multi_key_attachment_conflict_and_order as multi_key_attachment_conflict_and_order
+from .waits import WAIT_SCENARIOS as WAIT_SCENARIOS
+from .waits import wait_cancel_orders as wait_cancel_orders
+from .waits import wait_event_registration_orders as wait_event_registration_orders
+from .waits import wait_timeout_acceptance_tie as wait_timeout_acceptance_tie
+from .waits import wait_watermark_and_timeout_only as wait_watermark_and_timeout_only
 
 CAUSAL_SCENARIOS = (causal_depth_rate_replay_and_clock, concurrent_chain_budget)
 ROUTING_SCENARIOS = (
@@ -52,4 +62,4 @@ ROUTING_SCENARIOS = (
     unmatched_and_contradictory_target,
     completion_inject_orders,
 )
-ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS
+ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS + WAIT_SCENARIOS
