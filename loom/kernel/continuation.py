@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import CausalLimits
+from ..records.errors import Conflict, StaleAuthority
 from ..records.events import Event
 from ..records.notices import WorkChanged
 from ..records.waits import Wait, Waiting
@@ -29,6 +30,7 @@ from ..records.work import (
     outcome_json,
 )
 from ..store import Tx
+from .authority import Authority
 from .segments import end_segment_in_tx, start_segment_in_tx
 from .waits import register_wait_in_tx
 
@@ -119,3 +121,37 @@ def resume_in_tx(
         expires_at_ms=expires,
         request=request,
     )
+
+
+def enrich_waiting_in_tx(
+    tx: Tx, now_ms: int, auth: Authority, usage: Mapping[str, float], artifacts: tuple[str, ...]
+) -> Execution:
+    """A later host acknowledgement of a parked attempt's waiting result (seed 000 "Waits"): it may
+    add usage and artifact references to the still-parked record without reviving authority. It cannot
+    rewrite a terminal waiting outcome, and an old epoch's acknowledgement fails after the resume."""
+    execution = tx.execution(auth.execution_id)
+    if execution is None or execution.attempt != auth.attempt:
+        raise StaleAuthority(f"execution {auth.execution_id!r}: no such attempt {auth.attempt}")
+    if execution.epoch != auth.epoch:
+        raise StaleAuthority(
+            f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
+        )
+    if execution.state is ExecutionState.WAITED:
+        raise Conflict(f"execution {execution.id} ended on its wait: its waiting outcome is final")
+    if tx.execution_token(execution.id) != auth.token:
+        raise StaleAuthority(f"execution {execution.id}: the token is not the parked attempt's")
+    if execution.state is not ExecutionState.PARKED:
+        raise StaleAuthority(f"execution {execution.id} is {execution.state}, not parked on a wait")
+    recorded = dict(execution.outcome or {})
+    total = dict(recorded.get("usage") or {})
+    for unit, amount in usage.items():
+        total[unit] = total.get(unit, 0) + amount
+    recorded["usage"] = total
+    recorded["artifacts"] = [
+        *recorded.get("artifacts", []),
+        *(a for a in artifacts if a not in recorded.get("artifacts", [])),
+    ]
+    tx.update_execution(execution.id, outcome=json.dumps(recorded, sort_keys=True))
+    enriched = tx.execution(execution.id)
+    assert enriched is not None
+    return enriched

@@ -15,6 +15,7 @@ from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
 from ..actors.toolbelt import RuntimeToolbelt
 from ..kernel.authority import Authority
+from ..kernel.continuation import enrich_waiting_in_tx
 from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
 from ..kernel.executions import (
     NO_BINDING,
@@ -143,6 +144,19 @@ class Host(RuntimeBase):
             artifacts=_listed("artifacts", artifacts),
         )
         return await self.complete(lease, outcome)
+
+    async def enrich_wait(
+        self, lease: Lease, *, usage: Mapping[str, float] | None = None, artifacts: Sequence[str] = ()
+    ) -> Execution:
+        """Add usage and artifact references to a parked attempt's waiting result, without reviving its
+        authority. A terminal waiting outcome (an attempt that ended on its wait) is final (`Conflict`);
+        after the resume, the old epoch is stale (`StaleAuthority`)."""
+        check_lease("lease", lease)
+        validate_outcome(Waiting(usage=dict(usage or {}), artifacts=tuple(artifacts)), field="enrichment")
+        execution: Execution = await self._submit(
+            enrich_waiting_in_tx, Authority.of(lease), dict(usage or {}), tuple(artifacts)
+        )
+        return execution
 
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
         """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""

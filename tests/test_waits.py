@@ -1,0 +1,242 @@
+"""Waits through the runtime (seed 000 "Waits", "Resume and continuation"; seed 003 "Wait registration,
+observation and exactly one wake"): input while waiting, blocked waits and their release, the wake bridge
+as the continuation's causal authority, active time paused while waiting, and enrichment of a parked
+waiting result. The shared wait scenarios are in `test_scenarios_waits`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import loom
+from loom import (
+    CheckpointStatus,
+    Completed,
+    Config,
+    EventIn,
+    ExecutionState,
+    StaleAuthority,
+    Waiting,
+    WaitSpec,
+    WaitState,
+    WorkState,
+)
+from loom.plugins.handlers import work_id_for_key
+from loom.testing import RuntimeDriver, wait_routed
+from loom.testing.pytest_plugin import DriverFactory
+
+SCOPE = "acme"
+SECOND = 1_000
+
+
+def config(
+    *, resume: bool = False, timeout_ms: int | None = None, causal: dict[str, int] | None = None
+) -> Config:
+    capabilities = ["resume"] if resume else []
+    return Config.from_dict({
+        "causal": causal or {},
+        "work_kinds": {"job": {"timeout_ms": timeout_ms}} if timeout_ms else {},
+        "scopes": {SCOPE: {
+            "bindings": {"fake": {"executor": "fake", "capabilities": capabilities}},
+            "routes": [
+                {"name": "skip", "types": ["d.*"], "policy": "drop", "reason": "not for this work"},
+                {"name": "err", "types": ["e.*"], "handler": "scenario", "config": {"fn": "err"}},
+                {"name": "w", "types": ["w.*"], "create_work": True, "binding": "fake",
+                 **({"work_kind": "job"} if timeout_ms else {})},
+            ],
+        }},
+    })  # fmt: skip
+
+
+def ev(delivery_id: str, type: str = "w.note", *, key: str = "k", **fields: Any) -> EventIn:
+    return EventIn(**{"source": "t", "scope": SCOPE, **fields}, delivery_id=delivery_id, type=type, key=key)
+
+
+async def launches(driver: RuntimeDriver, work_id: str, n: int) -> None:
+    async def enough() -> bool:
+        return len(driver.fake.launches_of(work_id)) >= n
+
+    await driver.until(enough, f"launch {n}")
+
+
+async def wait_state(driver: RuntimeDriver, work_id: str, state: WaitState) -> loom.Wait:
+    async def reached() -> bool:
+        waits = await driver.runtime.waits(work_id)
+        return bool(waits) and waits[-1].state is state
+
+    await driver.until(reached, f"the wait to be {state}")
+    return (await driver.runtime.waits(work_id))[-1]
+
+
+async def started(driver: RuntimeDriver, key: str = "k") -> str:
+    await driver.runtime.publish(ev(f"{key}-start", "w.start", key=key))
+    work_id = work_id_for_key(SCOPE, key)
+    await launches(driver, work_id, 1)
+    return work_id
+
+
+async def test_input_while_waiting_is_context_only_where_a_route_passes_it(
+    loom_drivers: DriverFactory,
+) -> None:
+    async with loom_drivers(config=config()) as driver:
+
+        def err(*args: Any) -> Any:
+            raise RuntimeError("the handler is broken")
+
+        driver.handlers.table["err"] = err
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.done",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        note = await rt.publish(ev("note"))  # a route passes it: context
+        stray = await rt.publish(ev("stray", "x.nothing"))  # no route: unmatched
+        skipped = await rt.publish(ev("skipped", "d.skip"))  # a drop route's skip holds while it waits
+        broken = await rt.publish(ev("broken", "e.fail"))  # a route that errs keeps it as context
+        await wait_routed(driver, note, stray, skipped, broken)
+        assert (await rt.checkpoint(stray.id)).status is CheckpointStatus.UNMATCHED  # type: ignore[union-attr]
+        assert (await rt.checkpoint(skipped.id)).status is CheckpointStatus.DROP  # type: ignore[union-attr]
+        kept = await rt.checkpoint(broken.id)
+        assert kept is not None
+        assert kept.status is CheckpointStatus.ROUTED
+        assert "context" in (kept.reason or "")
+        assert (await rt.work(work_id)).state is WorkState.WAITING, "no ordinary input bypasses the wait"
+        done = await rt.publish(ev("done", "w.done"))
+        await launches(driver, work_id, 2)
+        request = driver.fake.launches_of(work_id)[1].request
+        assert [e.id for e in request.inputs] == [note.id, broken.id, done.id], (
+            "the ordered accumulated batch"
+        )
+        assert request.trigger is not None
+        assert request.trigger.id == done.id
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_a_refused_wake_blocks_the_wait_and_holds_the_work_until_released(
+    loom_drivers: DriverFactory,
+) -> None:
+    async with loom_drivers(config=config(causal={"max_depth": 3})) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.*",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        # a winner at the depth limit: its bridge would be one deeper, and is refused
+        root = await rt.publish(ev("root", "x.root", key="elsewhere"))
+        parent = root
+        for depth in range(1, 4):
+            key = "k" if depth == 3 else "elsewhere"
+            parent = await rt.publish_derived(ev(f"chain-{depth}", "w.deep", key=key), parent_id=parent.id)
+        winner = parent
+        blocked = await wait_state(driver, work_id, WaitState.BLOCKED)
+        assert blocked.winner_event_id == winner.id
+        work = await rt.work(work_id)
+        assert work.held
+        reason = work.hold_reason or ""
+        assert "depth 4, over the limit of 3" in reason
+        assert "release the hold to wake it on what has arrived" in reason
+        records = [e for e in await rt.events(limit=1000) if e.type == "core.wait.blocked"]
+        assert len(records) == 1
+        assert records[0].is_root
+        assert records[0].payload["winner"] == winner.id
+        assert records[0].payload["wait"] == blocked.id
+        # releasing arbitrates again, with the release as the bridge's parent: a shallow chain
+        await rt.release(work_id)
+        woken = await wait_state(driver, work_id, WaitState.WOKEN)
+        assert woken.winner_event_id == winner.id, "the same winner, woken once"
+        bridge = await rt.event(woken.bridge_event_id or "")
+        release = await rt.event(bridge.parent_id or "")
+        assert release.type == "core.work.released"
+        assert bridge.depth == 1
+        await launches(driver, work_id, 2)
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_the_wake_bridge_is_the_continuations_causal_authority(loom_drivers: DriverFactory) -> None:
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        first = driver.fake.running(work_id)
+        assert first.request.trigger is not None
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.*",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        outside = await rt.publish(ev("outside", "w.comment"))  # an independent root
+        woken = await wait_state(driver, work_id, WaitState.WOKEN)
+        bridge = await rt.event(woken.bridge_event_id or "")
+        assert bridge.type == "core.wait.woken"
+        assert bridge.parent_id == outside.id, "a wake is charged to the Event that woke it"
+        assert bridge.depth == 1, "an outside root starts a shallow chain"
+        assert bridge.payload["winner"] == outside.id
+        await launches(driver, work_id, 2)
+        second = driver.fake.launches_of(work_id)[1]
+        emitted = await second.toolbelt.emit(ev("emitted", "x.report", key="report/1"))
+        assert emitted.parent_id == bridge.id, "the continuation derives from the bridge"
+        history = await rt.history(work_id)
+        assert bridge.id not in [
+            c.event_id for c in history.checkpoints if c.status is CheckpointStatus.ROUTED
+        ] or (bridge.id not in (await rt.work(work_id)).pending_inputs)
+        assert all(
+            bridge.id not in [e.id for e in launch.request.inputs]
+            for launch in driver.fake.launches_of(work_id)
+        )
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_active_time_pauses_while_waiting_and_resumes_with_the_budget_left(
+    loom_drivers: DriverFactory,
+) -> None:
+    driver_fake_capabilities = {"resume"}
+    async with loom_drivers() as driver:
+        driver.fake.capabilities |= driver_fake_capabilities
+        await driver.configure(config(resume=True, timeout_ms=10 * SECOND))
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.clock.advance(4 * SECOND)  # four seconds of active time
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        driver.clock.advance(3_600 * SECOND)  # an hour of waiting costs nothing
+        await rt.publish(ev("go", "w.go"))
+        await launches(driver, work_id, 2)
+        resumed = driver.fake.launches_of(work_id)[1]
+        execution = await rt.execution(resumed.request.execution_id)
+        assert execution.used_ms == 4 * SECOND
+        assert execution.segment == 2
+        deadline = await rt.timer(f"deadline:{execution.id}:2")
+        assert deadline.fire_at_ms == driver.clock.now_ms() + 6 * SECOND, "the budget left, not a full one"
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_a_parked_waiting_result_can_be_enriched_until_it_resumes(loom_drivers: DriverFactory) -> None:
+    async with loom_drivers() as driver:
+        driver.fake.capabilities.add("resume")
+        await driver.configure(config(resume=True))
+        rt = driver.runtime
+        work_id = await started(driver)
+        lease = driver.fake.running(work_id).toolbelt.lease
+        driver.fake.finish(
+            work_id, Waiting(wait=WaitSpec(types=("w.go",)), usage={"usd": 1.5}, artifacts=("a1",))
+        )
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        enriched = await rt.enrich_wait(lease, usage={"usd": 0.5}, artifacts=("a2",))
+        assert enriched.state is ExecutionState.PARKED, "enriching does not revive authority"
+        assert enriched.outcome is not None
+        assert enriched.outcome["usage"] == {"usd": 2.0}
+        assert enriched.outcome["artifacts"] == ["a1", "a2"]
+        with pytest.raises(StaleAuthority):
+            await rt.toolbelt(lease).heartbeat()
+        await rt.publish(ev("go", "w.go"))
+        await launches(driver, work_id, 2)
+        with pytest.raises(StaleAuthority, match="stale"):
+            await rt.enrich_wait(lease, artifacts=("late",))
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_a_terminal_waiting_outcome_cannot_be_rewritten(loom_drivers: DriverFactory) -> None:
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        lease = driver.fake.running(work_id).toolbelt.lease
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        with pytest.raises(loom.Conflict, match="final"):
+            await rt.enrich_wait(lease, artifacts=("late",))
+        await rt.cancel(work_id)
