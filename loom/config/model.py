@@ -97,6 +97,8 @@ class WorkKindPolicy:
     reopen: bool = False
     timeout_ms: int | None = attrs.field(default=None, validator=optional_bounded(1, MAX_TIMEOUT_MS))
     """The execution timeout: active time an attempt may run (a wait pauses it); ``None``: none."""
+    fail_on_exhaustion: bool = False
+    """A spent retry budget fails the Work (terminal; a later retry needs a successor) instead of holding it."""
 
     def __attrs_post_init__(self) -> None:
         check_name(self.trigger, "trigger")

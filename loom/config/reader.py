@@ -244,6 +244,7 @@ def _work_kind(value: Any, where: Where) -> WorkKindPolicy:
         "retry_backoff_ms": _list(_int),
         "reopen": _bool,
         "timeout_ms": _int,
+        "fail_on_exhaustion": _bool,
     }
     table = _Table(value, where, tuple(readers))
     fields = {name: table.get(name, read) for name, read in readers.items() if table.has(name)}

@@ -11,7 +11,7 @@ sit beside the procedures that use them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -42,9 +42,11 @@ from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize
 from .continuation import park_in_tx, resume_in_tx
+from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
+from .kinds import KindPolicy as KindPolicy
+from .kinds import TriggerSelector as TriggerSelector
+from .kinds import kind_policy as kind_policy
 from .segments import end_segment_in_tx, start_segment_in_tx
-
-TriggerSelector = Callable[[Sequence[Event]], int]
 
 
 class CompletionBlocked(Conflict):
@@ -54,16 +56,6 @@ class CompletionBlocked(Conflict):
     def __init__(self, message: str, *, event_id: str) -> None:
         super().__init__(message)
         self.event_id = event_id
-
-
-@attrs.frozen(kw_only=True)
-class KindPolicy:
-    """What the kernel needs of a Work kind (pure policy)."""
-
-    standing: bool = False
-    run_once: bool = False
-    select_trigger: TriggerSelector | None = None
-    timeout_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -92,26 +84,6 @@ class ClaimRequest:
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
-
-
-TRIGGER_SELECTORS: Mapping[str, TriggerSelector] = {
-    "first": lambda inputs: 0,
-    "newest": lambda inputs: len(inputs) - 1,
-}
-"""Built-in trigger selection by Work kind (``first`` is the default)."""
-
-
-def kind_policy(config: Config, kind: str | None) -> KindPolicy:
-    """The kernel's view of a configured Work kind (an unknown or absent kind: the defaults)."""
-    policy = config.work_kinds.get(kind or "")
-    if policy is None:
-        return KindPolicy()
-    return KindPolicy(
-        standing=policy.standing,
-        run_once=policy.run_once,
-        select_trigger=TRIGGER_SELECTORS.get(policy.trigger),
-        timeout_ms=policy.timeout_ms,
-    )
 
 
 def scope_capacity(config: Config, scope: str) -> int | None:

@@ -92,13 +92,21 @@ class ExecutionState(enum.StrEnum):
     """Waiting with a resume-capable binding: no authority; the same attempt resumes at a higher epoch."""
     WAITED = "waited"
     """Ended on a wait without resume: attempt N+1 continues with the winner."""
+    RECOVERING = "recovering"
+    """Its lease expired; a recoverer holds recovery-in-progress authority at a higher epoch while the
+    executor verifies (adopts) the process, or says it cannot."""
 
     @property
     def terminal(self) -> bool:
         return EXECUTION_LIFECYCLE.terminal(self)
 
 
-LIVE_EXECUTION_STATES = (ExecutionState.RUNNING, ExecutionState.STOPPING, ExecutionState.PARKED)
+LIVE_EXECUTION_STATES = (
+    ExecutionState.RUNNING,
+    ExecutionState.STOPPING,
+    ExecutionState.PARKED,
+    ExecutionState.RECOVERING,
+)
 """The nonterminal attempt states: at most one attempt per Work is in one of them."""
 
 EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
@@ -113,6 +121,15 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
                 ExecutionState.CANCELLED,
                 ExecutionState.PARKED,
                 ExecutionState.WAITED,
+                ExecutionState.RECOVERING,
+            }
+        ),
+        ExecutionState.RECOVERING: frozenset(
+            {
+                ExecutionState.RUNNING,  # adopted, or relaunched (nothing was ever handed to the executor)
+                ExecutionState.RECOVERING,  # a recovery that lost its own lease is recovered again
+                ExecutionState.FAILED,  # not adoptable: failed under the new fence
+                ExecutionState.CANCELLED,
             }
         ),
         ExecutionState.STOPPING: frozenset({ExecutionState.CANCELLED}),
@@ -124,6 +141,14 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
         ExecutionState.CANCELLED: frozenset(),
     },
 )
+
+
+class RetryState(enum.StrEnum):
+    """Why a ready Work may not start its next attempt yet (seed 003 "Lease recovery, retry and
+    cancellation": eligibility)."""
+
+    BACKOFF = "backoff"
+    EXHAUSTED = "exhausted"
 
 
 class CheckpointStatus(enum.StrEnum):
@@ -259,6 +284,10 @@ class Work:
     """The state of its nonterminal attempt (``None``: it has none)."""
     wait_id: str | None = None
     """Its active or blocked wait (``None``: it waits for nothing)."""
+    failures: int = 0
+    """Consecutive failed attempts counted by the retry policy (apart from the attempt number)."""
+    retry: RetryState | None = None
+    """``backoff``: waiting for its retry timer; ``exhausted``: no automatic retry is left."""
 
 
 @attrs.frozen(kw_only=True)
@@ -306,6 +335,10 @@ class Execution:
     """The highest sequence this attempt has been handed (its acknowledged observation watermark)."""
     authority_id: str | None = None
     """The Event its derived actions descend from: its trigger, or the wake bridge of a continuation."""
+    handed_at_ms: int | None = None
+    """When its current segment was handed to the executor (``None``: never; a recovery relaunches it)."""
+    metadata: JSONObject | None = attrs.field(default=None, hash=False, converter=frozen_optional_object)
+    """Opaque executor metadata pinned with the segment (a process id, a handle), given to `recover`."""
 
 
 @attrs.frozen(kw_only=True)

@@ -242,6 +242,18 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (key, wait_id)
     );
     """,
+    # 6: lease recovery (handed segments, pinned executor metadata) and retry eligibility
+    """
+    DROP INDEX executions_one_live;
+    CREATE UNIQUE INDEX executions_one_live ON executions (work_id)
+        WHERE state IN ('running', 'stopping', 'parked', 'recovering');
+    CREATE INDEX executions_expiry ON executions (expires_at_ms, id) WHERE state IN ('running', 'recovering');
+    ALTER TABLE executions ADD COLUMN handed_at_ms INTEGER;
+    ALTER TABLE executions ADD COLUMN metadata TEXT;
+    ALTER TABLE works ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE works ADD COLUMN retry TEXT;
+    ALTER TABLE works ADD COLUMN retry_timer_id TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

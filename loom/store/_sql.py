@@ -20,6 +20,7 @@ from ..records.work import (
     IntentKind,
     IntentStatus,
     Policy,
+    RetryState,
     Work,
     WorkState,
 )
@@ -66,7 +67,7 @@ def kv_from_row(row: Row) -> KVEntry:
 
 WORK_COLUMNS = (
     "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
-    " started, created_at_ms, release_once"
+    " started, created_at_ms, release_once, failures, retry"
 )
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
@@ -97,7 +98,7 @@ UNROUTED_EVENTS = (
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
     " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms, segment, budget_ms, used_ms,"
-    " watermark, authority_id"
+    " watermark, authority_id, handed_at_ms, metadata"
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
@@ -125,6 +126,8 @@ def work_from_row(
         started=bool(row[11]),
         created_at_ms=row[12],
         released=bool(row[13]),
+        failures=row[14],
+        retry=RetryState(row[15]) if row[15] else None,
         keys=keys,
         pending_inputs=pending,
         current_execution_id=live[0] if live else None,
@@ -174,6 +177,8 @@ def execution_from_row(row: Row) -> Execution:
         used_ms=row[19],
         watermark=row[20],
         authority_id=row[21],
+        handed_at_ms=row[22],
+        metadata=json.loads(row[23]) if row[23] else None,
     )
 
 

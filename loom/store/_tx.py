@@ -58,7 +58,12 @@ _EXECUTION_FIELDS = frozenset(
         "authority_id",
         "inputs",
         "trigger_id",
+        "handed_at_ms",
+        "metadata",
     }
+)
+_WORK_FIELDS = frozenset(
+    {"held", "hold_reason", "attempts", "started", "release_once", "failures", "retry", "retry_timer_id"}
 )
 
 
@@ -194,8 +199,7 @@ class Tx(WaitsTx, TimersTx):
 
     def update_work(self, work_id: str, now_ms: int, **fields: Any) -> int:
         """Set non-state ``fields`` on a Work and bump its revision; return the new revision."""
-        allowed = {"held", "hold_reason", "attempts", "started", "release_once"}
-        unknown = set(fields) - allowed
+        unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
         self._conn.execute(
@@ -210,8 +214,7 @@ class Tx(WaitsTx, TimersTx):
         """Move ``work`` from the state it was read in to ``new`` (checked against its lifecycle), with
         other ``fields``; bump its revision and return it."""
         WORK_LIFECYCLE.check(work.id, work.state, new)
-        allowed = {"held", "hold_reason", "attempts", "started", "release_once"}
-        unknown = set(fields) - allowed
+        unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"set_work_state: unknown fields {unknown}"
         sets = "".join(f"{name} = ?, " for name in fields)
         cur = self._conn.execute(
@@ -365,6 +368,39 @@ class Tx(WaitsTx, TimersTx):
             "SELECT segment_started_ms, deadline_timer_id FROM executions WHERE id = ?", (execution_id,)
         )
         return (row[0], row[1]) if row else (None, None)
+
+    def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[Execution]:
+        """Running or recovering attempts whose lease has expired (``now >= expires_at``: expiry is
+        exclusive), in (expiry, id) order after ``after``: a bounded, fair page."""
+        rows = self._all(
+            f"{_sql.EXECUTION_SELECT} WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
+            " ORDER BY expires_at_ms, id LIMIT ?",
+            (
+                ExecutionState.RUNNING.value,
+                ExecutionState.RECOVERING.value,
+                now_ms,
+                after[0],
+                after[1],
+                limit,
+            ),
+        )
+        return [_sql.execution_from_row(r) for r in rows]
+
+    def next_lease_expiry(self) -> int | None:
+        """The earliest expiry among running and recovering attempts (``None``: there are none)."""
+        row = self._one(
+            "SELECT min(expires_at_ms) FROM executions WHERE state IN (?, ?)",
+            (ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value),
+        )
+        return int(row[0]) if row and row[0] is not None else None
+
+    def release_leases(self, owner: str, now_ms: int) -> int:
+        """A clean close: the leases ``owner`` holds expire now, so the next open recovers them at once."""
+        cur = self._conn.execute(
+            "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
+            (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
+        )
+        return cur.rowcount
 
     def execution_token(self, execution_id: str) -> str | None:
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
