@@ -14,12 +14,20 @@ from typing import Any
 
 import pytest
 
-from loom import Config, Event, EventIn, Runtime, StaleAuthority
+from loom import Config, Conflict, Event, EventIn, Runtime, StaleAuthority
 from loom.kernel.executions import BindingRef, ClaimRequest, KindPolicy, claim_in_tx
 from loom.kernel.segments import deadline_timer_id
 from loom.records.core_events import CORE_SOURCE, EXECUTION_TIMEOUT
 from loom.records.timers import FireRequest, Firing, FiringResult, TimerSpec, TimerState
-from loom.records.work import CheckpointStatus, Completed, ExecutionState, Handoff, Lease, WorkState
+from loom.records.work import (
+    CheckpointStatus,
+    Completed,
+    ExecutionState,
+    Handoff,
+    Lease,
+    RetryState,
+    WorkState,
+)
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
 from loom.testing.internals import storage_of, timer_service_of
 
@@ -164,9 +172,19 @@ async def test_an_expired_deadline_fences_and_fails_the_attempt(loom_store: str)
         assert checkpoint.reason == f"control: execution deadline of {lease.execution_id}"
         assert (await rt.timer(timer_id)).state is TimerState.FIRED
 
-        # the next input starts attempt 2 with its own deadline
+        # the failure armed a retry: input queued during the backoff does not make it eligible
+        assert work.retry is RetryState.BACKOFF
         again = await rt.publish(job("run-2"))
         await routed(driver, again)
+        with pytest.raises(Conflict, match="not eligible"):
+            await claim(rt, work_id)
+        driver.clock.advance(5 * 60_000)  # the first failure's backoff
+
+        async def eligible() -> bool:
+            return (await rt.work(work_id)).retry is None
+
+        await driver.until(eligible, "the retry to become due")
+        # attempt 2 runs with its own deadline
         second = await claim(rt, work_id)
         assert second.attempt == 2
         assert (

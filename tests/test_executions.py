@@ -357,11 +357,15 @@ async def test_a_failed_attempt_is_recorded_with_its_retry_hint_and_the_work_sta
             "kind": "failed",
             "error": "rate limited",
             "retry_after_ms": 120_000,
+            "rate_limited": False,
             "consumed_inputs": [],
             "usage": {},
         }
         ready = await rt.work(work.id)
         assert (ready.state, ready.pending_inputs, ready.current_execution_id) == (WorkState.READY, (), None)
+        assert ready.retry is loom.records.work.RetryState.BACKOFF, "ready, but not eligible before its retry"
+        timer = await rt.timer(f"retry:{work.id}:1")
+        assert timer.fire_at_ms == rt.clock.now_ms() + 120_000 + 120_000, "the hint, plus two minutes"
         await stale(rt, lease)
 
 

@@ -65,6 +65,7 @@ EXPECTED = {
     "WorkState",
     "Decision",
     "Wait",
+    "RetryState",
     "Waiting",
     "WaitSpec",
     "WaitState",

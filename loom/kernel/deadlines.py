@@ -21,6 +21,7 @@ from ..records.work import ExecutionState, InputState, WorkState
 from ..store import Tx
 from .checkpoints import control_checkpoint
 from .intents import stale_open_intents_in_tx
+from .retry import apply_failure_in_tx
 from .segments import end_segment_in_tx
 from .timer_kind import TimerKind
 
@@ -61,6 +62,9 @@ def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapp
     )
     if work.state is WorkState.RUNNING:
         tx.set_work_state(work, WorkState.READY, now_ms)
+    apply_failure_in_tx(
+        tx, now_ms, work.id, execution, error=f"execution timeout after {execution.budget_ms} ms"
+    )
     if event is not None:
         control_checkpoint(tx, now_ms, event, None, f"execution deadline of {execution.id}")
     else:

@@ -27,6 +27,7 @@ from ..records.work import (
     Completed,
     Execution,
     ExecutionState,
+    Failed,
     Handoff,
     InputState,
     IntentKind,
@@ -46,6 +47,8 @@ from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
 from .kinds import TriggerSelector as TriggerSelector
 from .kinds import kind_policy as kind_policy
+from .kinds import pin_retry
+from .retry import apply_failure_in_tx
 from .segments import end_segment_in_tx, start_segment_in_tx
 
 
@@ -168,6 +171,8 @@ def claimable(work: Work) -> str | None:
         return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
     if work.held:
         return f"work {work.id} is held: {work.hold_reason}"
+    if work.retry is not None:
+        return f"work {work.id} is not eligible to start yet ({work.retry})"
     if work.state is not WorkState.READY:
         return f"work {work.id} is {work.state}"
     if not work.pending_inputs:
@@ -234,6 +239,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
     )
+    tx.update_execution(execution_id, retry_policy=json.dumps(pin_retry(req.kind)))
     if req.timeout_ms is not None:
         # the first active segment: its deadline is a durable timer armed in this same commit
         assert authority is not None
@@ -330,6 +336,18 @@ def complete_in_tx(
     )
     tx.set_work_state(work, next_state, now_ms)
     tx.notify(WorkChanged(work_id=work.id))
+    if isinstance(outcome, Failed):
+        apply_failure_in_tx(
+            tx,
+            now_ms,
+            work.id,
+            execution,
+            error=outcome.error,
+            hint_ms=outcome.retry_after_ms,
+            rate_limited=outcome.rate_limited,
+        )
+    elif work.failures:
+        tx.update_work(work.id, now_ms, failures=0)  # a successful attempt resets the failure budget
     result = tx.execution(execution.id)
     assert result is not None
     return result

@@ -54,3 +54,24 @@ def kind_policy(config: Config, kind: str | None) -> KindPolicy:
         retry_backoff_ms=policy.retry_backoff_ms,
         fail_on_exhaustion=policy.fail_on_exhaustion,
     )
+
+
+def pin_retry(kind: KindPolicy) -> dict[str, object]:
+    """The retry part of a kind policy as it is pinned on an attempt at its claim."""
+    return {
+        "standing": kind.standing,
+        "backoff_ms": list(kind.retry_backoff_ms),
+        "fail_on_exhaustion": kind.fail_on_exhaustion,
+    }
+
+
+def pinned_retry(pinned: Mapping[str, object] | None) -> KindPolicy:
+    """The retry policy an attempt was claimed under (the defaults for an attempt pinned none)."""
+    if not pinned:
+        return KindPolicy()
+    backoff = pinned.get("backoff_ms")
+    return KindPolicy(
+        standing=bool(pinned.get("standing")),
+        retry_backoff_ms=tuple(int(d) for d in backoff) if isinstance(backoff, list) else retry_delays(3),
+        fail_on_exhaustion=bool(pinned.get("fail_on_exhaustion")),
+    )

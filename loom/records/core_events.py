@@ -37,7 +37,15 @@ WAIT_BLOCKED = "core.wait.blocked"
 WORK_RELEASED = "core.work.released"
 """An operator released a held Work: outside input, the parent of a blocked wait's next wake."""
 
+RETRY_DUE = "core.retry.due"
+"""A failed attempt's backoff expired: routing it makes the Work eligible (if its failure is current)."""
+
+RETRY_REQUESTED = "core.retry.requested"
+"""An operator asked for the next attempt: clears backoff or exhaustion and resets the budget."""
+
 ALL_CORE_TYPES = (
+    RETRY_DUE,
+    RETRY_REQUESTED,
     WORK_CREATED,
     MANUAL_INTERRUPT,
     EXECUTION_TIMEOUT,

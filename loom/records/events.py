@@ -125,6 +125,10 @@ class DiagnosticKind(enum.StrEnum):
     """Starting an attempt failed for a reason that is not a conflict: the Work was held."""
     WAIT_BLOCKED = "wait_blocked"
     """The causal limits refused a wake (or a wait's timeout): the Work is held until released."""
+    RETRY_EXHAUSTED = "retry_exhausted"
+    """A Work's retry budget is spent: it is held (or failed) with the reason."""
+    RECOVERY_FAILED = "recovery_failed"
+    """An expired attempt could not be adopted by its executor: it failed under the new fence."""
     REPLAYED = "replayed"
     """An operator replayed an Event that had stayed unrouted: it is routed again, in order."""
 

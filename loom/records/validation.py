@@ -198,7 +198,8 @@ def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int
 
 MAX_LEASE_MS = 7 * 24 * 3_600_000
 """The longest lease a claim or renewal may ask for (a week)."""
-MAX_RETRY_AFTER_MS = 30 * 24 * 3_600_000
+MAX_RETRY_AFTER_MS = 24 * 3_600_000
+"""The longest retry hint an executor may give (a day); a longer one is refused, never retried at once."""
 
 
 def check_lease(field: str, lease: object) -> Lease:
@@ -256,6 +257,10 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
         check_reason(f"{field}.error", outcome.error)
         if outcome.retry_after_ms is not None:
             check_int(f"{field}.retry_after_ms", outcome.retry_after_ms, 0, MAX_RETRY_AFTER_MS)
+        if not isinstance(outcome.rate_limited, bool):
+            raise InvalidRequest(
+                f"{field}.rate_limited must be true or false, got {_describe(outcome.rate_limited)}"
+            )
     return outcome
 
 

@@ -339,6 +339,8 @@ class Execution:
     """When its current segment was handed to the executor (``None``: never; a recovery relaunches it)."""
     metadata: JSONObject | None = attrs.field(default=None, hash=False, converter=frozen_optional_object)
     """Opaque executor metadata pinned with the segment (a process id, a handle), given to `recover`."""
+    retry_policy: JSONObject | None = attrs.field(default=None, hash=False, converter=frozen_optional_object)
+    """The retry budget pinned at its claim (its Work kind's, in the configuration generation then)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -409,8 +411,12 @@ class Handoff:
 
 @attrs.frozen(kw_only=True)
 class Failed:
+    """The attempt failed. ``retry_after_ms``: a known reset the next attempt should wait for (it waits
+    that long plus two minutes); ``rate_limited`` without it: wait 30 minutes."""
+
     error: str
     retry_after_ms: int | None = None
+    rate_limited: bool = False
     consumed_inputs: tuple[str, ...] = ()
     usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
 
@@ -427,6 +433,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Failed):
         data["error"] = outcome.error
         data["retry_after_ms"] = outcome.retry_after_ms
+        data["rate_limited"] = outcome.rate_limited
     if isinstance(outcome, Waiting):
         data["artifacts"] = list(outcome.artifacts)
     return data

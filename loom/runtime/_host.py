@@ -28,6 +28,7 @@ from ..kernel.executions import (
     renew_in_tx,
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
+from ..kernel.retry import retry_in_tx
 from ..kernel.routing import replay_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound
@@ -209,6 +210,21 @@ class Host(RuntimeBase):
             self._p.config().causal,
         )
         return intent
+
+    async def retry(
+        self, work_id: str, *, reason: str = "operator retry", request_id: str | None = None
+    ) -> Event:
+        """Request the next attempt now: a ``core.retry.requested`` Event clears a backoff or a spent
+        budget (and its hold), cancels the old retry timer, resets the failure budget and becomes the
+        next attempt's input. Refused while an attempt is live or once the Work is terminal (`Conflict`)."""
+        lookup("work_id", work_id)
+        check_reason("reason", reason)
+        if request_id is not None:
+            check_text("request_id", request_id)
+        requested: Event = await self._submit(
+            retry_in_tx, work_id, request_id or secrets.token_hex(8), reason, self._p.config().causal
+        )
+        return requested
 
     async def replay(
         self, event_id: str, *, reason: str = "operator replay", request_id: str | None = None

@@ -250,6 +250,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX executions_expiry ON executions (expires_at_ms, id) WHERE state IN ('running', 'recovering');
     ALTER TABLE executions ADD COLUMN handed_at_ms INTEGER;
     ALTER TABLE executions ADD COLUMN metadata TEXT;
+    ALTER TABLE executions ADD COLUMN retry_policy TEXT;
     ALTER TABLE works ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE works ADD COLUMN retry TEXT;
     ALTER TABLE works ADD COLUMN retry_timer_id TEXT;

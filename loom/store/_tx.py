@@ -60,6 +60,7 @@ _EXECUTION_FIELDS = frozenset(
         "trigger_id",
         "handed_at_ms",
         "metadata",
+        "retry_policy",
     }
 )
 _WORK_FIELDS = frozenset(
@@ -393,6 +394,10 @@ class Tx(WaitsTx, TimersTx):
             (ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value),
         )
         return int(row[0]) if row and row[0] is not None else None
+
+    def work_retry_timer(self, work_id: str) -> str | None:
+        row = self._one("SELECT retry_timer_id FROM works WHERE id = ?", (work_id,))
+        return str(row[0]) if row and row[0] is not None else None
 
     def release_leases(self, owner: str, now_ms: int) -> int:
         """A clean close: the leases ``owner`` holds expire now, so the next open recovers them at once."""
