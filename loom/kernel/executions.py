@@ -41,7 +41,7 @@ from ..records.work import (
 )
 from ..store import Tx
 from ._common import require_event, require_work
-from .authority import Authority, authorize
+from .authority import Authority, authorize, authorize_recovery
 from .continuation import park_in_tx, resume_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
@@ -274,7 +274,11 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
 def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
     """Extend a live lease; return the new (exclusive) expiry."""
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
-    execution = authorize(tx, now_ms, auth)
+    current = tx.execution(auth.execution_id)
+    if current is not None and current.state is ExecutionState.RECOVERING:
+        execution = authorize_recovery(tx, now_ms, auth)  # a recoverer renews while its executor verifies
+    else:
+        execution = authorize(tx, now_ms, auth)
     expires = now_ms + lease_ms
     tx.update_execution(execution.id, expires_at_ms=expires)
     return expires

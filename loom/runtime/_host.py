@@ -153,9 +153,12 @@ class Host(RuntimeBase):
         authority. A terminal waiting outcome (an attempt that ended on its wait) is final (`Conflict`);
         after the resume, the old epoch is stale (`StaleAuthority`)."""
         check_lease("lease", lease)
-        validate_outcome(Waiting(usage=dict(usage or {}), artifacts=tuple(artifacts)), field="enrichment")
+        if usage is not None:
+            _mapping("usage", usage)
+        listed = _listed("artifacts", artifacts)
+        validate_outcome(Waiting(usage=dict(usage or {}), artifacts=listed), field="enrichment")
         execution: Execution = await self._submit(
-            enrich_waiting_in_tx, Authority.of(lease), dict(usage or {}), tuple(artifacts)
+            enrich_waiting_in_tx, Authority.of(lease), dict(usage or {}), listed
         )
         return execution
 

@@ -6,9 +6,12 @@ timers and the bounded host pass in `_host`. `open_runtime` (in `_open`) builds 
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from ..actors.activity import Activity
+from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
 from ..actors.timer_service import TimerService
@@ -23,10 +26,11 @@ from ._host import Host
 from ._reads import Reads
 from ._watch import Watch
 
-ACTORS = ("router", "timers")
+ACTORS = ("router", "timers", "recovery")
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
-intents; ``timers`` fires due timers. Each needs only the store."""
+intents; ``timers`` fires due timers; ``recovery`` recovers attempts whose lease expired (adopting,
+relaunching or failing them through their executors). Each needs only the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
@@ -75,21 +79,22 @@ class Runtime(Reads, Host):
 
     async def wait_idle(self) -> None:
         """Return once nothing is in flight in the actors running now: no Event awaiting routing that
-        can be routed now, no claim, launch or completion pending, no intent being dispatched, and no
-        timer due at the clock's current time. Running executions and future timers do not count.
+        can be routed now, no claim, launch or completion pending, no intent being dispatched, no timer
+        due and no lease expired at the clock's current time. Running executions, future timers and
+        live leases do not count.
 
         With no background actors this returns after one round trip through storage.
         """
         while True:
-            router, timers = self._p.router, self._p.timers
-            if router is not None:
-                await router.wait_idle()
-            if timers is not None:
-                await timers.wait_idle()
+            for actor in self._actors():
+                await actor.wait_idle()
             await self._submit(_barrier_in_tx)
-            router, timers = self._p.router, self._p.timers
-            if (router is None or router.idle) and (timers is None or timers.idle):
+            if all(actor.idle for actor in self._actors()):
                 return
+
+    def _actors(self) -> list[Any]:
+        p = self._p
+        return [actor for actor in (p.router, p.timers, p.recovery) if actor is not None]
 
     def watch(self, *, capacity: int = 1024) -> Watch:
         """Committed notices, as an async iterator of frozen records, from now on.
@@ -106,45 +111,45 @@ class Runtime(Reads, Host):
     async def run_actor(
         self, name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run one background actor (``"router"`` or ``"timers"``) in the caller's nursery until cancelled:
-        ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per runtime."""
+        """Run one background actor (``"router"``, ``"timers"`` or ``"recovery"``) in the caller's nursery
+        until cancelled: ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per
+        runtime."""
         p = self._p
         if name not in ACTORS:
             raise InvalidRequest(f"unknown actor {name!r}; expected one of: {', '.join(ACTORS)}")
         if getattr(p, name) is not None:
             raise InvalidRequest(f"the {name} actor is already running in this runtime")
+        actor: Any
         if name == "router":
-            shared = Shared(
-                storage=p.storage,
-                # its snapshot reads are tiny and frequent: served by the storage actor they share
-                # its group-committed thread hops instead of queueing on one read connection
-                reader=p.actor_reader,
-                config=p.config,
-                extensions=p.extensions,
-                clock=p.clock,
-                activity=Activity(),
-                owner=p.owner,
-                lease_ms=p.lease_ms,
-            )
-            router = RouterPool(shared)
-            p.router = router
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(router.run)
-                    task_status.started()
-            finally:
-                p.router = None
-        else:
+            # its snapshot reads are tiny and frequent: served by the storage actor they share its
+            # group-committed thread hops instead of queueing on one read connection
+            actor = RouterPool(self._shared(p.actor_reader))
+        elif name == "timers":
             actor = TimerActor(
                 p.storage,
                 TimerService[str](p.clock),
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )
-            p.timers = actor
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(actor.run)
-                    task_status.started()
-            finally:
-                p.timers = None
+        else:
+            actor = LeaseRecoverer(self._shared(p.actor_reader))
+        setattr(p, name, actor)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run)
+                task_status.started()
+        finally:
+            setattr(p, name, None)
+
+    def _shared(self, reader: Any) -> Shared:
+        p = self._p
+        return Shared(
+            storage=p.storage,
+            reader=reader,
+            config=p.config,
+            extensions=p.extensions,
+            clock=p.clock,
+            activity=Activity(),
+            owner=p.owner,
+            lease_ms=p.lease_ms,
+        )
