@@ -737,6 +737,8 @@ tool(
 )
 tool("arm_timer", spec=(timer_spec(), st.sampled_from([None, Opaque()])))
 tool("heartbeat")
+tool("pin", metadata=(good_payload, hostile_payload))
+tool("adopt")
 
 
 @attrs.frozen(repr=False)
@@ -1114,6 +1116,17 @@ async def test_a_payload_mapping_that_is_not_a_dict_is_refused(fx: Fixture, payl
     serializable``."""
     event = loom.EventIn(source="t", delivery_id="m", type="a.b", scope=SCOPE, payload=payload)
     await refused(fx, "event.payload", fx.rt.publish(event))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "why"),
+    [(5, "JSON object"), (None, "JSON object"), (payload_of(MAX_PAYLOAD_BYTES + 1), "larger than")],
+    ids=["int", "None", "too large"],
+)
+async def test_pinned_metadata_is_held_to_the_payload_rules(fx: Fixture, metadata: Any, why: str) -> None:
+    """``5`` and ``None`` used to raise ``TypeError`` (``dict()`` of it); metadata of any size was stored."""
+    error = await refused(fx, "metadata", fx.refs["toolbelt"].pin(metadata))
+    assert why in str(error)
 
 
 # -- limits still open: the fix belongs outside the entry points ------------------------------------

@@ -18,7 +18,7 @@ from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
 from ..records.errors import CausalRefused, InvalidRequest, StaleAuthority
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
-from ..records.validation import check_keys
+from ..records.validation import check_keys, payload_json
 from ..records.work import ExecutionState, Lease, Work
 from ..store import StorageActor, Tx
 
@@ -85,7 +85,9 @@ class RuntimeToolbelt:
 
     async def pin(self, metadata: Mapping[str, Any]) -> None:
         """Pin opaque executor metadata with the attempt's segment (a process id and start time, a
-        handle): if the lease is lost, recovery hands it back to the executor's ``recover``."""
+        handle): if the lease is lost, recovery hands it back to the executor's ``recover``. It is held
+        to the payload rules (a JSON object, at most `MAX_PAYLOAD_BYTES`)."""
+        payload_json(metadata, field="metadata")
         await self._storage.submit(pin_metadata_in_tx, Authority.of(self._lease), dict(metadata))
 
     async def adopt(self) -> None:
