@@ -60,6 +60,7 @@ from .records.work import IntentStatus as IntentStatus
 from .records.work import Lease as Lease
 from .records.work import Outcome as Outcome
 from .records.work import Policy as Policy
+from .records.work import Recovery as Recovery
 from .records.work import RetryState as RetryState
 from .records.work import RunRequest as RunRequest
 from .records.work import Unmatched as Unmatched

@@ -58,6 +58,7 @@ EXPECTED = {
     "Intent",
     "IntentStatus",
     "Lease",
+    "Recovery",
     "Policy",
     "RunRequest",
     "Unmatched",

@@ -87,6 +87,9 @@ class ClaimRequest:
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
+    handed: bool = False
+    """The claimer runs the attempt itself (a host's claim): it counts as handed to its executor at once,
+    so a lost lease is recovered through the executor (adopted or failed), never relaunched."""
 
 
 def scope_capacity(config: Config, scope: str) -> int | None:
@@ -96,7 +99,14 @@ def scope_capacity(config: Config, scope: str) -> int | None:
 
 
 def claim_request(
-    config: Config, work: Work, *, owner: str, token: str, lease_ms: int, binding: BindingRef
+    config: Config,
+    work: Work,
+    *,
+    owner: str,
+    token: str,
+    lease_ms: int,
+    binding: BindingRef,
+    handed: bool = False,
 ) -> ClaimRequest:
     """The claim of ``work``'s next attempt that ``config`` implies (its kind, capacity and timeout).
 
@@ -113,6 +123,7 @@ def claim_request(
         capacity=scope_capacity(config, work.scope),
         generation=config.generation,
         timeout_ms=kind.timeout_ms,
+        handed=handed,
     )
 
 
@@ -122,7 +133,11 @@ def binding_for_in_tx(
     """The binding a Work's next attempt runs with: that of the route which routed its earliest
     pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
 
-    ``None``: no pending input came through a route with a binding (a host may still claim).
+    Input that came through no route (a retry, a manual retry request) continues with the binding the
+    Work's last attempt ran with, as configured now (or as it was pinned, if it is no longer configured).
+
+    ``None``: no pending input came through a route with a binding, and no attempt ran under one (a
+    host may still claim).
     """
     work = require_work(tx, work_id)
     routes = {route.name: route for route in effective_routes(config, work.scope)}
@@ -137,8 +152,10 @@ def binding_for_in_tx(
             capabilities=parked.capabilities,
             config=pinned.binding.config if pinned is not None else {},
         )
+    unrouted = False  # some pending input came through no route (a retry, a manual retry request)
     for event_id in work.pending_inputs:
         checkpoint = tx.checkpoint(event_id)
+        unrouted = unrouted or (checkpoint is not None and checkpoint.route is None)
         route = routes.get(checkpoint.route or "") if checkpoint else None
         if route is None or route.binding is None:
             continue
@@ -150,6 +167,25 @@ def binding_for_in_tx(
             capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
+    if unrouted and work.attempts:
+        last = tx.execution(stable_id("ex", work.id, str(work.attempts)))
+        if last is not None and last.executor is not None:
+            configured = effective_bindings(config, work.scope).get(last.binding or "")
+            if configured is not None:
+                binding = configured.binding
+                return BindingRef(
+                    name=last.binding,
+                    executor=binding.executor,
+                    capabilities=frozenset(str(c) for c in binding.capabilities)
+                    & frozenset(advertised.get(binding.executor, ())),
+                    config=binding.config,
+                )
+            return BindingRef(
+                name=last.binding,
+                executor=last.executor,
+                capabilities=last.capabilities & frozenset(advertised.get(last.executor, ())),
+                config=dict(last.binding_config or {}),
+            )
     return None
 
 
@@ -239,7 +275,12 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
     )
-    tx.update_execution(execution_id, retry_policy=json.dumps(pin_retry(req.kind)))
+    tx.update_execution(
+        execution_id,
+        retry_policy=json.dumps(pin_retry(req.kind)),
+        binding_config=json.dumps(dict(req.binding.config)) if req.binding.config else None,
+        handed_at_ms=now_ms if req.handed else None,
+    )
     if req.timeout_ms is not None:
         # the first active segment: its deadline is a durable timer armed in this same commit
         assert authority is not None

@@ -24,7 +24,7 @@ import attrs
 from ..records.events import DiagnosticKind, Event
 from ..records.notices import WorkChanged
 from ..records.validation import check_json_value
-from ..records.work import Execution, ExecutionState, Lease, RunRequest, WorkState
+from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
@@ -43,19 +43,6 @@ class Expired:
 
     execution_id: str
     epoch: int
-
-
-@attrs.frozen(kw_only=True)
-class Recovery:
-    """A recovery claim: the recoverer's lease over the same attempt at a higher epoch, and what to do.
-
-    ``relaunch``: nothing was ever handed to the executor, so the attempt is simply launched again;
-    otherwise the executor's `recover` is asked to verify the process from ``metadata``.
-    """
-
-    lease: Lease
-    relaunch: bool
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
@@ -99,14 +86,12 @@ def recover_claim_in_tx(
     relaunch = execution.handed_at_ms is None and not execution.metadata and execution.executor in executors
     epoch = execution.epoch + 1
     expires = now_ms + lease_ms
-    tx.set_execution_state(
-        execution,
-        ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING,
-        epoch=epoch,
-        token=token,
-        owner=owner,
-        expires_at_ms=expires,
-    )
+    state = ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING
+    fence = {"epoch": epoch, "token": token, "owner": owner, "expires_at_ms": expires}
+    if state is execution.state:
+        tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
+    else:
+        tx.set_execution_state(execution, state, **fence)
     tx.notify(WorkChanged(work_id=work.id))
     inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
     resumed = _resumed_winner(tx, execution)
@@ -120,6 +105,7 @@ def recover_claim_in_tx(
         trigger=trigger,
         inputs=inputs,
         binding=execution.binding,
+        config=dict(execution.binding_config or {}),
         executor=execution.executor,
         resumed=resumed is not None,
     )

@@ -251,6 +251,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE executions ADD COLUMN handed_at_ms INTEGER;
     ALTER TABLE executions ADD COLUMN metadata TEXT;
     ALTER TABLE executions ADD COLUMN retry_policy TEXT;
+    ALTER TABLE executions ADD COLUMN binding_config TEXT;
     ALTER TABLE works ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE works ADD COLUMN retry TEXT;
     ALTER TABLE works ADD COLUMN retry_timer_id TEXT;

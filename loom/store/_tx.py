@@ -61,6 +61,7 @@ _EXECUTION_FIELDS = frozenset(
         "handed_at_ms",
         "metadata",
         "retry_policy",
+        "binding_config",
     }
 )
 _WORK_FIELDS = frozenset(
