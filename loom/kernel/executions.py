@@ -34,6 +34,7 @@ from ..records.work import (
     IntentStatus,
     Lease,
     Outcome,
+    RetryState,
     RunRequest,
     Work,
     WorkState,
@@ -207,8 +208,10 @@ def claimable(work: Work) -> str | None:
         return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
     if work.held:
         return f"work {work.id} is held: {work.hold_reason}"
-    if work.retry is not None:
-        return f"work {work.id} is not eligible to start yet ({work.retry})"
+    if work.retry is RetryState.BACKOFF:
+        return f"work {work.id} is in its retry backoff: its next attempt starts when the retry is due"
+    if work.retry is RetryState.EXHAUSTED:
+        return f"work {work.id} has spent its retry budget: request a retry to start the next attempt"
     if work.state is not WorkState.READY:
         return f"work {work.id} is {work.state}"
     if not work.pending_inputs:
