@@ -58,6 +58,7 @@ EXPECTED = {
     "Intent",
     "IntentStatus",
     "Lease",
+    "BudgetLedger",
     "Recovery",
     "Policy",
     "RunRequest",

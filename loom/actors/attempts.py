@@ -153,7 +153,12 @@ class AttemptRunner:
         while True:
             try:
                 await storage.submit(
-                    complete_in_tx, Authority.of(toolbelt.lease), outcome, kind, self._s.config().causal
+                    complete_in_tx,
+                    Authority.of(toolbelt.lease),
+                    outcome,
+                    kind,
+                    self._s.config().causal,
+                    self._s.config().budgets,
                 )
                 return
             except StaleAuthority as exc:

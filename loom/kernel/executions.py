@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ..config import CausalLimits, Config, effective_bindings, effective_routes
+from ..config import Budget, CausalLimits, Config, effective_bindings, effective_routes
 from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
@@ -43,6 +43,7 @@ from ..records.work import (
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
+from .budgets import admit_turn, charge_in_tx
 from .continuation import park_in_tx, resume_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
@@ -91,6 +92,10 @@ class ClaimRequest:
     handed: bool = False
     """The claimer runs the attempt itself (a host's claim): it counts as handed to its executor at once,
     so a lost lease is recovered through the executor (adopted or failed), never relaunched."""
+    budgets: tuple[Budget, ...] = ()
+    """The budgets in force: a turn is admitted against them, and counted in ``turns`` and ``attempts``."""
+    limits: CausalLimits = attrs.field(factory=CausalLimits)
+    """The causal limits the budget Events are accepted under."""
 
 
 def scope_capacity(config: Config, scope: str) -> int | None:
@@ -125,6 +130,8 @@ def claim_request(
         generation=config.generation,
         timeout_ms=kind.timeout_ms,
         handed=handed,
+        budgets=config.budgets,
+        limits=config.causal,
     )
 
 
@@ -227,6 +234,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     why = claimable(work)
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
+    admit_turn(tx, now_ms, work, req.budgets)
     if req.capacity is not None and tx.running_in_scope(work.scope) >= req.capacity:
         raise Conflict(
             f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
@@ -238,7 +246,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         assert parked is not None
         if wake is None or wake.execution_id != parked.id:
             raise Conflict(f"cannot claim: work {work.id}'s parked attempt {parked.id} has not been woken")
-        return resume_in_tx(
+        resumed = resume_in_tx(
             tx,
             now_ms,
             work,
@@ -250,6 +258,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             lease_ms=req.lease_ms,
             config=req.binding.config,
         )
+        if req.budgets:
+            charge_in_tx(tx, now_ms, work, {"turns": 1}, req.budgets, req.limits)
+        return resumed
     trigger = select_trigger(inputs, req.kind.select_trigger)
     authority = trigger.id if trigger else None
     if wake is not None:
@@ -291,6 +302,8 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
     tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
     tx.notify(WorkChanged(work_id=work.id))
+    if req.budgets:
+        charge_in_tx(tx, now_ms, work, {"turns": 1, "attempts": 1}, req.budgets, req.limits)
     request = RunRequest(
         work_id=work.id,
         execution_id=execution_id,
@@ -342,8 +355,10 @@ def complete_in_tx(
     outcome: Outcome,
     kind: KindPolicy,
     limits: CausalLimits | None = None,
+    budgets: Sequence[Budget] = (),
 ) -> Execution:
-    """Record an attempt's outcome under its fence, with its consumption proofs, atomically.
+    """Record an attempt's outcome under its fence, with its consumption proofs and the usage it
+    reports (charged to ``budgets``), atomically.
 
     A `Waiting` outcome parks or ends the attempt on its wait (see `continuation.park_in_tx`): its proof
     is applied before the wait's registration scan, so it is never woken by what it already took in.
@@ -351,6 +366,8 @@ def complete_in_tx(
     validate_outcome(outcome)
     execution = authorize(tx, now_ms, auth)
     work = require_work(tx, execution.work_id)
+    if budgets and outcome.usage:
+        charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
     consume_claimed_inputs_in_tx(tx, execution)
     if isinstance(outcome, Waiting):

@@ -15,6 +15,7 @@ from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
 from ..actors.toolbelt import RuntimeToolbelt
 from ..kernel.authority import Authority, authorize
+from ..kernel.budgets import BudgetExceeded, budget_hold_in_tx, rebudget_in_tx
 from ..kernel.continuation import enrich_waiting_in_tx
 from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
 from ..kernel.executions import (
@@ -125,7 +126,11 @@ class Host(RuntimeBase):
             binding=binding,
             handed=True,
         )
-        lease: Lease = await self._submit(claim_in_tx, request)
+        try:
+            lease: Lease = await self._submit(claim_in_tx, request)
+        except BudgetExceeded:
+            await self._submit(budget_hold_in_tx, work_id, config.budgets)
+            raise
         return lease
 
     async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
@@ -142,7 +147,7 @@ class Host(RuntimeBase):
         config = self._p.config()
         kind = kind_policy(config, lease.request.kind)
         execution: Execution = await self._submit(
-            complete_in_tx, Authority.of(lease), outcome, kind, config.causal
+            complete_in_tx, Authority.of(lease), outcome, kind, config.causal, config.budgets
         )
         return execution
 
@@ -181,7 +186,12 @@ class Host(RuntimeBase):
         listed = _listed("artifacts", artifacts)
         validate_outcome(Waiting(usage=dict(usage or {}), artifacts=listed), field="enrichment")
         execution: Execution = await self._submit(
-            enrich_waiting_in_tx, Authority.of(lease), dict(usage or {}), listed
+            enrich_waiting_in_tx,
+            Authority.of(lease),
+            dict(usage or {}),
+            listed,
+            self._p.config().budgets,
+            self._p.config().causal,
         )
         return execution
 
@@ -354,6 +364,8 @@ class Host(RuntimeBase):
         """
         check_limit(limit)
         recoveries = await self.recover_expired(limit) if self._p.recovery is None else []
+        if self._p.router is None:
+            await self._submit(rebudget_in_tx, self._p.config().budgets)
         routed = await self._route_pass(limit)
         requests = await self.due(min(limit, 10_000))
         results = await self._submit(

@@ -256,6 +256,22 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE works ADD COLUMN retry TEXT;
     ALTER TABLE works ADD COLUMN retry_timer_id TEXT;
     """,
+    # 7: budgets (ledgers per budget, subject and window; the budget a held Work waits on)
+    """
+    CREATE TABLE budget_ledgers (
+        budget   TEXT NOT NULL,
+        subject  TEXT NOT NULL,
+        window   TEXT NOT NULL,
+        unit     TEXT NOT NULL,
+        amount   REAL NOT NULL DEFAULT 0,
+        warned   INTEGER NOT NULL DEFAULT 0,
+        exceeded INTEGER NOT NULL DEFAULT 0,
+        updated_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (budget, subject, window)
+    );
+    ALTER TABLE works ADD COLUMN budget_hold TEXT;
+    CREATE INDEX works_budget_hold ON works (budget_hold) WHERE budget_hold IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
