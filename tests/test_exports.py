@@ -6,6 +6,12 @@ import loom.testing
 EXPECTED = {
     "CausalLimits",
     "CausalRefused",
+    "CallRefused",
+    "CallParked",
+    "GatedCall",
+    "GateAnswer",
+    "RefuseCall",
+    "WaitForCall",
     "CausalRejection",
     "Clock",
     "Config",

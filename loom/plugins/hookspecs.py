@@ -44,7 +44,13 @@ def loom_recurrence_policies() -> Mapping[str, Any]:
 
 @hookspec
 def loom_call_gates() -> Mapping[str, Any]:
-    """Return toolbelt call gates by name: a gate may turn a call into a Wait before it runs."""
+    """Return toolbelt call gates by name: ``(call: GatedCall) -> None | RefuseCall | WaitForCall``
+    (sync or async, called outside any transaction, in gate-name order, before the call runs).
+
+    ``None`` lets the call through; `RefuseCall` makes `CallRefused` its result and changes nothing;
+    `WaitForCall` parks the attempt on the wait under its fence (the call raises `CallParked`). A gate
+    that raises, or answers anything else, refuses the call with a diagnostic.
+    """
 
 
 @hookspec

@@ -31,6 +31,7 @@ class Extensions:
     handlers: Mapping[str, Any] = attrs.field(factory=dict)
     executors: Mapping[str, Executor] = attrs.field(factory=dict)
     start_gates: Mapping[str, Any] = attrs.field(factory=dict)
+    call_gates: Mapping[str, Any] = attrs.field(factory=dict)
     recurrence_policies: Mapping[str, RecurrencePolicy] = attrs.field(factory=dict)
 
     @classmethod
@@ -39,6 +40,7 @@ class Extensions:
             handlers=merged(pm.hook.loom_route_handlers()),
             executors=merged(pm.hook.loom_executors()),
             start_gates=merged(pm.hook.loom_start_gates()),
+            call_gates=merged(pm.hook.loom_call_gates()),
             recurrence_policies=merged(pm.hook.loom_recurrence_policies()),
         )
 
