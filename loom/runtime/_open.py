@@ -21,19 +21,11 @@ from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
-from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
+from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, Store, as_store, open_reader
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
 
-StoreLike = str | SQLiteStore
-
-
-def as_store(store: StoreLike) -> SQLiteStore:
-    if isinstance(store, SQLiteStore):
-        return store
-    if isinstance(store, str) and store:
-        return SQLiteStore(path=store)
-    raise InvalidRequest(f"store must be a path, ':memory:' or a SQLiteStore, got {store!r}")
+StoreLike = str | SQLiteStore | Store
 
 
 @asynccontextmanager
@@ -66,7 +58,7 @@ async def open_runtime(
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:
         raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
-    sqlite_store = as_store(store)
+    opened = as_store(store)
     clock = clock if clock is not None else SystemClock()
     pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
     extensions = Extensions.of(pm)
@@ -82,9 +74,9 @@ async def open_runtime(
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
-                _shielded, StorageActor(sqlite_store, clock, fault=fault).run, storage_scope
+                _shielded, StorageActor(opened, clock, fault=fault).run, storage_scope
             )
-            reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
+            reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
             try:

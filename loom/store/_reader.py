@@ -101,8 +101,8 @@ class Reader:
 
     async def ledgers(self, budget: str | None, subject: str | None, limit: int) -> list[BudgetLedger]:
         rows = await self._all(
-            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE (? IS NULL OR budget = ?)"
-            " AND (? IS NULL OR subject = ?) ORDER BY budget, subject, window LIMIT ?",
+            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE (CAST(? AS TEXT) IS NULL OR budget = ?)"
+            ' AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY budget, subject, "window" LIMIT ?',
             (budget, budget, subject, subject, limit),
         )
         return [ledger_from_row(r) for r in rows]
@@ -170,7 +170,7 @@ class Reader:
 
     async def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
         rows = await self._all(
-            f"{_sql.INTENT_SELECT} WHERE (? IS NULL OR work_id = ?) AND status IN {_sql.OPEN_INTENTS}"
+            f"{_sql.INTENT_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR work_id = ?) AND status IN {_sql.OPEN_INTENTS}"
             " ORDER BY id LIMIT ?",
             (work_id, work_id, limit),
         )
@@ -186,7 +186,7 @@ class Reader:
 
     async def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
         rows = await self._all(
-            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
+            f"{_sql.TIMER_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
             (state, state, after_id, limit),
         )
         return [_sql.timer_from_row(r) for r in rows]

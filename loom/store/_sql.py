@@ -89,8 +89,8 @@ CHECKPOINT_COLUMNS = (
     " generation, at_ms"
 )
 CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
-CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY rowid"
-"""A Work's checkpoints in the order they were committed (rowids grow with each insert; none is deleted)."""
+CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY commit_seq"
+"""A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (
     f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
     " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"
@@ -201,8 +201,8 @@ def intent_from_row(row: Row) -> Intent:
 
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
 DIAGNOSTICS = (
-    "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (? IS NULL OR kind = ?)"
-    " AND (? IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+    "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
+    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY id LIMIT ?"
 )
 
 

@@ -35,7 +35,6 @@ from ..records.work import (
     WorkState,
 )
 from . import _sql
-from ._tx_base import written
 from ._tx_budgets import BudgetsTx
 from ._tx_timers import TimersTx
 from ._tx_waits import WaitsTx
@@ -87,10 +86,11 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
 
     def insert_event(self, event: Event, payload_json: str) -> int:
         """Insert an immutable Event (its ``seq`` is ignored); return its sequence (strictly increasing)."""
-        cur = self._conn.execute(
+        self._ordered()
+        row = self._one(
             "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
             " parent_id, cause_id, root_id, depth, accepted_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             (
                 event.id,
                 event.source,
@@ -108,9 +108,8 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
                 event.accepted_at_ms,
             ),
         )
-        seq = cur.lastrowid
-        assert seq is not None
-        return seq
+        assert row is not None
+        return int(row[0])
 
     def event(self, event_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_ID, (event_id,))
@@ -133,7 +132,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
 
     def pin_causal_root(self, root_id: str, max_depth: int, per_minute: int) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?)",
+            "INSERT INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (root_id, max_depth, per_minute),
         )
 
@@ -145,7 +144,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
         """Add one to a root's bucket for ``minute``; return the new count."""
         self._conn.execute(
             "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
-            " ON CONFLICT (root_id, minute) DO UPDATE SET count = count + 1",
+            " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1",
             (root_id, minute),
         )
         return self.bucket_count(root_id, minute)
@@ -172,12 +171,12 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
     def add_diagnostic(
         self, kind: DiagnosticKind, subject: str, message: str, detail: dict[str, Any], now_ms: int
     ) -> int:
-        cur = self._conn.execute(
-            "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?)",
+        row = self._one(
+            "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?) RETURNING id",
             (kind.value, subject, message, json.dumps(detail, sort_keys=True), now_ms),
         )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        assert row is not None
+        return int(row[0])
 
     # -- Work ---------------------------------------------------------------
 
@@ -235,7 +234,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             " WHERE id = ? AND state = ?",
             (new.value, *fields.values(), now_ms, work.id, work.state.value),
         )
-        written(cur, f"work {work.id}", work.state, new)
+        self._written(cur, f"work {work.id}", work.state, new)
         row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
         assert row is not None
         return int(row[0])
@@ -274,10 +273,12 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
         return _sql.checkpoint_from_row(row) if row else None
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
+        self._ordered()  # its commit_seq is the Work's history order
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
-            " effective_policy, fallback_reason, reason, generation, at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " (SELECT coalesce(max(commit_seq), 0) + 1 FROM checkpoints))",
             (
                 cp.event_id,
                 cp.seq,
@@ -312,7 +313,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?)",
+            "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (work_id, event_id, seq, InputState.PENDING.value),
         )
 
@@ -332,7 +333,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
             (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
         )
-        written(cur, f"input {event_id}", state, InputState.CONSUMED)
+        self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
 
     def drop_input(self, work_id: str, event_id: str) -> None:
         """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
@@ -344,7 +345,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
             (InputState.DROPPED.value, work_id, event_id, state.value),
         )
-        written(cur, f"input {event_id}", state, InputState.DROPPED)
+        self._written(cur, f"input {event_id}", state, InputState.DROPPED)
 
     def armed_timers_of_work(self, work_id: str) -> list[Timer]:
         """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""
@@ -417,7 +418,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
             (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
         )
-        return cur.rowcount
+        return int(cur.rowcount)
 
     def execution_token(self, execution_id: str) -> str | None:
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
@@ -487,7 +488,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
             (new.value, *fields.values(), execution.id, execution.state.value),
         )
-        written(cur, f"execution {execution.id}", execution.state, new)
+        self._written(cur, f"execution {execution.id}", execution.state, new)
 
     # -- intents ----------------------------------------------------------------
 
@@ -508,8 +509,8 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
         error_fallback: Policy | None = None,
     ) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
-            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
+            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 id,
                 kind.value,
@@ -540,7 +541,7 @@ class Tx(WaitsTx, TimersTx, BudgetsTx):
             " WHERE id = ? AND status = ?",
             (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
         )
-        written(cur, f"intent {intent.id}", intent.status, new)
+        self._written(cur, f"intent {intent.id}", intent.status, new)
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
