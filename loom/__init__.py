@@ -30,6 +30,10 @@ from .records.events import KVEntry as KVEntry
 from .records.events import RejectionReason as RejectionReason
 from .records.executor import Executor as Executor
 from .records.executor import Toolbelt as Toolbelt
+from .records.subscriptions import ReconcileReport as ReconcileReport
+from .records.subscriptions import Subscription as Subscription
+from .records.subscriptions import SubscriptionSpec as SubscriptionSpec
+from .records.subscriptions import SubscriptionState as SubscriptionState
 from .records.timers import FireRequest as FireRequest
 from .records.timers import Firing as Firing
 from .records.timers import FiringResult as FiringResult

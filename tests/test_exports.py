@@ -75,6 +75,10 @@ EXPECTED = {
     "DiagnosticKind",
     "IllegalTransition",
     "notices",
+    "ReconcileReport",
+    "Subscription",
+    "SubscriptionSpec",
+    "SubscriptionState",
 }
 
 

@@ -36,6 +36,7 @@ from ..records.work import (
 )
 from . import _sql
 from ._tx_base import written
+from ._tx_subscriptions import SubscriptionsTx
 from ._tx_timers import TimersTx
 from ._tx_waits import WaitsTx
 
@@ -68,7 +69,7 @@ _WORK_FIELDS = frozenset(
 )
 
 
-class Tx(WaitsTx, TimersTx):
+class Tx(WaitsTx, TimersTx, SubscriptionsTx):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------
