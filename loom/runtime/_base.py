@@ -10,6 +10,7 @@ import attrs
 import pluggy
 
 from ..actors.ingress import IngressActor
+from ..actors.reconciler import SubscriptionReconciler
 from ..actors.router import RouterPool
 from ..actors.timers import TimerActor
 from ..config import Config, ConfigHolder
@@ -40,6 +41,7 @@ class Parts:
     lease_ms: int
     router: RouterPool | None = None
     timers: TimerActor | None = None
+    subscriptions: SubscriptionReconciler | None = None
 
     def config(self) -> Config:
         return self.holder.current

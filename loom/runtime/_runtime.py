@@ -9,6 +9,7 @@ from __future__ import annotations
 import trio
 
 from ..actors.activity import Activity
+from ..actors.reconciler import SubscriptionReconciler
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
 from ..actors.timer_service import TimerService
@@ -21,12 +22,14 @@ from ..records.validation import check_int
 from ..store import Tx
 from ._host import Host
 from ._reads import Reads
+from ._subscriptions import Subscriptions
 from ._watch import Watch
 
-ACTORS = ("router", "timers")
+ACTORS = ("router", "timers", "subscriptions")
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
-intents; ``timers`` fires due timers. Each needs only the store."""
+intents; ``timers`` fires due timers; ``subscriptions`` installs subscriptions and publishes their
+aliases. Each needs only the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
@@ -36,7 +39,7 @@ def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
     """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
-class Runtime(Reads, Host):
+class Runtime(Reads, Host, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property
@@ -75,20 +78,27 @@ class Runtime(Reads, Host):
 
     async def wait_idle(self) -> None:
         """Return once nothing is in flight in the actors running now: no Event awaiting routing that
-        can be routed now, no claim, launch or completion pending, no intent being dispatched, and no
-        timer due at the clock's current time. Running executions and future timers do not count.
+        can be routed now, no claim, launch or completion pending, no intent being dispatched, no timer
+        due at the clock's current time, and no subscription pass pending. Running executions and future
+        timers do not count.
 
         With no background actors this returns after one round trip through storage.
         """
         while True:
-            router, timers = self._p.router, self._p.timers
+            router, timers, subscriptions = self._p.router, self._p.timers, self._p.subscriptions
             if router is not None:
                 await router.wait_idle()
             if timers is not None:
                 await timers.wait_idle()
+            if subscriptions is not None:
+                await subscriptions.wait_idle()
             await self._submit(_barrier_in_tx)
-            router, timers = self._p.router, self._p.timers
-            if (router is None or router.idle) and (timers is None or timers.idle):
+            router, timers, subscriptions = self._p.router, self._p.timers, self._p.subscriptions
+            if (
+                (router is None or router.idle)
+                and (timers is None or timers.idle)
+                and (subscriptions is None or subscriptions.idle)
+            ):
                 return
 
     def watch(self, *, capacity: int = 1024) -> Watch:
@@ -106,7 +116,7 @@ class Runtime(Reads, Host):
     async def run_actor(
         self, name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run one background actor (``"router"`` or ``"timers"``) in the caller's nursery until cancelled:
+        """Run one background actor (one of `ACTORS`) in the caller's nursery until cancelled:
         ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per runtime."""
         p = self._p
         if name not in ACTORS:
@@ -134,6 +144,15 @@ class Runtime(Reads, Host):
                     task_status.started()
             finally:
                 p.router = None
+        elif name == "subscriptions":
+            reconciler = SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
+            p.subscriptions = reconciler
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(reconciler.run)
+                    task_status.started()
+            finally:
+                p.subscriptions = None
         else:
             actor = TimerActor(
                 p.storage,
