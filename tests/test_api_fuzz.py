@@ -651,8 +651,35 @@ host(
     artifacts=(st.just(()), st.one_of(hostile_text, st.lists(hostile_text, max_size=2))),
 )
 host("waits", work_id=(ident("work", "work2"), hostile_text))
+subscription_spec = st.one_of(
+    record(
+        loom.SubscriptionSpec,
+        {
+            "namespace": (st.just("deps"), hostile_text),
+            "id": (names, hostile_text),
+            # keys neither fixture Work owns: a good spec is never refused for its source
+            "source_key": (st.sampled_from(["order/9", "other/1"]), hostile_text),
+            "source_scope": (st.none(), hostile_text),
+            "types": (st.just(("order.*",)), st.one_of(hostile_text, st.lists(hostile_text, max_size=2))),
+            "after": (st.just(0), hostile_int),
+            "filter_name": (st.none(), hostile_text),
+            "filter": (st.none(), hostile_payload),
+            "label": (st.just(""), hostile_text),
+        },
+    ),
+    st.sampled_from([None, "subscription", Opaque()]),
+)
+host(
+    "subscribe",
+    work_id=(ident("work", "work2"), hostile_text),
+    spec=(subscription_spec, st.sampled_from([None, Opaque()])),
+    dependent_key=(st.none(), hostile_text),
+)
+host("reconcile_subscriptions", limit=limit)
+host("subscriptions", work_id=(ident("work", "work2"), hostile_text))
+host("subscription", namespace=(st.just("deps"), hostile_text), id=(names, hostile_text))
 host("reload", config=(st.just(CONFIG), st.sampled_from([None, {}, "loom.toml", Opaque()])))
-host("run_actor", name=(hostile_text.filter(lambda n: n not in ("router", "timers")),) * 2)
+host("run_actor", name=(hostile_text.filter(lambda n: n not in loom.runtime.ACTORS),) * 2)
 entry("toolbelt", _toolbelt, lease=(good_lease, lease), lease_ms=(st.just(30_000), hostile_int))
 entry("watch", _watch, capacity=(st.just(16), hostile_int))
 entry("Config.from_dict", _config, data=(config_data, hostile_payload), generation=(st.just(1), hostile_int))
