@@ -739,7 +739,8 @@ async def test_poll_raises_a_storage_failure(
         raise sqlite3.OperationalError("disk I/O error")
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_io_error)
-    async with RuntimeDriver.open(loom_store) as driver:
+    # No background actor shares the failed batch: only the host's poll sees the failure.
+    async with RuntimeDriver.open(loom_store, actors=()) as driver:
         rt = driver.runtime
         await rt.arm(tick("a", T0))
         with pytest.raises(StorageError, match="disk I/O error"):

@@ -12,14 +12,17 @@ the while, however long that takes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 import trio
 
 from ..config import Config
 from ..kernel.authority import Authority
 from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
-from ..records.errors import InvalidRequest, StaleAuthority, StorageError
+from ..kernel.recovery import mark_handed_in_tx, not_adoptable_in_tx
+from ..records.errors import InvalidRequest, NotAdoptable, StaleAuthority, StorageError
 from ..records.events import DiagnosticKind
 from ..records.executor import Executor
 from ..records.validation import validate_outcome
@@ -35,12 +38,15 @@ class AttemptRunner:
     def __init__(self, shared: Shared) -> None:
         self._s = shared
 
-    def start(self, lease: Lease, executor_name: str) -> None:
-        """Run the attempt ``lease`` holds, in a task of its own."""
+    def start(self, lease: Lease, executor_name: str, *, metadata: Mapping[str, Any] | None = None) -> None:
+        """Run the attempt ``lease`` holds, in a task of its own. With ``metadata`` (a recovery that
+        found the attempt handed to its executor), the executor's ``recover`` adopts it instead."""
         executor = self._s.extensions.executors[executor_name]
-        self._s.activity.spawn(self._run, lease, executor_name, executor, self._s.config())
+        self._s.activity.spawn(self._run, lease, executor_name, executor, self._s.config(), metadata)
 
-    async def _run(self, lease: Lease, name: str, executor: Executor, config: Config) -> None:
+    async def _run(
+        self, lease: Lease, name: str, executor: Executor, config: Config, metadata: Mapping[str, Any] | None
+    ) -> None:
         """Hold and renew the lease from the claim through launch to the committed outcome."""
         toolbelt = RuntimeToolbelt(
             self._s.storage,
@@ -51,12 +57,72 @@ class AttemptRunner:
             policies=self._s.extensions.recurrence_policies,
         )
         kind = kind_policy(config, lease.request.kind)
+        outcome: Outcome | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew, toolbelt, name, executor)  # not counted: it sleeps on the clock
-            # a running execution is not work in flight: it steps out of the activity count
-            outcome = await self._s.activity.outside(partial(self._launch, lease, name, executor, toolbelt))
-            await self._commit(toolbelt, outcome, kind)
+            with trio.CancelScope() as observing:
+                nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
+                if metadata is not None:
+                    outcome = await self._s.activity.outside(
+                        partial(self._recover, lease, name, executor, toolbelt, metadata)
+                    )
+                elif await self._hand(toolbelt):
+                    # a running execution is not work in flight: it steps out of the activity count
+                    outcome = await self._s.activity.outside(
+                        partial(self._launch, lease, name, executor, toolbelt)
+                    )
+            if outcome is not None and not observing.cancelled_caught:
+                await self._commit(toolbelt, outcome, kind)
             nursery.cancel_scope.cancel()
+
+    async def _hand(self, toolbelt: RuntimeToolbelt) -> bool:
+        """Record that the segment is handed to the executor (before it is): a lease lost before this
+        commits is relaunched by recovery, one lost after it is adopted or failed."""
+        try:
+            await self._s.storage.submit(mark_handed_in_tx, Authority.of(toolbelt.lease))
+        except StaleAuthority:
+            return False
+        return True
+
+    async def _recover(
+        self,
+        lease: Lease,
+        name: str,
+        executor: Executor,
+        toolbelt: RuntimeToolbelt,
+        metadata: Mapping[str, Any],
+    ) -> Outcome | None:
+        """Ask the executor to verify the expired attempt; adopt it, or fail it as not adoptable."""
+        recover = getattr(executor, "recover", None)
+        try:
+            if recover is None:
+                raise NotAdoptable(f"executor {name!r} cannot adopt an attempt (it has no recover)")
+            answer = await recover(lease.request, toolbelt, dict(metadata))
+        except StaleAuthority as exc:
+            # its adoption was refused: cancelled, or recovered again meanwhile
+            log.info("recovery of execution %s lost its authority: %s", lease.execution_id, exc)
+            return None
+        except NotAdoptable as exc:
+            try:
+                await self._s.storage.submit(
+                    not_adoptable_in_tx, Authority.of(toolbelt.lease), str(exc) or "unverifiable"
+                )
+            except StaleAuthority:
+                pass  # cancelled, or recovered by another recoverer meanwhile
+            return None
+        except Exception as exc:
+            reason = f"recover raised {describe(exc)}; the attempt is recovered again when this lease expires"
+            await self._contain(name, "recover", lease, reason, exc)
+            return None
+        try:
+            outcome = validate_outcome(answer, field=f"executor {name!r} recovered outcome")
+        except InvalidRequest as exc:
+            await self._contain(name, "recover", lease, str(exc), None)
+            outcome = Failed(error=str(exc))
+        try:
+            await toolbelt.adopt()  # a finished result still needs the new fence before it commits
+        except StaleAuthority:
+            return None
+        return outcome
 
     async def _launch(
         self, lease: Lease, name: str, executor: Executor, toolbelt: RuntimeToolbelt
@@ -87,7 +153,12 @@ class AttemptRunner:
         while True:
             try:
                 await storage.submit(
-                    complete_in_tx, Authority.of(toolbelt.lease), outcome, kind, self._s.config().causal
+                    complete_in_tx,
+                    Authority.of(toolbelt.lease),
+                    outcome,
+                    kind,
+                    self._s.config().causal,
+                    self._s.config().budgets,
                 )
                 return
             except StaleAuthority as exc:
@@ -107,21 +178,20 @@ class AttemptRunner:
     async def _is_routed(self, event_id: str) -> bool:
         return await self._s.reader.checkpoint(event_id) is not None
 
-    async def _renew(self, toolbelt: RuntimeToolbelt, name: str, executor: Executor) -> None:
+    async def _renew(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> None:
+        """Renew the lease two thirds of the way through; losing it stops the launch (this runner stops
+        observing the attempt and commits nothing). The process itself is left alone: whoever recovers
+        the attempt asks its executor to verify and adopt it, and a control that fenced it (a cancel)
+        interrupts it."""
         lease_ms = self._s.lease_ms
         while True:
             lease = toolbelt.lease
             await self._s.clock.sleep_until(lease.expires_at_ms - lease_ms * 2 // 3)
             try:
                 await toolbelt.heartbeat()
-            except StaleAuthority:
-                # losing the lease stops the launch
-                try:
-                    await executor.interrupt(lease.execution_id)
-                except Exception as exc:
-                    await self._contain(
-                        name, "interrupt", lease, describe(exc), exc, DiagnosticKind.INTERRUPT_FAILED
-                    )
+            except StaleAuthority as exc:
+                log.info("execution %s lost its lease: %s", lease.execution_id, exc)
+                observing.cancel()
                 return
 
     async def _contain(

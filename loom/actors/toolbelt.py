@@ -6,19 +6,21 @@ Every call presents the lease; a stale one fails with `StaleAuthority` and chang
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
 from ..config import CausalLimits
 from ..kernel.authority import Authority
 from ..kernel.executions import renew_in_tx
+from ..kernel.recovery import adopt_in_tx, pin_metadata_in_tx
 from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
-from ..records.errors import CausalRefused, InvalidRequest
+from ..records.errors import CausalRefused, InvalidRequest, StaleAuthority
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
-from ..records.validation import check_keys
-from ..records.work import Lease, Work
-from ..store import StorageActor
+from ..records.validation import check_keys, payload_json
+from ..records.work import ExecutionState, Lease, Work
+from ..store import StorageActor, Tx
 
 
 class RuntimeToolbelt:
@@ -80,3 +82,28 @@ class RuntimeToolbelt:
         """Renew the lease."""
         expires = await self._storage.submit(renew_in_tx, Authority.of(self._lease), self._lease_ms)
         self._lease = attrs.evolve(self._lease, expires_at_ms=expires)
+
+    async def pin(self, metadata: Mapping[str, Any]) -> None:
+        """Pin opaque executor metadata with the attempt's segment (a process id and start time, a
+        handle): if the lease is lost, recovery hands it back to the executor's ``recover``. It is held
+        to the payload rules (a JSON object, at most `MAX_PAYLOAD_BYTES`)."""
+        payload_json(metadata, field="metadata")
+        await self._storage.submit(pin_metadata_in_tx, Authority.of(self._lease), dict(metadata))
+
+    async def adopt(self) -> None:
+        """During recovery: the process is verified; the attempt runs again under this toolbelt's lease
+        (a new token: the old one stays stale). Idempotent."""
+        try:
+            await self._storage.submit(adopt_in_tx, Authority.of(self._lease))
+        except StaleAuthority:
+            execution_state = await self._storage.submit(
+                _state_of, self._lease.execution_id, self._lease.epoch
+            )
+            if not execution_state:
+                raise
+
+
+def _state_of(tx: Tx, now_ms: int, execution_id: str, epoch: int) -> bool:
+    """Whether the attempt already runs at ``epoch`` (an adoption already committed)."""
+    execution = tx.execution(execution_id)
+    return execution is not None and execution.epoch == epoch and execution.state is ExecutionState.RUNNING

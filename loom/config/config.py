@@ -17,10 +17,11 @@ import attrs
 
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.serde import converter
-from ..records.validation import validate_scope
+from ..records.validation import MAX_INT, validate_scope
 from ._keys import check_name, key_path, known, plain, rekey
 from .model import (
     DEFAULT_TRIGGER,
+    Budget,
     CausalLimits,
     EffectiveBinding,
     EffectiveRoute,
@@ -44,13 +45,20 @@ class Config:
     store: StoreConfig = attrs.field(factory=StoreConfig)
     scopes: dict[str, ScopeConfig] = attrs.field(factory=dict, hash=False)
     work_kinds: dict[str, WorkKindPolicy] = attrs.field(factory=dict, hash=False)
+    budgets: tuple[Budget, ...] = ()
     generation: int = 1
     file: str | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.generation, bool) or not isinstance(self.generation, int) or self.generation < 1:
+        if (
+            isinstance(self.generation, bool)
+            or not isinstance(self.generation, int)
+            or not 1 <= self.generation <= MAX_INT
+        ):
             raise ConfigError(
-                f"must be a positive integer, got {self.generation!r}", file=self.file, key="generation"
+                f"must be an integer from 1 to {MAX_INT}, got {self.generation!r}",
+                file=self.file,
+                key="generation",
             )
         for name in self.scopes:
             try:
@@ -62,6 +70,13 @@ class Config:
                 check_name(name, key_path("", name))
         for scope in self.scopes:
             resolve_routes(self.scopes, scope, None, file=self.file)
+        names: set[str] = set()
+        for i, budget in enumerate(self.budgets):
+            if budget.name in names:
+                raise ConfigError(
+                    f"budget {budget.name!r} is declared twice", file=self.file, key=f"budgets[{i}].name"
+                )
+            names.add(budget.name)
 
     # -- loading --------------------------------------------------------------------------------------
 
@@ -77,10 +92,14 @@ class Config:
     @classmethod
     def from_toml(cls, text: str, *, file: str = "<string>", generation: int = 1) -> Config:
         """Parse and validate TOML text; ``file`` names the source in error messages."""
+        if not isinstance(text, str):
+            raise ConfigError(f"expected TOML text (a str), got {type(text).__name__}", file=file)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+        except RecursionError:
+            raise ConfigError("not valid TOML: nested too deeply to read", file=file) from None
         return cls.from_dict(data, file=file, generation=generation)
 
     @classmethod

@@ -52,3 +52,22 @@ def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
         raise StaleAuthority(f"execution {execution.id}: its lease expired at {execution.expires_at_ms}")
     return execution
+
+
+def authorize_recovery(tx: Tx, now_ms: int, auth: Authority) -> Execution:
+    """The attempt, if ``auth`` holds its recovery-in-progress authority (a recoverer's lease over an
+    expired attempt, while its executor verifies it); else `StaleAuthority`."""
+    execution = tx.execution(auth.execution_id)
+    if execution is None or execution.attempt != auth.attempt:
+        raise StaleAuthority(f"execution {auth.execution_id!r}: no attempt {auth.attempt}")
+    if execution.state is not ExecutionState.RECOVERING:
+        raise StaleAuthority(f"execution {execution.id} is {execution.state}, not being recovered")
+    if execution.epoch != auth.epoch or tx.execution_token(execution.id) != auth.token:
+        raise StaleAuthority(
+            f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
+        )
+    if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
+        raise StaleAuthority(
+            f"execution {execution.id}: its recovery lease expired at {execution.expires_at_ms}"
+        )
+    return execution

@@ -4,12 +4,22 @@
 for delivery, never consumed), raises `NotAccepting` (definitely not delivered), or raises
 anything else (ambiguous: retried with the same intent identity); ``interrupt`` stops the
 attempt's process.
+
+Two optional methods (looked up on the executor; an executor without them cannot do that):
+
+* ``resume(request, toolbelt) -> Outcome`` continues a parked attempt after its wake (``request.resumed``
+  and the winner as ``request.trigger``); without it, ``launch`` is called.
+* ``recover(request, toolbelt, metadata) -> Outcome`` verifies an attempt whose lease expired, from the
+  opaque ``metadata`` it pinned (``toolbelt.pin``), and observes it to its outcome. It must call
+  ``toolbelt.adopt()`` once it has verified the process, before any other toolbelt call (the adoption
+  replaces the old credentials with the recoverer's); a finished result may be returned at once. It
+  raises `NotAdoptable` when it cannot verify: the attempt then fails and the retry policy applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from .events import Event, EventIn
 from .timers import Timer, TimerSpec
@@ -29,6 +39,10 @@ class Toolbelt(Protocol):
     async def arm_timer(self, spec: TimerSpec) -> Timer: ...
 
     async def heartbeat(self) -> None: ...
+
+    async def pin(self, metadata: Mapping[str, Any]) -> None: ...
+
+    async def adopt(self) -> None: ...
 
 
 @runtime_checkable

@@ -11,6 +11,7 @@ import pluggy
 
 from ..actors.ingress import IngressActor
 from ..actors.reconciler import SubscriptionReconciler
+from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.timers import TimerActor
 from ..config import Config, ConfigHolder
@@ -41,6 +42,7 @@ class Parts:
     lease_ms: int
     router: RouterPool | None = None
     timers: TimerActor | None = None
+    recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
 
     def config(self) -> Config:

@@ -6,18 +6,21 @@ fast); durable state means a restart loses nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
 from ..actors.ingress import IngressActor
 from ..config import Config, ConfigHolder
 from ..kernel.executions import TRIGGER_SELECTORS
+from ..kernel.recovery import release_leases_in_tx
 from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
-from ..records.errors import InvalidRequest
+from ..records.errors import InvalidRequest, StorageError
+from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
@@ -53,6 +56,12 @@ async def open_runtime(
     host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
     `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
     """
+    if config is not None and not isinstance(config, Config):
+        raise InvalidRequest(f"config must be a Config, got {type(config).__name__}")
+    if clock is not None and not isinstance(clock, Clock):
+        raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
+    check_text("owner", owner)
+    check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:
@@ -70,7 +79,11 @@ async def open_runtime(
     readers: list[Reader] = []
     try:
         async with trio.open_nursery() as nursery:
-            storage: StorageActor = await nursery.start(StorageActor(sqlite_store, clock, fault=fault).run)
+            # the storage actor outlives an outer cancellation until the leases are released
+            storage_scope = trio.CancelScope(shield=True)
+            storage: StorageActor = await nursery.start(
+                _shielded, StorageActor(sqlite_store, clock, fault=fault).run, storage_scope
+            )
             reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
             await reader.open()
             readers.append(reader)
@@ -88,13 +101,38 @@ async def open_runtime(
                     lease_ms=lease_ms,
                 )
                 runtime = Runtime(parts)
-                for name in chosen:
-                    await nursery.start(runtime.run_actor, name)
-                yield runtime
+                async with trio.open_nursery() as actors_nursery:
+                    for name in chosen:
+                        await actors_nursery.start(runtime.run_actor, name)
+                    try:
+                        yield runtime
+                    finally:
+                        actors_nursery.cancel_scope.cancel()
             finally:
+                # every actor (and the attempts it ran) has stopped: nothing renews these leases now
+                await _release_leases(storage, owner)
+                storage_scope.cancel()
                 nursery.cancel_scope.cancel()
     finally:
         # readers close after every actor has stopped using them
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+
+
+async def _shielded(
+    run: Callable[..., Awaitable[None]], scope: trio.CancelScope, *, task_status: trio.TaskStatus[Any]
+) -> None:
+    with scope:
+        await run(task_status=task_status)
+
+
+async def _release_leases(storage: StorageActor, owner: str) -> None:
+    """Closing releases the leases this runtime holds: the attempts it was running are recovered at
+    once (through their executors: adopted, relaunched or failed into retry) by the next open, not a
+    lease length later. After a storage failure the store is gone, and the leases expire by themselves."""
+    with trio.move_on_after(5), trio.CancelScope(shield=True):
+        try:
+            await storage.submit(release_leases_in_tx, owner)
+        except StorageError:
+            pass  # the store is gone: the leases expire by themselves

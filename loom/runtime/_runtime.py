@@ -6,10 +6,13 @@ timers and the bounded host pass in `_host`. `open_runtime` (in `_open`) builds 
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from ..actors.activity import Activity
 from ..actors.reconciler import SubscriptionReconciler
+from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
 from ..actors.timer_service import TimerService
@@ -25,11 +28,12 @@ from ._reads import Reads
 from ._subscriptions import Subscriptions
 from ._watch import Watch
 
-ACTORS = ("router", "timers", "subscriptions")
+ACTORS = ("router", "timers", "recovery", "subscriptions")
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
-intents; ``timers`` fires due timers; ``subscriptions`` installs subscriptions and publishes their
-aliases. Each needs only the store."""
+intents; ``timers`` fires due timers; ``recovery`` recovers attempts whose lease expired (adopting,
+relaunching or failing them through their executors); ``subscriptions`` installs subscriptions and
+publishes their aliases. Each needs only the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
@@ -59,7 +63,10 @@ class Runtime(Reads, Host, Subscriptions):
         """
         if not isinstance(config, Config):
             raise ConfigError(f"expected a Config, got {type(config).__name__}")
-        return self._p.holder.replace(config)
+        replaced = self._p.holder.replace(config)
+        if self._p.router is not None:
+            self._p.router.on_reload()  # a raised budget limit releases the Work it held
+        return replaced
 
     # -- acceptance -----------------------------------------------------------------
 
@@ -79,27 +86,21 @@ class Runtime(Reads, Host, Subscriptions):
     async def wait_idle(self) -> None:
         """Return once nothing is in flight in the actors running now: no Event awaiting routing that
         can be routed now, no claim, launch or completion pending, no intent being dispatched, no timer
-        due at the clock's current time, and no subscription pass pending. Running executions and future
-        timers do not count.
+        due and no lease expired at the clock's current time, and no subscription pass pending. Running
+        executions, future timers and live leases do not count.
 
         With no background actors this returns after one round trip through storage.
         """
         while True:
-            router, timers, subscriptions = self._p.router, self._p.timers, self._p.subscriptions
-            if router is not None:
-                await router.wait_idle()
-            if timers is not None:
-                await timers.wait_idle()
-            if subscriptions is not None:
-                await subscriptions.wait_idle()
+            for actor in self._actors():
+                await actor.wait_idle()
             await self._submit(_barrier_in_tx)
-            router, timers, subscriptions = self._p.router, self._p.timers, self._p.subscriptions
-            if (
-                (router is None or router.idle)
-                and (timers is None or timers.idle)
-                and (subscriptions is None or subscriptions.idle)
-            ):
+            if all(actor.idle for actor in self._actors()):
                 return
+
+    def _actors(self) -> list[Any]:
+        p = self._p
+        return [actor for actor in (p.router, p.timers, p.recovery, p.subscriptions) if actor is not None]
 
     def watch(self, *, capacity: int = 1024) -> Watch:
         """Committed notices, as an async iterator of frozen records, from now on.
@@ -123,47 +124,39 @@ class Runtime(Reads, Host, Subscriptions):
             raise InvalidRequest(f"unknown actor {name!r}; expected one of: {', '.join(ACTORS)}")
         if getattr(p, name) is not None:
             raise InvalidRequest(f"the {name} actor is already running in this runtime")
+        actor: Any
         if name == "router":
-            shared = Shared(
-                storage=p.storage,
-                # its snapshot reads are tiny and frequent: served by the storage actor they share
-                # its group-committed thread hops instead of queueing on one read connection
-                reader=p.actor_reader,
-                config=p.config,
-                extensions=p.extensions,
-                clock=p.clock,
-                activity=Activity(),
-                owner=p.owner,
-                lease_ms=p.lease_ms,
-            )
-            router = RouterPool(shared)
-            p.router = router
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(router.run)
-                    task_status.started()
-            finally:
-                p.router = None
-        elif name == "subscriptions":
-            reconciler = SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
-            p.subscriptions = reconciler
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(reconciler.run)
-                    task_status.started()
-            finally:
-                p.subscriptions = None
-        else:
+            # its snapshot reads are tiny and frequent: served by the storage actor they share its
+            # group-committed thread hops instead of queueing on one read connection
+            actor = RouterPool(self._shared(p.actor_reader))
+        elif name == "timers":
             actor = TimerActor(
                 p.storage,
                 TimerService[str](p.clock),
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )
-            p.timers = actor
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(actor.run)
-                    task_status.started()
-            finally:
-                p.timers = None
+        elif name == "recovery":
+            actor = LeaseRecoverer(self._shared(p.actor_reader))
+        else:
+            actor = SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
+        setattr(p, name, actor)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run)
+                task_status.started()
+        finally:
+            setattr(p, name, None)
+
+    def _shared(self, reader: Any) -> Shared:
+        p = self._p
+        return Shared(
+            storage=p.storage,
+            reader=reader,
+            config=p.config,
+            extensions=p.extensions,
+            clock=p.clock,
+            activity=Activity(),
+            owner=p.owner,
+            lease_ms=p.lease_ms,
+        )

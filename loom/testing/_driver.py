@@ -23,7 +23,7 @@ from .. import (
     hookimpl,
     open_runtime,
 )
-from ..runtime import DEFAULT_LEASE_MS
+from ..runtime import ACTORS, DEFAULT_LEASE_MS
 from ..store import FaultHook
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
@@ -119,9 +119,11 @@ class RuntimeDriver:
         plugins: Iterable[object] = (),
         fault: FaultHook | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
+        actors: Iterable[str] = ACTORS,
     ) -> None:
         self._nursery = nursery
         self.fault = fault
+        self.actors = tuple(actors)
         self.lease_ms = lease_ms
         self.store = store
         self.clock = clock if clock is not None else ManualClock(start_ms=T0_MS)
@@ -155,16 +157,25 @@ class RuntimeDriver:
         plugins: Iterable[object] = (),
         fault: FaultHook | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
+        actors: Iterable[str] = ACTORS,
     ) -> AsyncIterator[RuntimeDriver]:
         """A started driver on ``store`` (a path or ``":memory:"``), stopped on the way out.
 
-        ``start_ms`` starts a fresh `ManualClock` there (default: `T0_MS`) unless ``clock`` is given.
+        ``start_ms`` starts a fresh `ManualClock` there (default: `T0_MS`) unless ``clock`` is given;
+        ``actors`` picks the background actors as `open_runtime` does (every reopen starts the same).
         """
         if clock is None:
             clock = ManualClock(start_ms=T0_MS if start_ms is None else start_ms)
         async with trio.open_nursery() as nursery:
             driver = cls(
-                nursery, store, clock=clock, config=config, plugins=plugins, fault=fault, lease_ms=lease_ms
+                nursery,
+                store,
+                clock=clock,
+                config=config,
+                plugins=plugins,
+                fault=fault,
+                lease_ms=lease_ms,
+                actors=actors,
             )
             await driver.start()
             try:
@@ -188,6 +199,7 @@ class RuntimeDriver:
                     load_entry_points=False,
                     fault=self.fault,
                     lease_ms=self.lease_ms,
+                    actors=self.actors,
                 ) as rt:
                     task_status.started(rt)
                     await trio.sleep_forever()

@@ -48,6 +48,21 @@ async def _launches(driver: Driver, work_id: str, n: int) -> None:
     await driver.until(enough, f"launch {n} of {work_id}")
 
 
+async def _woken(driver: Driver, work_id: str, what: str) -> Any:
+    """Let the runtime settle, then the Work's latest wait must be woken (a wake is part of the
+    transaction that routes its winner, fires its timeout or registers it: never later)."""
+    await driver.settle()
+    waits = await driver.runtime.waits(work_id)
+    expect(waits and waits[-1].state is WaitState.WOKEN, f"{what}: the wait did not wake ({waits[-1:]})")
+    return waits[-1]
+
+
+async def _continued(driver: Driver, work_id: str, n: int) -> None:
+    """Let the runtime settle; the Work's continuation (launch ``n``) must have started."""
+    await driver.settle()
+    expect(len(driver.fake.launches_of(work_id)) >= n, f"{work_id}'s continuation (launch {n}) did not start")
+
+
 async def _wait_state(driver: Driver, work_id: str, state: WaitState, what: str) -> Any:
     async def reached() -> bool:
         waits = await driver.runtime.waits(work_id)
@@ -87,7 +102,7 @@ async def wait_event_registration_orders(driver: Driver) -> None:
     early = await driver.runtime.publish(_w("a1", key="a"))
     await wait_routed(driver, early)
     driver.fake.finish(a, Waiting(wait=WaitSpec(types=("w.*",))))
-    wait = await _wait_state(driver, a, WaitState.WOKEN, "the wait registered after its match to wake")
+    wait = await _woken(driver, a, "the wait registered after its match to wake")
     expect(
         wait.winner_event_id == early.id, f"registration's scan did not wake with the earlier match: {wait}"
     )
@@ -95,7 +110,7 @@ async def wait_event_registration_orders(driver: Driver) -> None:
         wait.woken_at_ms == wait.created_at_ms,
         "a match already accepted at registration must wake in the registration transaction",
     )
-    await _launches(driver, a, 2)
+    await _continued(driver, a, 2)
     expect(
         _trigger_id(driver.fake.launches_of(a)[1].request) == early.id,
         "attempt 2 is not triggered by the winner",
@@ -109,9 +124,9 @@ async def wait_event_registration_orders(driver: Driver) -> None:
     expect((await driver.runtime.work(b)).state is WorkState.WAITING, "b is not waiting")
     late = await driver.runtime.publish(_w("b1", key="b"))
     again = await driver.runtime.publish(_w("b2", key="b"))
-    wait = await _wait_state(driver, b, WaitState.WOKEN, "the later match to wake b")
+    wait = await _woken(driver, b, "the later match to wake b")
     expect(wait.winner_event_id == late.id, f"b was not woken by the first match after registration: {wait}")
-    await _launches(driver, b, 2)
+    await _continued(driver, b, 2)
     await wait_routed(driver, again)
     waits = await driver.runtime.waits(b)
     expect(len(waits) == 1 and waits[0].state is WaitState.WOKEN, f"b's wait woke more than once: {waits}")
@@ -126,7 +141,7 @@ async def wait_event_registration_orders(driver: Driver) -> None:
     await own.toolbelt.emit(_w("o-own", "v.done", key="o"))
     await own.toolbelt.emit(_w("o-for-v", "v.done", key="v"))
     driver.fake.finish(o, Waiting(wait=WaitSpec(types=("v.*",))))
-    await _wait_state(driver, v, WaitState.WOKEN, "o's Event on v's key to wake v")
+    await _woken(driver, v, "o's Event on v's key to wake v")
     o_wait = await _wait_state(driver, o, WaitState.ACTIVE, "o's own wait to stay active")
     expect(o_wait.winner_event_id is None, "an Event the Work's own execution published woke its own wait")
     await driver.runtime.cancel(o)
@@ -147,7 +162,7 @@ async def wait_timeout_acceptance_tie(driver: Driver) -> None:
     driver.clock.set(deadline - 1)
     match = await driver.runtime.publish(_w("ta1", key="ta"))
     driver.clock.set(deadline)
-    wait = await _wait_state(driver, a, WaitState.WOKEN, "a's wait to wake")
+    wait = await _woken(driver, a, "a's wait to wake")
     expect(wait.winner_event_id == match.id, f"the timeout beat a match accepted 1 ms before it: {wait}")
     await driver.settle()
     expect(
@@ -160,7 +175,7 @@ async def wait_timeout_acceptance_tie(driver: Driver) -> None:
     driver.fake.finish(b, Waiting(wait=WaitSpec(types=("w.*",), timeout_ms=10 * SECOND)))
     wait = await _wait_state(driver, b, WaitState.ACTIVE, "b's wait with a timeout")
     driver.clock.set(wait.timeout_at_ms or 0)
-    woken = await _wait_state(driver, b, WaitState.WOKEN, "b's timeout to wake it")
+    woken = await _woken(driver, b, "b's timeout to wake it")
     await driver.runtime.publish(_w("tb1", key="tb"))
     timeout = await driver.runtime.event(woken.winner_event_id or "")
     expect(timeout.type == "core.wait.timeout", f"b was not woken by its timeout: {timeout.type}")
@@ -219,8 +234,8 @@ async def wait_cancel_orders(driver: Driver) -> None:
     driver.fake.finish(b, Waiting(wait=WaitSpec(types=("w.*",))))
     await _wait_state(driver, b, WaitState.ACTIVE, "b's wait")
     match = await driver.runtime.publish(_w("cb1", key="cb"))
-    woken = await _wait_state(driver, b, WaitState.WOKEN, "b's wake")
-    await _launches(driver, b, 2)
+    woken = await _woken(driver, b, "b's wake")
+    await _continued(driver, b, 2)
     resumed = driver.fake.launches_of(b)[1]
     await driver.runtime.cancel(b)
     waits = await driver.runtime.waits(b)
@@ -260,11 +275,11 @@ async def wait_watermark_and_timeout_only(driver: Driver) -> None:
     wait = await _wait_state(driver, a, WaitState.ACTIVE, "a's wait above its watermark")
     expect(wait.winner_event_id is None, "a match at the watermark woke the wait")
     above = await driver.runtime.publish(_w("ma2", key="ma"))
-    wait = await _wait_state(driver, a, WaitState.WOKEN, "a's wake on the match above its watermark")
+    wait = await _woken(driver, a, "a's wake on the match above its watermark")
     expect(
         wait.winner_event_id == above.id, f"the wait woke on {wait.winner_event_id}, not the match above it"
     )
-    await _launches(driver, a, 2)
+    await _continued(driver, a, 2)
     expect(
         driver.fake.launches_of(a)[1].request.attempt == 2, "without resume the continuation is attempt N+1"
     )
@@ -275,7 +290,7 @@ async def wait_watermark_and_timeout_only(driver: Driver) -> None:
     driver.fake.finish(t, Waiting(wait=WaitSpec(types=("never.*",), timeout_ms=SECOND)))
     await _wait_state(driver, t, WaitState.ACTIVE, "the timeout-only wait to be registered")
     driver.clock.advance(SECOND)
-    wait = await _wait_state(driver, t, WaitState.WOKEN, "the timeout-only wait to wake")
+    wait = await _woken(driver, t, "the timeout-only wait to wake")
     timeout = await driver.runtime.event(wait.winner_event_id or "")
     expect(timeout.type == "core.wait.timeout", f"the timeout-only wait woke on {timeout.type}")
 
@@ -289,7 +304,7 @@ async def wait_watermark_and_timeout_only(driver: Driver) -> None:
     parked = (await driver.runtime.history(r)).executions[-1]
     expect(parked.state is ExecutionState.PARKED, f"a resume-capable attempt did not park: {parked.state}")
     winner = await driver.runtime.publish(_w("mr1", key="mr"))
-    await _launches(driver, r, 2)
+    await _continued(driver, r, 2)
     second = driver.fake.launches_of(r)[1]
     lease = second.toolbelt.lease
     expect(

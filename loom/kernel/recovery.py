@@ -1,0 +1,194 @@
+"""Lease recovery and adoption (seed 003 "Lease recovery, retry and cancellation").
+
+Expiry is exclusive: at ``now == expires_at`` a lease has lost authority, which makes the same attempt
+recoverable, never a licence to launch another. A recoverer claims the attempt at a higher epoch with a
+new token and persists recovery-in-progress authority (``recovering``), then asks the executor, outside
+any transaction, to verify the process or finished handle from the attempt's pinned metadata. Adoption
+moves it back to ``running`` under the recoverer's lease (the old token stays stale whatever owner names
+or process ids are reused); an executor that cannot verify answers `NotAdoptable`, and the attempt fails
+under the new fence, with the retry policy applied. A launch that lost its lease before anything was
+handed to its executor is relaunched as the same attempt under the new epoch, spending no retry.
+
+Competing recoverers cannot both win: each claim is a compare-and-set on the epoch it read. A recovery
+that itself loses its lease is recovered again, at yet another epoch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..records.events import DiagnosticKind, Event
+from ..records.notices import WorkChanged
+from ..records.validation import check_json_value
+from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
+from ..store import Tx
+from ._common import require_event, require_work
+from .authority import Authority, authorize, authorize_recovery
+from .executions import consume_claimed_inputs_in_tx
+from .intents import stale_open_intents_in_tx
+from .retry import apply_failure_in_tx
+from .segments import end_segment_in_tx
+
+RECOVERY_NAMESPACE = "core.recovery"
+CURSOR = "cursor"
+
+
+@attrs.frozen(kw_only=True)
+class Expired:
+    """An attempt whose lease has expired, as seen at ``epoch`` (a claim of it must still find it so)."""
+
+    execution_id: str
+    epoch: int
+
+
+def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
+    """Up to ``limit`` attempts whose lease has expired, fair across calls at a fixed clock: a durable
+    cursor over (expiry, id) starts each call after the last one returned, wrapping around."""
+    entry = tx.kv_get(RECOVERY_NAMESPACE, CURSOR)
+    cursor = (int(entry.value["expires_at_ms"]), str(entry.value["id"])) if entry else (-1, "")
+    found = tx.expired_leases(now_ms, cursor, limit)
+    if len(found) < limit and entry is not None:
+        seen = {x.id for x in found}
+        found += [x for x in tx.expired_leases(now_ms, (-1, ""), limit - len(found)) if x.id not in seen]
+    if found:
+        last = found[-1]
+        tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last.expires_at_ms, "id": last.id}, now_ms)
+    return [Expired(execution_id=x.id, epoch=x.epoch) for x in found]
+
+
+def recover_claim_in_tx(
+    tx: Tx,
+    now_ms: int,
+    seen: Expired,
+    *,
+    owner: str,
+    token: str,
+    lease_ms: int,
+    executors: frozenset[str] = frozenset(),
+) -> Recovery | None:
+    """Claim an expired attempt's recovery at the next epoch. ``None``: it is not expired (a live lease
+    is never stolen), or it changed since it was seen (another recoverer, a completion, a cancel).
+
+    ``executors``: the executors the claimer can launch; an attempt never handed to its executor is
+    relaunched only by a claimer that has it (anyone else recovers it, to find it not adoptable)."""
+    execution = tx.execution(seen.execution_id)
+    if execution is None or execution.epoch != seen.epoch:
+        return None
+    if execution.state not in (ExecutionState.RUNNING, ExecutionState.RECOVERING):
+        return None
+    if execution.expires_at_ms is None or now_ms < execution.expires_at_ms:
+        return None
+    work = require_work(tx, execution.work_id)
+    relaunch = execution.handed_at_ms is None and not execution.metadata and execution.executor in executors
+    epoch = execution.epoch + 1
+    expires = now_ms + lease_ms
+    state = ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING
+    fence = {"epoch": epoch, "token": token, "owner": owner, "expires_at_ms": expires}
+    if state is execution.state:
+        tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
+    else:
+        tx.set_execution_state(execution, state, **fence)
+    tx.notify(WorkChanged(work_id=work.id))
+    inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
+    resumed = _resumed_winner(tx, execution)
+    trigger = resumed or (require_event(tx, execution.trigger_id) if execution.trigger_id else None)
+    request = RunRequest(
+        work_id=work.id,
+        execution_id=execution.id,
+        attempt=execution.attempt,
+        scope=work.scope,
+        kind=work.kind,
+        trigger=trigger,
+        inputs=inputs,
+        binding=execution.binding,
+        config=dict(execution.binding_config or {}),
+        executor=execution.executor,
+        resumed=resumed is not None,
+    )
+    lease = Lease(
+        execution_id=execution.id,
+        work_id=work.id,
+        attempt=execution.attempt,
+        epoch=epoch,
+        token=token,
+        owner=owner,
+        expires_at_ms=expires,
+        request=request,
+    )
+    return Recovery(lease=lease, relaunch=relaunch, metadata=dict(execution.metadata or {}))
+
+
+def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:
+    """The winner a resumed attempt was continued with (``None``: it never resumed)."""
+    woken = [
+        w for w in tx.waits_of_work(execution.work_id) if w.execution_id == execution.id and w.winner_event_id
+    ]
+    return tx.event(woken[-1].winner_event_id or "") if woken and execution.epoch > 1 else None
+
+
+def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
+    """The executor verified the process (or its finished result): the attempt runs again under the
+    recoverer's lease, with the new token only."""
+    execution = authorize_recovery(tx, now_ms, auth)
+    tx.set_execution_state(execution, ExecutionState.RUNNING)
+    tx.notify(WorkChanged(work_id=execution.work_id))
+    adopted = tx.execution(execution.id)
+    assert adopted is not None
+    return adopted
+
+
+def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Execution:
+    """The executor could not verify the process: the attempt fails under the new fence (its claimed
+    inputs are consumed, as any failed attempt's), the Work is ready, and the retry policy applies.
+    "Unverifiable" does not prove the process stopped; the executor's own exclusion must keep a
+    replacement from overlapping it."""
+    execution = authorize_recovery(tx, now_ms, auth)
+    work = require_work(tx, execution.work_id)
+    consume_claimed_inputs_in_tx(tx, execution)
+    stale_open_intents_in_tx(tx, now_ms, execution.id)
+    end_segment_in_tx(tx, now_ms, execution)
+    error = f"not adoptable after its lease expired: {reason}"
+    outcome = {"kind": "failed", "error": error, "recovery": True}
+    tx.set_execution_state(
+        execution, ExecutionState.FAILED, token=None, ended_at_ms=now_ms, outcome=json.dumps(outcome)
+    )
+    if work.state is WorkState.RUNNING:
+        tx.set_work_state(work, WorkState.READY, now_ms)
+    tx.add_diagnostic(
+        DiagnosticKind.RECOVERY_FAILED,
+        execution.id,
+        error,
+        {"work": work.id, "epoch": execution.epoch},
+        now_ms,
+    )
+    tx.notify(WorkChanged(work_id=work.id))
+    failed = tx.execution(execution.id)
+    assert failed is not None
+    apply_failure_in_tx(tx, now_ms, work.id, failed, error=error)
+    return failed
+
+
+def mark_handed_in_tx(tx: Tx, now_ms: int, auth: Authority) -> None:
+    """The attempt's segment is about to be handed to its executor: from now on a lost lease is
+    recovered through the executor (adopted or failed), never relaunched blindly."""
+    execution = authorize(tx, now_ms, auth)
+    if execution.handed_at_ms is None:
+        tx.update_execution(execution.id, handed_at_ms=now_ms)
+
+
+def pin_metadata_in_tx(tx: Tx, now_ms: int, auth: Authority, metadata: Mapping[str, Any]) -> None:
+    """The executor pins opaque metadata with the segment (a process id and start time, a handle):
+    recovery hands it back to `recover`."""
+    execution = authorize(tx, now_ms, auth)
+    check_json_value("metadata", metadata)
+    tx.update_execution(execution.id, metadata=json.dumps(dict(metadata), sort_keys=True))
+
+
+def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
+    """A clean close: every lease ``owner`` holds expires now, so the next open recovers its attempts
+    at once rather than after a lease length."""
+    return tx.release_leases(owner, now_ms)
