@@ -83,6 +83,10 @@ EXPECTED = {
     "DiagnosticKind",
     "IllegalTransition",
     "notices",
+    "ReconcileReport",
+    "Subscription",
+    "SubscriptionSpec",
+    "SubscriptionState",
 }
 
 
