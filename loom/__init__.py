@@ -38,6 +38,10 @@ from .records.executor import GatedCall as GatedCall
 from .records.executor import RefuseCall as RefuseCall
 from .records.executor import Toolbelt as Toolbelt
 from .records.executor import WaitForCall as WaitForCall
+from .records.subscriptions import ReconcileReport as ReconcileReport
+from .records.subscriptions import Subscription as Subscription
+from .records.subscriptions import SubscriptionSpec as SubscriptionSpec
+from .records.subscriptions import SubscriptionState as SubscriptionState
 from .records.timers import FireRequest as FireRequest
 from .records.timers import Firing as Firing
 from .records.timers import FiringResult as FiringResult

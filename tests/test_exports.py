@@ -84,6 +84,10 @@ EXPECTED = {
     "DiagnosticKind",
     "IllegalTransition",
     "notices",
+    "ReconcileReport",
+    "Subscription",
+    "SubscriptionSpec",
+    "SubscriptionState",
 }
 
 

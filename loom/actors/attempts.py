@@ -114,8 +114,13 @@ class AttemptRunner:
                 pass  # cancelled, or recovered by another recoverer meanwhile
             return None
         except Exception as exc:
-            reason = f"recover raised {describe(exc)}; the attempt is recovered again when this lease expires"
+            # a boundary failure fails this one attempt: it could not be verified (retry applies)
+            reason = f"executor {name!r} recover raised {describe(exc)}"
             await self._contain(name, "recover", lease, reason, exc)
+            try:
+                await self._s.storage.submit(not_adoptable_in_tx, Authority.of(toolbelt.lease), reason)
+            except StaleAuthority:
+                pass
             return None
         try:
             outcome = validate_outcome(answer, field=f"executor {name!r} recovered outcome")

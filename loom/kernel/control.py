@@ -14,11 +14,12 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT, WORK_RELEASED
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import EventIn
+from ..records.ids import core_delivery_id
 from ..records.notices import ExecutionFenced, IntentPending, TimerCancelled, WorkChanged
 from ..records.timers import TimerState
 from ..records.validation import check_reason, check_text
 from ..records.waits import WaitState
-from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
+from ..records.work import Capability, ExecutionState, Intent, IntentKind, RetryState, Work, WorkState
 from ..store import Tx
 from ._common import require_work
 from .accept import accept_in_tx
@@ -49,6 +50,11 @@ def release_in_tx(
         raise Conflict(f"cannot release work {work.id}: it is {work.state}")
     if not work.held:
         raise Conflict(f"work {work.id} is not held")
+    if work.retry is RetryState.EXHAUSTED:
+        raise Conflict(
+            f"work {work.id} is held because its retry budget is spent: request a retry to start the next "
+            "attempt with a fresh budget (a release would start nothing)"
+        )
     reason = work.hold_reason
     tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1, budget_hold=None)
     end_unconfirmed_stop_in_tx(tx, now_ms, work.id)
@@ -59,7 +65,7 @@ def release_in_tx(
             now_ms,
             EventIn(
                 source=CORE_SOURCE,
-                delivery_id=f"work.released/{work.id}/{request_id or now_ms}",
+                delivery_id=core_delivery_id("work.released", work.id, request_id or str(now_ms)),
                 type=WORK_RELEASED,
                 scope=work.scope,
                 work_id=work.id,
@@ -136,7 +142,7 @@ def manual_interrupt_in_tx(
         )
     control = EventIn(
         source=CORE_SOURCE,
-        delivery_id=f"manual.interrupt/{request_id}",
+        delivery_id=core_delivery_id("manual.interrupt", request_id),
         type=MANUAL_INTERRUPT,
         scope=work.scope,
         work_id=work.id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._manager import hookspec
+from ._markers import hookspec
 
 
 @hookspec
@@ -60,12 +60,20 @@ def loom_start_gates() -> Mapping[str, Any]:
 
 @hookspec
 def loom_alias_filters() -> Mapping[str, Any]:
-    """Return pure subscription filters by name: ``(source_event, filter) -> bool``."""
+    """Return pure subscription filters by name: ``(source_event, filter) -> bool``.
+
+    A `SubscriptionSpec` names one with ``filter_name`` and gives it the opaque ``filter``. It is called
+    inside the reconcile transaction, so it must be deterministic and do no I/O; ``True`` aliases the
+    Event. One that raises or answers anything but a bool skips its subscription for that pass.
+    """
 
 
 @hookspec(firstresult=True)
 def loom_authorize_alias(source_scope: str, target_scope: str, subscription: Any) -> bool | None:
-    """Authorise a cross-scope alias; called outside storage. ``None`` means no opinion."""
+    """Authorise a cross-scope alias of ``subscription`` (a `Subscription`) from ``source_scope`` into
+    ``target_scope``; called outside storage, again on every reconcile pass, and may be async. ``True``
+    consents; ``False`` refuses; ``None`` means no opinion, and when no plugin has one it is refused.
+    Consent publishes aliases only: it grants no ownership or write authority in the source scope."""
 
 
 @hookspec

@@ -6,13 +6,14 @@ registered first wins (pluggy calls the last registered first).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import pluggy
 
 from ..records.executor import Executor
+from ..records.subscriptions import AliasFilter
 from ..records.timers import RecurrencePolicy
 
 
@@ -26,13 +27,16 @@ def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 @attrs.frozen(kw_only=True)
 class Extensions:
-    """Route handlers, executors, start gates and recurrence policies, by name."""
+    """Route handlers, executors, start gates, recurrence policies and alias filters, by name, and the
+    alias authoriser (``loom_authorize_alias``, first answer wins; ``None``: no plugin answers)."""
 
     handlers: Mapping[str, Any] = attrs.field(factory=dict)
     executors: Mapping[str, Executor] = attrs.field(factory=dict)
     start_gates: Mapping[str, Any] = attrs.field(factory=dict)
     call_gates: Mapping[str, Any] = attrs.field(factory=dict)
     recurrence_policies: Mapping[str, RecurrencePolicy] = attrs.field(factory=dict)
+    alias_filters: Mapping[str, AliasFilter] = attrs.field(factory=dict)
+    authorize_alias: Callable[..., Any] | None = None
 
     @classmethod
     def of(cls, pm: pluggy.PluginManager) -> Extensions:
@@ -42,6 +46,8 @@ class Extensions:
             start_gates=merged(pm.hook.loom_start_gates()),
             call_gates=merged(pm.hook.loom_call_gates()),
             recurrence_policies=merged(pm.hook.loom_recurrence_policies()),
+            alias_filters=merged(pm.hook.loom_alias_filters()),
+            authorize_alias=pm.hook.loom_authorize_alias,
         )
 
     def advertised(self) -> dict[str, frozenset[str]]:

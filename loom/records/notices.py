@@ -79,6 +79,17 @@ class TimerCancelled:
 
 
 @attrs.frozen(kw_only=True)
+class SubscriptionChanged:
+    """A subscription was declared, installed or rearmed: a reconcile pass has something to do.
+
+    ``source_key`` is what the reconciler watches for it from now on."""
+
+    namespace: str
+    id: str
+    source_key: str
+
+
+@attrs.frozen(kw_only=True)
 class Committed:
     """A batch committed (the last notice of every batch, even one that changed nothing else).
 
@@ -103,6 +114,7 @@ Notice = (
     | EventRouted
     | TimerArmed
     | TimerCancelled
+    | SubscriptionChanged
     | Committed
     | Lagged
 )

@@ -30,8 +30,8 @@ from ..kernel.executions import (
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
 from ..kernel.recovery import adopt_in_tx, expired_in_tx, not_adoptable_in_tx, recover_claim_in_tx
+from ..kernel.replay import replay_in_tx
 from ..kernel.retry import retry_in_tx
-from ..kernel.routing import replay_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import DiagnosticKind, Event

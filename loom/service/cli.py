@@ -7,7 +7,14 @@ from pathlib import Path
 import trio
 import typer
 
+from ..config import Config
+from ..plugins.python_executor import PythonExecutor
+from ..records.clock import SystemClock
+from ..records.errors import CausalRefused
 from ..records.events import EventIn
+from ..records.executor import Toolbelt
+from ..records.timers import TimerSpec
+from ..records.work import Completed, RunRequest
 from ..runtime import open_runtime
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="loom: a durable coordination runtime.")
@@ -40,14 +47,6 @@ binding = "worker"
 
 
 async def _demo(db: str) -> None:
-    from ..config import Config
-    from ..plugins.python_executor import PythonExecutor
-    from ..records.clock import SystemClock
-    from ..records.errors import CausalRefused
-    from ..records.executor import Toolbelt
-    from ..records.timers import TimerSpec
-    from ..records.work import Completed, RunRequest
-
     executor = PythonExecutor()
 
     @executor.function("fulfil")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import Any
 
 from ..records.errors import InvalidRequest
@@ -22,11 +24,11 @@ def as_store(store: Any) -> Store:
     if isinstance(store, SQLiteStore):
         return store
     if is_postgres_url(store):
-        return _postgres().PostgresStore(url=store)  # type: ignore[no-any-return]
+        return postgres_backend().PostgresStore(url=store)  # type: ignore[no-any-return]
     if isinstance(store, str) and store:
         return SQLiteStore(path=store)
     if type(store).__name__ == "PostgresStore":
-        postgres = _postgres()
+        postgres = postgres_backend()
         if isinstance(store, postgres.PostgresStore):
             return store  # type: ignore[no-any-return]
     raise InvalidRequest(
@@ -38,12 +40,14 @@ def open_reader(store: Store, storage: StorageActor) -> Reader:
     """The read side for ``store`` (not yet opened): its own connection where it can have one."""
     if isinstance(store, SQLiteStore):
         return ActorReader(storage) if store.in_memory else Reader(store.reader_uri())
-    return _postgres().PostgresReader(store)  # type: ignore[no-any-return]
+    return postgres_backend().PostgresReader(store)  # type: ignore[no-any-return]
 
 
-def _postgres() -> Any:
+def postgres_backend() -> Any:
+    """The PostgreSQL backend's module, imported on first use: psycopg is an optional dependency, so
+    SQLite users never need it."""
     try:
-        from . import _postgres
+        module: ModuleType = importlib.import_module("._postgres", __package__)
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise InvalidRequest(f"PostgreSQL needs psycopg 3: pip install 'loom[postgres]' ({exc})") from exc
-    return _postgres
+    return module

@@ -285,7 +285,39 @@ MIGRATIONS: tuple[Migration, ...] = (
     ALTER TABLE works ADD COLUMN budget_hold TEXT;
     CREATE INDEX works_budget_hold ON works (budget_hold) WHERE budget_hold IS NOT NULL;
     """,
-    # 8: checkpoints carry their commit order explicitly (a Work's history is read in it)
+    # 8: dependency subscriptions (identity, dependent, source, checkpoint together) and the durable
+    # cursor of the bounded reconcile pass
+    """
+    CREATE TABLE subscriptions (
+        namespace      TEXT NOT NULL,
+        id             TEXT NOT NULL,
+        work_id        TEXT NOT NULL REFERENCES works (id),
+        dependent_key  TEXT NOT NULL,
+        wait_id        TEXT REFERENCES waits (id),
+        source_key     TEXT NOT NULL,
+        source_scope   TEXT NOT NULL,
+        target_scope   TEXT NOT NULL,
+        types          TEXT NOT NULL,
+        after_seq      INTEGER NOT NULL,
+        filter_name    TEXT,
+        filter         TEXT,
+        label          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        checkpoint_seq INTEGER NOT NULL,
+        revision       INTEGER NOT NULL,
+        authorized     INTEGER,
+        reason         TEXT,
+        created_at_ms  INTEGER NOT NULL,
+        updated_at_ms  INTEGER NOT NULL,
+        PRIMARY KEY (namespace, id)
+    );
+    CREATE INDEX subscriptions_source ON subscriptions (source_key, state);
+    CREATE INDEX subscriptions_work ON subscriptions (work_id);
+    CREATE INDEX subscriptions_wait ON subscriptions (wait_id) WHERE wait_id IS NOT NULL;
+    INSERT INTO kv (namespace, key, value, updated_at_ms)
+        VALUES ('core.subscriptions', 'reconcile_cursor', '{"id":"","namespace":""}', 0);
+    """,
+    # 9: checkpoints carry their commit order explicitly (a Work's history is read in it)
     {
         "sqlite": """
     ALTER TABLE checkpoints ADD COLUMN commit_seq INTEGER;

@@ -22,6 +22,8 @@ from urllib.parse import quote, urlencode
 
 import attrs
 
+from ..store._open import postgres_backend
+
 ENV_URL = "LOOM_TEST_POSTGRES_URL"
 ENV_BIN = "LOOM_POSTGRES_BIN"
 TEMPLATE = "loom_template"
@@ -193,11 +195,9 @@ class PostgresCluster:
 
     def migrated_template(self) -> str:
         """The name of a database with loom's schema, to copy per test (made once per cluster)."""
-        from ..store._postgres import PostgresStore
-
         if self._template is None:
             name = f"{TEMPLATE}_{uuid.uuid4().hex[:8]}"
-            PostgresStore(url=self.create_database(name)).open_writer().close()
+            postgres_backend().PostgresStore(url=self.create_database(name)).open_writer().close()
             self._template = name
         return self._template
 

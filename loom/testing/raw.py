@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store import is_postgres_url
+from ..store._open import postgres_backend
 
 
 def location(store: Any) -> str:
@@ -24,10 +25,8 @@ def query(store: Any, sql: str, params: Sequence[Any] = ()) -> list[dict[str, An
         import psycopg
         from psycopg.rows import dict_row
 
-        from ..store._postgres import PostgresConnection
-
         with psycopg.connect(where, autocommit=True, row_factory=dict_row) as raw:
-            return list(PostgresConnection(raw).execute(sql, params).fetchall())  # type: ignore[arg-type]
+            return list(postgres_backend().PostgresConnection(raw).execute(sql, params).fetchall())
     conn = sqlite3.connect(f"file:{where}?mode=ro", uri=True)
     conn.row_factory = sqlite3.Row
     try:
