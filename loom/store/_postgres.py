@@ -249,21 +249,33 @@ class PostgresReader(Reader):
         return await anyio.to_thread.run_sync(self._read, queries, limiter=self._limiter)
 
     def _read(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
-        if self._raw is None or self._raw.closed:
-            self._raw = self._connect()
-        conn = PostgresConnection(self._raw)
-        try:
-            if len(queries) == 1:
-                sql, params = queries[0]
-                return [conn.execute(sql, params).fetchall()]
-            with self._raw.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                return [conn.execute(sql, params).fetchall() for sql, params in queries]
-        except psycopg.Error as exc:
-            if POSTGRES.is_disconnect(exc) or self._raw.closed or self._raw.broken:
-                self._raw.close()
-                self._raw = None
-                raise StorageUnavailable(f"reading {self._store.describe()} failed: {exc}") from exc
-            if POSTGRES.is_storage_failure(exc):
-                raise StorageError(f"reading {self._store.describe()} failed: {exc}") from exc
-            raise
+        # A read changes nothing: one that finds its connection gone (a server restart since the
+        # last read) connects again and reads once more before it reports the store unavailable.
+        for retry in (True, False):
+            if self._raw is None or self._raw.closed:
+                self._raw = self._connect()
+            try:
+                return self._read_once(self._raw, queries)
+            except psycopg.Error as exc:
+                if POSTGRES.is_disconnect(exc) or self._raw.closed or self._raw.broken:
+                    self._raw.close()
+                    self._raw = None
+                    if retry:
+                        continue
+                    raise StorageUnavailable(f"reading {self._store.describe()} failed: {exc}") from exc
+                if POSTGRES.is_storage_failure(exc):
+                    raise StorageError(f"reading {self._store.describe()} failed: {exc}") from exc
+                raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _read_once(
+        raw: psycopg.Connection[tuple[Any, ...]], queries: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Rows]:
+        conn = PostgresConnection(raw)
+        if len(queries) == 1:
+            sql, params = queries[0]
+            return [conn.execute(sql, params).fetchall()]
+        with raw.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return [conn.execute(sql, params).fetchall() for sql, params in queries]

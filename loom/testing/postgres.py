@@ -185,6 +185,20 @@ class PostgresCluster:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(sql.encode())
 
+    def terminate(self, dbname: str, application_name: str | None = None) -> int:
+        """Cut the server's connections to ``dbname`` (those of ``application_name`` only, if given)
+        as an administrator or a crashed backend would; return how many were cut."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()"
+                " AND (%s::text IS NULL OR application_name = %s::text)",
+                (dbname, application_name, application_name),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def create_database(self, name: str | None = None, *, template: str | None = None) -> str:
         """Make a fresh database (a copy of ``template`` if given); return its URL."""
         name = name or f"loom_{uuid.uuid4().hex[:12]}"
