@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ..config import Config, effective_bindings
 from ..records.events import DiagnosticKind, Event
 from ..records.notices import WorkChanged
 from ..records.validation import check_json_value
@@ -82,9 +83,13 @@ def recover_claim_in_tx(
     token: str,
     lease_ms: int,
     executors: frozenset[str] = frozenset(),
+    config: Config | None = None,
 ) -> Recovery | None:
     """Claim an expired attempt's recovery at the next epoch. ``None``: it is not expired (a live lease
     is never stolen), or it changed since it was seen (another recoverer, a completion, a cancel).
+
+    ``config``: the configuration in force, in which the attempt's binding is resolved (by name, in
+    its Work's scope) so a relaunch or an adoption gets the binding's config, as a resume does.
 
     ``executors``: the executors the claimer can launch; an attempt never handed to its executor is
     relaunched only by a claimer that has it (anyone else recovers it, to find it not adoptable)."""
@@ -120,6 +125,7 @@ def recover_claim_in_tx(
         trigger=trigger,
         inputs=inputs,
         binding=execution.binding,
+        config=_binding_config(config, work.scope, execution.binding),
         executor=execution.executor,
         resumed=resumed is not None,
     )
@@ -134,6 +140,13 @@ def recover_claim_in_tx(
         request=request,
     )
     return Recovery(lease=lease, relaunch=relaunch, metadata=dict(execution.metadata or {}))
+
+
+def _binding_config(config: Config | None, scope: str, binding: str | None) -> dict[str, Any]:
+    if config is None or binding is None:
+        return {}
+    found = effective_bindings(config, scope).get(binding)
+    return dict(found.binding.config) if found is not None else {}
 
 
 def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:

@@ -14,7 +14,7 @@ ENTRY_POINT_GROUP = "loom"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule")
+BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule", "loom.plugins.shell")
 """Built-in plugins, registered exactly as third-party ones are."""
 
 
