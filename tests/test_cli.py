@@ -24,9 +24,21 @@ from loom.service.cli import app
 T9 = 1_767_258_000_000  # 2026-01-01T09:00:00Z
 
 WORK = {
-    "id": "wk_1", "scope": "shop", "kind": None, "state": "ready", "keys": ["order/1"], "held": True,
-    "hold_reason": "waiting for stock", "attempts": 2, "created_at_ms": T9, "pending_inputs": [],
-    "history": {"checkpoints": [{"event_id": "ev_1", "status": "routed", "at_ms": T9 + 1500}]},
+    "id": "wk_1",
+    "scope": "shop",
+    "kind": None,
+    "state": "ready",
+    "keys": ["order/1"],
+    "held": True,
+    "hold_reason": "waiting for stock",
+    "attempts": 2,
+    "created_at_ms": T9,
+    "pending_inputs": [],
+}
+WORK_VIEW = {
+    "work": WORK, "wait": None, "pending_inputs": [], "waits": [], "timers": [],
+    "history": {"checkpoints": [{"event_id": "ev_1", "status": "routed", "route": "orders", "at_ms": T9 + 1500}],
+                "executions": []},
 }  # fmt: skip
 NOT_FOUND = {"error": "not_found", "field": "work_id", "message": "no work with id 'nope'"}
 
@@ -111,20 +123,20 @@ def test_iso_times_are_utc_iso_8601() -> None:
 
 def test_work_get_shows_the_work_with_iso_times_not_epoch_ms(server: FakeServer) -> None:
     """Catches a renderer that prints raw Unix milliseconds."""
-    server.answers["GET", "/work/wk_1"] = (200, WORK)
+    server.answers["GET", "/work/wk_1"] = (200, WORK_VIEW)
     result = loom_cli("work", "get", "wk_1", "--url", server.url)
     assert result.exit_code == 0, result.output
-    assert "waiting for stock" in result.stdout
+    assert "held      yes: waiting for stock" in result.stdout
     assert "2026-01-01T09:00:00Z" in result.stdout
-    assert "2026-01-01T09:00:01.500Z" in result.stdout
+    assert "2026-01-01T09:00:01.500Z  ev_1  routed by route orders" in result.stdout
     assert str(T9) not in result.stdout
     assert server.requests == [("GET", "/work/wk_1", None)]
 
 
 def test_work_get_json_prints_the_servers_answer_as_it_is(server: FakeServer) -> None:
-    server.answers["GET", "/work/wk_1"] = (200, WORK)
+    server.answers["GET", "/work/wk_1"] = (200, WORK_VIEW)
     result = loom_cli("work", "get", "wk_1", "--url", server.url, "--json")
-    assert json.loads(result.stdout) == WORK
+    assert json.loads(result.stdout) == WORK_VIEW
 
 
 def test_work_list_asks_with_its_filters_and_prints_a_table(server: FakeServer) -> None:
@@ -146,7 +158,11 @@ def test_work_list_asks_with_its_filters_and_prints_a_table(server: FakeServer) 
         (["cancel", "wk_1"], "/work/wk_1/cancel", {}),
         (["interrupt", "wk_1", "--reason", "stuck"], "/work/wk_1/interrupt", {"reason": "stuck"}),
         (["retry", "wk_1"], "/work/wk_1/retry", {}),
-        (["replay", "wk_1", "--event", "ev_9"], "/work/wk_1/replay", {"event_id": "ev_9"}),
+        (
+            ["replay", "wk_1", "--event", "ev_9", "--reason", "fixed"],
+            "/work/wk_1/replay",
+            {"event_id": "ev_9", "reason": "fixed"},
+        ),
         (["get", "a/b c"], "/work/a%2Fb%20c", None),
     ],
 )
@@ -158,10 +174,23 @@ def test_each_work_command_calls_its_route(server: FakeServer, args: list[str], 
     assert server.requests == [("GET" if body is None else "POST", path, body)]
 
 
-def test_hold_says_what_changed(server: FakeServer) -> None:
+def test_each_control_says_what_it_did(server: FakeServer) -> None:
     server.answers["POST", "/work/wk_1/hold"] = (200, {**WORK, "state": "ready"})
-    result = loom_cli("work", "hold", "wk_1", "--reason", "stock", "--url", server.url)
-    assert result.stdout.strip() == "hold: work wk_1 is ready"
+    server.answers["POST", "/work/wk_1/interrupt"] = (
+        200,
+        {"id": "in_1", "kind": "interrupt", "status": "pending"},
+    )
+    server.answers["POST", "/work/wk_1/retry"] = (
+        200,
+        {"id": "ev_5", "seq": 5, "type": "core.retry.requested"},
+    )
+    said = [loom_cli("work", *args, "wk_1", "--url", server.url).stdout.strip()
+            for args in (["hold", "--reason", "stock"], ["interrupt"], ["retry"])]  # fmt: skip
+    assert said == [
+        "hold: work wk_1 is ready, held: waiting for stock",
+        "interrupt: work wk_1 interrupt pending",
+        "retry: work wk_1 requested as event ev_5",
+    ]
 
 
 def test_an_unknown_work_is_one_line_on_stderr(server: FakeServer) -> None:
@@ -252,7 +281,11 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
     """Catches an option dropped or renamed on its way to ``serve``."""
     calls: list[dict[str, Any]] = []
     fake = types.ModuleType("loom.service.serve")
-    fake.serve = lambda **kwargs: calls.append(kwargs)  # type: ignore[attr-defined]
+
+    async def serve(**kwargs: Any) -> None:
+        calls.append(kwargs)
+
+    fake.serve = serve  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "loom.service.serve", fake)
     config = tmp_path / "loom.toml"
     config.write_text("")

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
+import trio
 import typer
 
 from .. import __version__
 from ..records.errors import LoomError
 from ._client import DEFAULT_URL, Client, UserError
-from ._render import block, humanize, items_of, table
+from ._render import block, humanize, items_of, table, work_view
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -125,12 +126,15 @@ def serve(
         server = importlib.import_module(f"{__package__}.serve")
     except ImportError as exc:
         raise UserError(f"the HTTP server is not available: {exc}") from None
-    server.serve(
-        db=str(db),
-        config_path=str(config) if config is not None else None,
-        listen=listen,
-        test_clock=test_clock,
-        log_level=log_level.value,
+    trio.run(
+        functools.partial(
+            server.serve,
+            db=str(db),
+            config_path=str(config) if config is not None else None,
+            listen=listen,
+            test_clock=test_clock,
+            log_level=log_level.value,
+        )
     )
 
 
@@ -236,7 +240,11 @@ def _work_path(work_id: str, action: str = "") -> str:
 @user_errors
 def work_get(work_id: str = typer.Argument(...), url: str = URL, as_json: bool = AS_JSON) -> None:
     """Show one Work: state, hold and its reason, keys, attempts, wait, pending input, history."""
-    _show(Client(url).get(_work_path(work_id)), as_json)
+    answer = Client(url).get(_work_path(work_id))
+    if as_json or not isinstance(answer, dict):
+        _show(answer, True)
+    else:
+        typer.echo(work_view(answer))
 
 
 def _control(action: str, work_id: str, body: dict[str, Any], url: str, as_json: bool) -> None:
@@ -244,8 +252,14 @@ def _control(action: str, work_id: str, body: dict[str, Any], url: str, as_json:
     if as_json or not isinstance(answer, dict):
         _show(answer, True)
         return
-    state = answer.get("state") or answer.get("status")
-    typer.echo(f"{action}: work {work_id}" + (f" is {state}" if state else " done"))
+    if answer.get("state"):  # hold, release, cancel answer the Work
+        held = f", held: {answer.get('hold_reason') or '-'}" if answer.get("held") else ", not held"
+        said = f"is {answer['state']}{held}"
+    elif answer.get("status"):
+        said = f"interrupt {answer['status']}"  # interrupt answers its intent
+    else:
+        said = f"requested as event {answer.get('id')}"  # retry and replay answer their control Event
+    typer.echo(f"{action}: work {work_id} {said}")
 
 
 REASON = typer.Option(None, "--reason", help="Why (recorded with the action).")
@@ -303,16 +317,13 @@ def work_retry(
 @user_errors
 def work_replay(
     work_id: str = typer.Argument(...),
-    event: str | None = typer.Option(None, "--event", help="The unrouted Event to route again."),
+    event: str = typer.Option(..., "--event", help="The unrouted Event to route again."),
     reason: str | None = REASON,
     url: str = URL,
     as_json: bool = AS_JSON,
 ) -> None:
     """Route again an Event of this Work that stayed unrouted."""
-    body = _reasoned(reason)
-    if event is not None:
-        body["event_id"] = event
-    _control("replay", work_id, body, url, as_json)
+    _control("replay", work_id, {**_reasoned(reason), "event_id": event}, url, as_json)
 
 
 @app.command()
