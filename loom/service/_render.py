@@ -95,3 +95,59 @@ def block(record: Mapping[str, Any], indent: str = "") -> str:
         else:
             lines.append(f"{indent}{str(key).ljust(width)}  {scalar(value)}")
     return "\n".join(lines)
+
+
+def work_view(answer: Mapping[str, Any]) -> str:
+    """``GET /work/{id}`` for a person: the Work, its wait, pending input, timers and history."""
+    view = humanize(answer)
+    work = view.get("work")
+    if not isinstance(work, Mapping):
+        return block(view)
+    held = f"yes: {work.get('hold_reason') or '-'}" if work.get("held") else "no"
+    fields = {
+        "state": work.get("state"),
+        "scope": work.get("scope"),
+        "kind": work.get("kind"),
+        "keys": work.get("keys"),
+        "held": held,
+        "attempts": work.get("attempts"),
+        "retry": work.get("retry"),
+        "created": work.get("created_at"),
+    }
+    lines = [f"work {work.get('id')}", block(fields, "  ")]
+    wait = view.get("wait")
+    if isinstance(wait, Mapping):
+        types = scalar(wait.get("types")) if wait.get("types") else "any type"
+        timeout = f", times out at {wait['timeout_at']}" if wait.get("timeout_at") else ""
+        lines.append(f"  wait      {wait.get('id')}: {wait.get('state')}, for {types}{timeout}")
+    pending = [e for e in view.get("pending_inputs") or () if isinstance(e, Mapping)]
+    if pending:
+        lines.append("pending input:")
+        lines += [
+            f"  {e.get('accepted_at', '-')}  {e.get('id')}  {e.get('type')}  seq {e.get('seq')}"
+            for e in pending
+        ]
+    timers = [t for t in view.get("timers") or () if isinstance(t, Mapping)]
+    if timers:
+        lines.append("timers:")
+        lines += [f"  {t.get('id')}  {t.get('state')}  fires at {t.get('fire_at', '-')}" for t in timers]
+    history = view.get("history")
+    if isinstance(history, Mapping):
+        checkpoints = [c for c in history.get("checkpoints") or () if isinstance(c, Mapping)]
+        executions = [x for x in history.get("executions") or () if isinstance(x, Mapping)]
+        if checkpoints:
+            lines.append("routed events:")
+            for c in checkpoints:
+                route = f" by route {c['route']}" if c.get("route") else ""
+                reason = f": {c['reason']}" if c.get("reason") else ""
+                lines.append(f"  {c.get('at', '-')}  {c.get('event_id')}  {c.get('status')}{route}{reason}")
+        if executions:
+            lines.append("attempts:")
+            for x in executions:
+                outcome = x.get("outcome") if isinstance(x.get("outcome"), Mapping) else {}
+                error = f": {outcome['error']}" if outcome and outcome.get("error") else ""
+                ended = f" -> {x['ended_at']}" if x.get("ended_at") else ""
+                lines.append(
+                    f"  {x.get('attempt')}  {x.get('id')}  {x.get('state')}  {x.get('created_at', '-')}{ended}{error}"
+                )
+    return "\n".join(lines)
