@@ -17,7 +17,7 @@ import attrs
 from ..config import CausalLimits
 from ..records.errors import InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event
-from ..records.notices import TimerArmed, TimerCancelled
+from ..records.notices import TimerArmed, TimerCancelled, TimerFired
 from ..records.timers import (
     FireRequest,
     Firing,
@@ -242,6 +242,9 @@ def _ledger(
         at_ms=now_ms,
     )
     tx.insert_firing(firing)
+    tx.notify(
+        TimerFired(timer_id=timer.id, revision=timer.revision, fire_at_ms=timer.fire_at_ms, result=result)
+    )
     return firing
 
 

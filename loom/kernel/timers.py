@@ -51,14 +51,16 @@ def validate_spec(spec: object) -> TimerSpec:
     if spec.interval_ms is not None:
         check_int("timer.interval_ms", spec.interval_ms, 1, MAX_INTERVAL_MS)
         if spec.recurrence is not None:
-            raise InvalidRequest("timer: interval_ms and recurrence are exclusive")
+            raise InvalidRequest("timer: interval_ms and recurrence are exclusive", field="timer.recurrence")
     check_text("timer.delivery_id", spec.delivery_id, optional=True)
     if spec.recurrence is not None:
         check_text("timer.recurrence", spec.recurrence)
         if not isinstance(spec.spec, Mapping):
-            raise InvalidRequest("timer.spec must be a table for a recurrence timer")
+            raise InvalidRequest("timer.spec must be a table for a recurrence timer", field="timer.spec")
     elif spec.spec is not None:
-        raise InvalidRequest("timer.spec belongs to a recurrence timer; this timer names no recurrence")
+        raise InvalidRequest(
+            "timer.spec belongs to a recurrence timer; this timer names no recurrence", field="timer.spec"
+        )
     if spec.spec is not None:
         payload_json(spec.spec, field="timer.spec")
     payload_json(spec.payload, field="timer.payload", max_bytes=MAX_PAYLOAD_BYTES - FIRING_RESERVE_BYTES)

@@ -114,6 +114,7 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
     {
         ExecutionState.RUNNING: frozenset(
             {
+                ExecutionState.RUNNING,  # relaunched at a higher epoch: its lease expired before it was handed
                 ExecutionState.STOPPING,
                 ExecutionState.COMPLETED,
                 ExecutionState.HANDOFF,

@@ -80,11 +80,16 @@ class Reader:
         rows = await self._all(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(rows[0]) if rows else None
 
-    async def events_after(self, seq: int, limit: int) -> list[Event]:
+    async def events_after(self, seq: int, limit: int, type: str | None = None) -> list[Event]:
+        if type is not None:
+            rows = await self._all(_sql.EVENTS_OF_TYPE_AFTER, (type, seq, limit))
+            return [_sql.event_from_row(r) for r in rows]
         return [_sql.event_from_row(r) for r in await self._all(_sql.EVENTS_AFTER, (seq, limit))]
 
-    async def events_of_root(self, root_id: str, after_seq: int, limit: int) -> list[Event]:
-        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, after_seq, limit))
+    async def events_of_root(
+        self, root_id: str, after_seq: int, limit: int, type: str | None = None
+    ) -> list[Event]:
+        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, type, type, after_seq, limit))
         return [_sql.event_from_row(r) for r in rows]
 
     async def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
@@ -121,13 +126,19 @@ class Reader:
             wait[0][0] if wait else None,
         )
 
-    async def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
-        if state is None:
-            rows = await self._all(f"{_sql.WORK_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
-        else:
-            rows = await self._all(
-                f"{_sql.WORK_SELECT} WHERE state = ? AND id > ? ORDER BY id LIMIT ?", (state, after_id, limit)
-            )
+    async def works(
+        self, *, state: str | None, after_id: str, limit: int, scope: str | None = None
+    ) -> list[Work]:
+        """Works in id order after ``after_id``; ``scope``: that scope and the scopes below it."""
+        where = "id > ?"
+        params: tuple[Any, ...] = (after_id,)
+        if state is not None:
+            where += " AND state = ?"
+            params += (state,)
+        if scope is not None:
+            where += " AND (scope = ? OR substr(scope, 1, ?) = ?)"
+            params += (scope, len(scope) + 1, scope + "/")
+        rows = await self._all(f"SELECT id FROM works WHERE {where} ORDER BY id LIMIT ?", (*params, limit))
         out = []
         for row in rows:
             work = await self.work(row[0])
@@ -174,10 +185,15 @@ class Reader:
         rows = await self._all(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(rows[0]) if rows else None
 
-    async def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
+    async def timers(
+        self, *, state: str | None, after_id: str, limit: int, work_id: str | None = None
+    ) -> list[Timer]:
+        """Timers in id order after ``after_id``; ``work_id``: those that name the Work or that its
+        attempts armed (deadlines, derived timers)."""
         rows = await self._all(
-            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
-            (state, state, after_id, limit),
+            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? AND (? IS NULL OR work_id = ?"
+            " OR execution_id IN (SELECT id FROM executions WHERE work_id = ?)) ORDER BY id LIMIT ?",
+            (state, state, after_id, work_id, work_id, work_id, limit),
         )
         return [_sql.timer_from_row(r) for r in rows]
 

@@ -32,7 +32,11 @@ EVENT_COLUMNS = (
 EVENT_BY_ID = f"SELECT {EVENT_COLUMNS} FROM events WHERE id = ?"
 EVENT_BY_DELIVERY = f"SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND delivery_id = ?"
 EVENTS_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
-EVENTS_OF_ROOT = f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+EVENTS_OF_TYPE_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE type = ? AND seq > ? ORDER BY seq LIMIT ?"
+EVENTS_OF_ROOT = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (? IS NULL OR type = ?) AND seq > ?"
+    " ORDER BY seq LIMIT ?"
+)
 EVENT_COUNT = "SELECT count(*) FROM events"
 KV_GET = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? AND key = ?"
 KV_LIST = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? ORDER BY key LIMIT ?"
