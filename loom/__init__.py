@@ -4,6 +4,7 @@ from . import notices as notices
 from .config import CausalLimits as CausalLimits
 from .config import Config as Config
 from .plugins import hookimpl as hookimpl
+from .records.budgets import BudgetLedger as BudgetLedger
 from .records.clock import Clock as Clock
 from .records.clock import ManualClock as ManualClock
 from .records.clock import OffsetClock as OffsetClock
@@ -60,6 +61,7 @@ from .records.work import IntentStatus as IntentStatus
 from .records.work import Lease as Lease
 from .records.work import Outcome as Outcome
 from .records.work import Policy as Policy
+from .records.work import Recovery as Recovery
 from .records.work import RetryState as RetryState
 from .records.work import RunRequest as RunRequest
 from .records.work import Unmatched as Unmatched

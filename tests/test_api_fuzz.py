@@ -4,7 +4,8 @@ the runtime goes on.
 Each example opens a runtime on a fresh file store with a little state (a route creating Work for
 ``order.*`` in ``shop``, an accepted and routed Event, its Work, a claimed lease and its toolbelt, an
 armed timer and a due one), then makes a few calls chosen from the whole public surface (host API,
-reads, controls, timers, executions, the toolbelt, ``Config.from_dict``, ``reload``, ``watch``). The
+reads, controls, timers, executions and waits, the toolbelt, ``Config.from_dict`` and
+``Config.from_toml`` with ``reload``, ``watch``; a public `Runtime` method without an entry fails). The
 arguments are mostly good values with one or two hostile ones: text with lone surrogates or control
 characters, too-long or padded strings, integers outside 64 bits, bools, nan, strings where integers
 belong, payloads with non-string keys, 10,000 levels of nesting, sets, bytes, objects, sizes at the
@@ -18,7 +19,7 @@ limits, ``None`` and wrong record types. For every call:
    message names that field, unless the same call with a good value in its place is refused the same
    way (a hostile value can be valid, and the refusal about something else). This catches a refusal
    that says only "bad value".
-3. when it raised, the database is byte-for-byte what it was (every table, read through a separate
+3. when it raised, the database is row for row what it was (every table, read through a separate
    read-only connection), except the redacted diagnostic a causal refusal commits on purpose and the
    ``due`` cursor. This catches a check made after a first write, or a procedure whose failure is not
    rolled back.
@@ -728,6 +729,9 @@ host(
     usage=(st.none(), usage),
     artifacts=(st.just(()), st.one_of(hostile_text, st.lists(hostile_text, max_size=2))),
 )
+host("recover_expired", limit=limit, owner=(opt(st.just("host")), hostile_text))
+host("adopt", lease=(good_lease, lease))
+host("not_adoptable", lease=(good_lease, lease), reason=(st.just("no such process"), hostile_text))
 host(
     "retry",
     work_id=(ident("work", "work2"), hostile_text),

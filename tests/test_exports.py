@@ -58,6 +58,8 @@ EXPECTED = {
     "Intent",
     "IntentStatus",
     "Lease",
+    "BudgetLedger",
+    "Recovery",
     "Policy",
     "RunRequest",
     "Unmatched",

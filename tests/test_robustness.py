@@ -205,7 +205,7 @@ async def test_a_start_gate_that_raises_holds_its_work_with_the_reason(loom_driv
         assert not driver.fake.launches_of(broken)
 
 
-async def test_an_interrupt_that_raises_after_a_lost_lease_is_contained(loom_drivers: Any) -> None:
+async def test_an_interrupt_that_raises_after_a_cancel_is_contained(loom_drivers: Any) -> None:
     async with loom_drivers(config=routes(binding=True), lease_ms=LEASE_MS) as driver:
         rt = driver.runtime
 
@@ -220,7 +220,7 @@ async def test_an_interrupt_that_raises_after_a_lost_lease_is_contained(loom_dri
             return bool(driver.fake.launches_of(work_id))
 
         await until(driver, launched, "the attempt to launch")
-        driver.clock.advance(2 * LEASE_MS)  # past expiry before any renewal: the lease is lost
+        await rt.cancel(work_id)  # fences the attempt; stopping its process is cleanup that raises
 
         async def diagnosed() -> bool:
             return bool(await rt.diagnostics(kind=DiagnosticKind.INTERRUPT_FAILED))

@@ -57,21 +57,20 @@ class AttemptRunner:
             policies=self._s.extensions.recurrence_policies,
         )
         kind = kind_policy(config, lease.request.kind)
+        outcome: Outcome | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._renew, toolbelt, name, executor)  # not counted: it sleeps on the clock
-            outcome: Outcome | None
-            if metadata is not None:
-                outcome = await self._s.activity.outside(
-                    partial(self._recover, lease, name, executor, toolbelt, metadata)
-                )
-            elif await self._hand(toolbelt):
-                # a running execution is not work in flight: it steps out of the activity count
-                outcome = await self._s.activity.outside(
-                    partial(self._launch, lease, name, executor, toolbelt)
-                )
-            else:
-                outcome = None
-            if outcome is not None:
+            with trio.CancelScope() as observing:
+                nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
+                if metadata is not None:
+                    outcome = await self._s.activity.outside(
+                        partial(self._recover, lease, name, executor, toolbelt, metadata)
+                    )
+                elif await self._hand(toolbelt):
+                    # a running execution is not work in flight: it steps out of the activity count
+                    outcome = await self._s.activity.outside(
+                        partial(self._launch, lease, name, executor, toolbelt)
+                    )
+            if outcome is not None and not observing.cancelled_caught:
                 await self._commit(toolbelt, outcome, kind)
             nursery.cancel_scope.cancel()
 
@@ -98,6 +97,10 @@ class AttemptRunner:
             if recover is None:
                 raise NotAdoptable(f"executor {name!r} cannot adopt an attempt (it has no recover)")
             answer = await recover(lease.request, toolbelt, dict(metadata))
+        except StaleAuthority as exc:
+            # its adoption was refused: cancelled, or recovered again meanwhile
+            log.info("recovery of execution %s lost its authority: %s", lease.execution_id, exc)
+            return None
         except NotAdoptable as exc:
             try:
                 await self._s.storage.submit(
@@ -150,7 +153,12 @@ class AttemptRunner:
         while True:
             try:
                 await storage.submit(
-                    complete_in_tx, Authority.of(toolbelt.lease), outcome, kind, self._s.config().causal
+                    complete_in_tx,
+                    Authority.of(toolbelt.lease),
+                    outcome,
+                    kind,
+                    self._s.config().causal,
+                    self._s.config().budgets,
                 )
                 return
             except StaleAuthority as exc:
@@ -170,21 +178,20 @@ class AttemptRunner:
     async def _is_routed(self, event_id: str) -> bool:
         return await self._s.reader.checkpoint(event_id) is not None
 
-    async def _renew(self, toolbelt: RuntimeToolbelt, name: str, executor: Executor) -> None:
+    async def _renew(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> None:
+        """Renew the lease two thirds of the way through; losing it stops the launch (this runner stops
+        observing the attempt and commits nothing). The process itself is left alone: whoever recovers
+        the attempt asks its executor to verify and adopt it, and a control that fenced it (a cancel)
+        interrupts it."""
         lease_ms = self._s.lease_ms
         while True:
             lease = toolbelt.lease
             await self._s.clock.sleep_until(lease.expires_at_ms - lease_ms * 2 // 3)
             try:
                 await toolbelt.heartbeat()
-            except StaleAuthority:
-                # losing the lease stops the launch
-                try:
-                    await executor.interrupt(lease.execution_id)
-                except Exception as exc:
-                    await self._contain(
-                        name, "interrupt", lease, describe(exc), exc, DiagnosticKind.INTERRUPT_FAILED
-                    )
+            except StaleAuthority as exc:
+                log.info("execution %s lost its lease: %s", lease.execution_id, exc)
+                observing.cancel()
                 return
 
     async def _contain(

@@ -116,7 +116,6 @@ class LeaseRecoverer:
                     token=secrets.token_urlsafe(24),
                     lease_ms=self._s.lease_ms,
                     executors=frozenset(executors),
-                    config=self._s.config(),
                 )
                 if recovery is None:
                     continue  # renewed, ended or claimed by another recoverer since it was seen

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import trio
 
+from ..kernel.budgets import rebudget_in_tx
 from ..kernel.resolve import RouteRequest
 from ..records.notices import (
     EventAccepted,
@@ -89,8 +90,17 @@ class RouterPool:
         finally:
             storage.unsubscribe(feed)
 
+    def on_reload(self) -> None:
+        """A new configuration generation is in force: Work a budget held is released if its ledgers
+        are below the limits now."""
+        self._s.activity.spawn(self._rebudget)
+
+    async def _rebudget(self) -> None:
+        await self._s.storage.submit(rebudget_in_tx, self._s.config().budgets)
+
     async def _resync(self) -> None:
         """Rebuild in-memory work lists from the store (at start, and after a lagging feed)."""
+        await self._rebudget()
         await self.lanes.resync()
         await self.starter.resync()
         await self.dispatcher.resync()

@@ -13,6 +13,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from ..kernel.budgets import BudgetExceeded, budget_hold_in_tx
 from ..kernel.control import hold_in_tx
 from ..kernel.executions import BindingRef, binding_for_in_tx, claim_in_tx, claim_request, claimable
 from ..records.errors import Conflict, StorageError
@@ -112,6 +113,10 @@ class Starter:
         )
         try:
             lease = await self._s.storage.submit(claim_in_tx, request)
+        except BudgetExceeded:
+            # the turn does not start: the Work is held with the reason until released or the limit rises
+            await self._s.storage.submit(budget_hold_in_tx, work.id, config.budgets)
+            return
         except Conflict:
             if request.capacity is not None:
                 self._deferred.add(work.id)

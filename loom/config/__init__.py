@@ -6,6 +6,9 @@ from .config import effective_bindings as effective_bindings
 from .config import effective_routes as effective_routes
 from .holder import ConfigHolder as ConfigHolder
 from .model import Binding as Binding
+from .model import Budget as Budget
+from .model import BudgetPer as BudgetPer
+from .model import BudgetWindow as BudgetWindow
 from .model import CausalLimits as CausalLimits
 from .model import EffectiveBinding as EffectiveBinding
 from .model import EffectiveRoute as EffectiveRoute

@@ -21,6 +21,7 @@ from ..records.validation import validate_scope
 from ._keys import check_name, key_path, known, plain, rekey
 from .model import (
     DEFAULT_TRIGGER,
+    Budget,
     CausalLimits,
     EffectiveBinding,
     EffectiveRoute,
@@ -44,6 +45,7 @@ class Config:
     store: StoreConfig = attrs.field(factory=StoreConfig)
     scopes: dict[str, ScopeConfig] = attrs.field(factory=dict, hash=False)
     work_kinds: dict[str, WorkKindPolicy] = attrs.field(factory=dict, hash=False)
+    budgets: tuple[Budget, ...] = ()
     generation: int = 1
     file: str | None = attrs.field(default=None, eq=False)
 
@@ -62,6 +64,13 @@ class Config:
                 check_name(name, key_path("", name))
         for scope in self.scopes:
             resolve_routes(self.scopes, scope, None, file=self.file)
+        names: set[str] = set()
+        for i, budget in enumerate(self.budgets):
+            if budget.name in names:
+                raise ConfigError(
+                    f"budget {budget.name!r} is declared twice", file=self.file, key=f"budgets[{i}].name"
+                )
+            names.add(budget.name)
 
     # -- loading --------------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import attrs
 
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.frozen import frozen_object
-from ..records.validation import MAX_REASON_LEN, check_text
+from ..records.validation import MAX_REASON_LEN, check_text, validate_scope
 from ..records.work import Capability, Policy
 from ._keys import bounded, check_json, check_name, key_path, optional_bounded
 
@@ -66,6 +66,75 @@ class CausalLimits:
             max_depth=min(self.max_depth, other.max_depth),
             per_minute=min(self.per_minute, other.per_minute),
         )
+
+
+class BudgetPer(enum.StrEnum):
+    """What one ledger of a budget adds up: each Work's own, each scope's, or every scope's together."""
+
+    WORK = "work"
+    SCOPE = "scope"
+    ALL = "all"
+
+
+class BudgetWindow(enum.StrEnum):
+    """The period a ledger covers: the whole life (of the Work, or of the store), a UTC day, a UTC week
+    (ISO weeks, from Monday)."""
+
+    LIFE = "life"
+    DAY = "day"
+    WEEK = "week"
+
+
+MAX_BUDGET_AMOUNT = 1e15
+
+
+def _check_amount(key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_BUDGET_AMOUNT:
+        raise ConfigError(
+            f"must be a number above 0 and at most {MAX_BUDGET_AMOUNT:g}, got {value!r}", key=key
+        )
+
+
+def _positive_amount(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    _check_amount(attribute.name, value)
+
+
+@attrs.frozen(kw_only=True)
+class Budget:
+    """A budget (seed 003 "Budgets"): a ``limit`` on the amount of ``unit`` consumed, added up ``per``
+    Work, scope or all scopes over a ``window``, for Work in ``scope`` and the scopes under it (every
+    scope when ``None``). Executors report usage in their own units (``usd``, ``tokens``, ...); the
+    runtime counts ``turns`` and ``attempts`` itself. A turn does not start once a ledger reached its
+    limit; crossing ``warning`` (below the limit) or the limit accepts a ``core.budget.warning`` or
+    ``core.budget.exceeded`` Event.
+    """
+
+    name: str
+    unit: str
+    limit: float = attrs.field(validator=_positive_amount)
+    warning: float | None = None
+    per: BudgetPer = BudgetPer.WORK
+    window: BudgetWindow = BudgetWindow.LIFE
+    scope: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_name(self.name, "name")
+        check_name(self.unit, "unit")
+        if self.warning is not None:
+            _check_amount("warning", self.warning)
+            if self.warning >= self.limit:
+                raise ConfigError(
+                    f"must be below the limit ({self.limit:g}), got {self.warning:g}", key="warning"
+                )
+        if self.scope is not None:
+            try:
+                validate_scope(self.scope, field="scope")
+            except InvalidRequest as exc:
+                raise ConfigError(str(exc), key="scope") from None
+
+    def applies_to(self, scope: str) -> bool:
+        """Whether Work in ``scope`` is counted by this budget."""
+        return self.scope is None or scope == self.scope or scope.startswith(self.scope + "/")
 
 
 @attrs.frozen(kw_only=True)

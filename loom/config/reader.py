@@ -20,6 +20,9 @@ from ..records.work import Capability, Policy
 from ._keys import key_path, rekey
 from .model import (
     Binding,
+    Budget,
+    BudgetPer,
+    BudgetWindow,
     CausalLimits,
     Route,
     ScopeConfig,
@@ -181,7 +184,7 @@ def _fallback(value: Any, where: Where) -> tuple[Policy, ...]:
     return _list(_policy)(value, where)
 
 
-_ROOT_KEYS = ("causal", "store", "scopes", "work_kinds")
+_ROOT_KEYS = ("causal", "store", "scopes", "work_kinds", "budgets")
 _ROUTE_KEYS = (
     "name",
     "types",
@@ -206,6 +209,7 @@ def structure_config_fields(data: Mapping[str, Any], where: Where) -> dict[str, 
         "store": root.get("store", _store, StoreConfig()),
         "scopes": root.get("scopes", _mapping(_scope), {}),
         "work_kinds": root.get("work_kinds", _mapping(_work_kind), {}),
+        "budgets": root.get("budgets", _list(_budget), ()),
     }
 
 
@@ -232,6 +236,31 @@ def _store(value: Any, where: Where) -> StoreConfig:
     return StoreConfig(
         synchronous=table.get("synchronous", _enum(Synchronous, "synchronous level"), Synchronous.FULL)
     )
+
+
+def _number(value: Any, where: Where) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise where.error(f"must be a number, got {_describe(value)}")
+    return value
+
+
+def _budget(value: Any, where: Where) -> Budget:
+    readers: dict[str, Callable[[Any, Where], Any]] = {
+        "name": _str,
+        "unit": _str,
+        "limit": _number,
+        "warning": _number,
+        "per": _enum(BudgetPer, "budget ledger"),
+        "window": _enum(BudgetWindow, "budget window"),
+        "scope": _str,
+    }
+    table = _Table(value, where, tuple(readers))
+    for required in ("name", "unit", "limit"):
+        if not table.has(required):
+            raise where.at(required).error("is required")
+    fields = {name: table.get(name, read) for name, read in readers.items() if table.has(name)}
+    with rekey(where.file, where.path):
+        return Budget(**fields)
 
 
 def _work_kind(value: Any, where: Where) -> WorkKindPolicy:

@@ -11,10 +11,10 @@ and attempt N+1 starts with the winner. Either way the continuation's causal aut
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import CausalLimits
+from ..config import Budget, CausalLimits
 from ..records.errors import Conflict, StaleAuthority
 from ..records.events import Event
 from ..records.notices import WorkChanged
@@ -31,6 +31,7 @@ from ..records.work import (
 )
 from ..store import Tx
 from .authority import Authority
+from .budgets import charge_in_tx
 from .segments import end_segment_in_tx, start_segment_in_tx
 from .waits import register_wait_in_tx
 
@@ -96,7 +97,7 @@ def resume_in_tx(
         parent = wake.bridge_event_id or winner.id
         remaining = execution.budget_ms - execution.used_ms
         start_segment_in_tx(tx, now_ms, execution.id, execution.segment + 1, remaining, parent, work.scope)
-    tx.set_work_state(work, WorkState.RUNNING, now_ms)
+    tx.set_work_state(work, WorkState.RUNNING, now_ms, release_once=0)
     tx.notify(WorkChanged(work_id=work.id))
     request = RunRequest(
         work_id=work.id,
@@ -124,7 +125,13 @@ def resume_in_tx(
 
 
 def enrich_waiting_in_tx(
-    tx: Tx, now_ms: int, auth: Authority, usage: Mapping[str, float], artifacts: tuple[str, ...]
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    usage: Mapping[str, float],
+    artifacts: tuple[str, ...],
+    budgets: Sequence[Budget] = (),
+    limits: CausalLimits | None = None,
 ) -> Execution:
     """A later host acknowledgement of a parked attempt's waiting result (seed 000 "Waits"): it may
     add usage and artifact references to the still-parked record without reviving authority. It cannot
@@ -152,6 +159,10 @@ def enrich_waiting_in_tx(
         *(a for a in artifacts if a not in recorded.get("artifacts", [])),
     ]
     tx.update_execution(execution.id, outcome=json.dumps(recorded, sort_keys=True))
+    if budgets and usage:
+        work = tx.work(execution.work_id)
+        assert work is not None
+        charge_in_tx(tx, now_ms, work, usage, budgets, limits or CausalLimits())
     enriched = tx.execution(execution.id)
     assert enriched is not None
     return enriched

@@ -33,7 +33,7 @@ def hold_in_tx(tx: Tx, now_ms: int, work_id: str, reason: str) -> Work:
     work = require_work(tx, work_id)
     if work.state.terminal:
         raise Conflict(f"cannot hold work {work.id}: it is {work.state}")
-    tx.update_work(work.id, now_ms, held=1, hold_reason=reason)
+    tx.update_work(work.id, now_ms, held=1, hold_reason=reason, budget_hold=None)
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)
 
@@ -50,7 +50,7 @@ def release_in_tx(
     if not work.held:
         raise Conflict(f"work {work.id} is not held")
     reason = work.hold_reason
-    tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1)
+    tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1, budget_hold=None)
     end_unconfirmed_stop_in_tx(tx, now_ms, work.id)
     wait = tx.open_wait_of_work(work.id)
     if wait is not None and wait.state is WaitState.BLOCKED:

@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from ..config import CausalLimits, Config, effective_bindings, effective_routes
+from ..config import Budget, CausalLimits, Config, effective_bindings, effective_routes
 from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
@@ -34,6 +34,7 @@ from ..records.work import (
     IntentStatus,
     Lease,
     Outcome,
+    RetryState,
     RunRequest,
     Work,
     WorkState,
@@ -42,6 +43,7 @@ from ..records.work import (
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
+from .budgets import admit_turn, charge_in_tx
 from .continuation import park_in_tx, resume_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
@@ -87,6 +89,13 @@ class ClaimRequest:
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
+    handed: bool = False
+    """The claimer runs the attempt itself (a host's claim): it counts as handed to its executor at once,
+    so a lost lease is recovered through the executor (adopted or failed), never relaunched."""
+    budgets: tuple[Budget, ...] = ()
+    """The budgets in force: a turn is admitted against them, and counted in ``turns`` and ``attempts``."""
+    limits: CausalLimits = attrs.field(factory=CausalLimits)
+    """The causal limits the budget Events are accepted under."""
 
 
 def scope_capacity(config: Config, scope: str) -> int | None:
@@ -96,7 +105,14 @@ def scope_capacity(config: Config, scope: str) -> int | None:
 
 
 def claim_request(
-    config: Config, work: Work, *, owner: str, token: str, lease_ms: int, binding: BindingRef
+    config: Config,
+    work: Work,
+    *,
+    owner: str,
+    token: str,
+    lease_ms: int,
+    binding: BindingRef,
+    handed: bool = False,
 ) -> ClaimRequest:
     """The claim of ``work``'s next attempt that ``config`` implies (its kind, capacity and timeout).
 
@@ -113,6 +129,9 @@ def claim_request(
         capacity=scope_capacity(config, work.scope),
         generation=config.generation,
         timeout_ms=kind.timeout_ms,
+        handed=handed,
+        budgets=config.budgets,
+        limits=config.causal,
     )
 
 
@@ -122,7 +141,11 @@ def binding_for_in_tx(
     """The binding a Work's next attempt runs with: that of the route which routed its earliest
     pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
 
-    ``None``: no pending input came through a route with a binding (a host may still claim).
+    Input that came through no route (a retry, a manual retry request) continues with the binding the
+    Work's last attempt ran with, as configured now (or as it was pinned, if it is no longer configured).
+
+    ``None``: no pending input came through a route with a binding, and no attempt ran under one (a
+    host may still claim).
     """
     work = require_work(tx, work_id)
     routes = {route.name: route for route in effective_routes(config, work.scope)}
@@ -137,8 +160,10 @@ def binding_for_in_tx(
             capabilities=parked.capabilities,
             config=pinned.binding.config if pinned is not None else {},
         )
+    unrouted = False  # some pending input came through no route (a retry, a manual retry request)
     for event_id in work.pending_inputs:
         checkpoint = tx.checkpoint(event_id)
+        unrouted = unrouted or (checkpoint is not None and checkpoint.route is None)
         route = routes.get(checkpoint.route or "") if checkpoint else None
         if route is None or route.binding is None:
             continue
@@ -150,6 +175,25 @@ def binding_for_in_tx(
             capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
+    if unrouted and work.attempts:
+        last = tx.execution(stable_id("ex", work.id, str(work.attempts)))
+        if last is not None and last.executor is not None:
+            configured = effective_bindings(config, work.scope).get(last.binding or "")
+            if configured is not None:
+                binding = configured.binding
+                return BindingRef(
+                    name=last.binding,
+                    executor=binding.executor,
+                    capabilities=frozenset(str(c) for c in binding.capabilities)
+                    & frozenset(advertised.get(binding.executor, ())),
+                    config=binding.config,
+                )
+            return BindingRef(
+                name=last.binding,
+                executor=last.executor,
+                capabilities=last.capabilities & frozenset(advertised.get(last.executor, ())),
+                config=dict(last.binding_config or {}),
+            )
     return None
 
 
@@ -171,8 +215,10 @@ def claimable(work: Work) -> str | None:
         return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
     if work.held:
         return f"work {work.id} is held: {work.hold_reason}"
-    if work.retry is not None:
-        return f"work {work.id} is not eligible to start yet ({work.retry})"
+    if work.retry is RetryState.BACKOFF:
+        return f"work {work.id} is in its retry backoff: its next attempt starts when the retry is due"
+    if work.retry is RetryState.EXHAUSTED:
+        return f"work {work.id} has spent its retry budget: request a retry to start the next attempt"
     if work.state is not WorkState.READY:
         return f"work {work.id} is {work.state}"
     if not work.pending_inputs:
@@ -188,6 +234,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     why = claimable(work)
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
+    admit_turn(tx, now_ms, work, req.budgets)
     if req.capacity is not None and tx.running_in_scope(work.scope) >= req.capacity:
         raise Conflict(
             f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
@@ -199,7 +246,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         assert parked is not None
         if wake is None or wake.execution_id != parked.id:
             raise Conflict(f"cannot claim: work {work.id}'s parked attempt {parked.id} has not been woken")
-        return resume_in_tx(
+        resumed = resume_in_tx(
             tx,
             now_ms,
             work,
@@ -211,6 +258,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             lease_ms=req.lease_ms,
             config=req.binding.config,
         )
+        if req.budgets:
+            charge_in_tx(tx, now_ms, work, {"turns": 1}, req.budgets, req.limits)
+        return resumed
     trigger = select_trigger(inputs, req.kind.select_trigger)
     authority = trigger.id if trigger else None
     if wake is not None:
@@ -239,7 +289,12 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
     )
-    tx.update_execution(execution_id, retry_policy=json.dumps(pin_retry(req.kind)))
+    tx.update_execution(
+        execution_id,
+        retry_policy=json.dumps(pin_retry(req.kind)),
+        binding_config=json.dumps(dict(req.binding.config)) if req.binding.config else None,
+        handed_at_ms=now_ms if req.handed else None,
+    )
     if req.timeout_ms is not None:
         # the first active segment: its deadline is a durable timer armed in this same commit
         assert authority is not None
@@ -247,6 +302,8 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
     tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
     tx.notify(WorkChanged(work_id=work.id))
+    if req.budgets:
+        charge_in_tx(tx, now_ms, work, {"turns": 1, "attempts": 1}, req.budgets, req.limits)
     request = RunRequest(
         work_id=work.id,
         execution_id=execution_id,
@@ -298,8 +355,10 @@ def complete_in_tx(
     outcome: Outcome,
     kind: KindPolicy,
     limits: CausalLimits | None = None,
+    budgets: Sequence[Budget] = (),
 ) -> Execution:
-    """Record an attempt's outcome under its fence, with its consumption proofs, atomically.
+    """Record an attempt's outcome under its fence, with its consumption proofs and the usage it
+    reports (charged to ``budgets``), atomically.
 
     A `Waiting` outcome parks or ends the attempt on its wait (see `continuation.park_in_tx`): its proof
     is applied before the wait's registration scan, so it is never woken by what it already took in.
@@ -307,6 +366,8 @@ def complete_in_tx(
     validate_outcome(outcome)
     execution = authorize(tx, now_ms, auth)
     work = require_work(tx, execution.work_id)
+    if budgets and outcome.usage:
+        charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
     consume_claimed_inputs_in_tx(tx, execution)
     if isinstance(outcome, Waiting):

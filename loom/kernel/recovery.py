@@ -21,12 +21,11 @@ from typing import Any
 
 import attrs
 
-from ..config import Config, effective_bindings
 from ..records.errors import StaleAuthority
 from ..records.events import DiagnosticKind, Event
 from ..records.notices import LeaseRecovered, WorkChanged
 from ..records.validation import check_json_value
-from ..records.work import Execution, ExecutionState, Lease, RunRequest, WorkState
+from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery, same_token
@@ -45,19 +44,6 @@ class Expired:
 
     execution_id: str
     epoch: int
-
-
-@attrs.frozen(kw_only=True)
-class Recovery:
-    """A recovery claim: the recoverer's lease over the same attempt at a higher epoch, and what to do.
-
-    ``relaunch``: nothing was ever handed to the executor, so the attempt is simply launched again;
-    otherwise the executor's `recover` is asked to verify the process from ``metadata``.
-    """
-
-    lease: Lease
-    relaunch: bool
-    metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
@@ -84,13 +70,9 @@ def recover_claim_in_tx(
     token: str,
     lease_ms: int,
     executors: frozenset[str] = frozenset(),
-    config: Config | None = None,
 ) -> Recovery | None:
     """Claim an expired attempt's recovery at the next epoch. ``None``: it is not expired (a live lease
     is never stolen), or it changed since it was seen (another recoverer, a completion, a cancel).
-
-    ``config``: the configuration in force, in which the attempt's binding is resolved (by name, in
-    its Work's scope) so a relaunch or an adoption gets the binding's config, as a resume does.
 
     ``executors``: the executors the claimer can launch; an attempt never handed to its executor is
     relaunched only by a claimer that has it (anyone else recovers it, to find it not adoptable)."""
@@ -105,14 +87,12 @@ def recover_claim_in_tx(
     relaunch = execution.handed_at_ms is None and not execution.metadata and execution.executor in executors
     epoch = execution.epoch + 1
     expires = now_ms + lease_ms
-    tx.set_execution_state(
-        execution,
-        ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING,
-        epoch=epoch,
-        token=token,
-        owner=owner,
-        expires_at_ms=expires,
-    )
+    state = ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING
+    fence = {"epoch": epoch, "token": token, "owner": owner, "expires_at_ms": expires}
+    if state is execution.state:
+        tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
+    else:
+        tx.set_execution_state(execution, state, **fence)
     tx.notify(WorkChanged(work_id=work.id))
     tx.notify(LeaseRecovered(execution_id=execution.id, work_id=work.id, epoch=epoch, relaunch=relaunch))
     inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
@@ -127,7 +107,7 @@ def recover_claim_in_tx(
         trigger=trigger,
         inputs=inputs,
         binding=execution.binding,
-        config=_binding_config(config, work.scope, execution.binding),
+        config=dict(execution.binding_config or {}),
         executor=execution.executor,
         resumed=resumed is not None,
     )
@@ -142,13 +122,6 @@ def recover_claim_in_tx(
         request=request,
     )
     return Recovery(lease=lease, relaunch=relaunch, metadata=dict(execution.metadata or {}))
-
-
-def _binding_config(config: Config | None, scope: str, binding: str | None) -> dict[str, Any]:
-    if config is None or binding is None:
-        return {}
-    found = effective_bindings(config, scope).get(binding)
-    return dict(found.binding.config) if found is not None else {}
 
 
 def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) -> Lease:
@@ -183,6 +156,7 @@ def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) ->
         trigger=trigger,
         inputs=tuple(require_event(tx, event_id) for event_id in current.inputs),
         binding=current.binding,
+        config=dict(current.binding_config or {}),
         executor=current.executor,
         resumed=resumed is not None,
     )

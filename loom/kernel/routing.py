@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..config import CausalLimits
-from ..records.core_events import CORE_SOURCE, REPLAY_REQUESTED, WORK_CREATED
+from ..records.core_events import BUDGET_EXCEEDED, BUDGET_WARNING, CORE_SOURCE, REPLAY_REQUESTED, WORK_CREATED
 from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import stable_id
@@ -120,6 +120,17 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
         )
         return RouteResult(checkpoint=cp)
     assert isinstance(decision, Deliver)
+    if work is not None and _own_budget_event(event, work.id):
+        cp = _checkpoint(
+            tx,
+            now_ms,
+            event,
+            CheckpointStatus.DROP,
+            req,
+            work_id=work.id,
+            reason="a budget Event never becomes the input of the Work it counts",
+        )
+        return RouteResult(checkpoint=cp)
     if (work.revision if work else None) != req.expected_revision:
         raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if work is not None:
@@ -150,6 +161,14 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
         work = tx.work(decision.work_id)
         assert work is not None
     return _deliver(tx, now_ms, event, req, work, new_keys)
+
+
+def _own_budget_event(event: Event, work_id: str) -> bool:
+    return (
+        event.source == CORE_SOURCE
+        and event.type in (BUDGET_WARNING, BUDGET_EXCEEDED)
+        and event.payload.get("work") == work_id
+    )
 
 
 def route_batch_in_tx(

@@ -43,7 +43,15 @@ RETRY_DUE = "core.retry.due"
 RETRY_REQUESTED = "core.retry.requested"
 """An operator asked for the next attempt: clears backoff or exhaustion and resets the budget."""
 
+BUDGET_WARNING = "core.budget.warning"
+"""A budget ledger crossed its warning threshold (a root Event in the Work's scope; never its input)."""
+
+BUDGET_EXCEEDED = "core.budget.exceeded"
+"""A budget ledger reached its limit: the Work's next turn does not start (never the Work's input)."""
+
 ALL_CORE_TYPES = (
+    BUDGET_WARNING,
+    BUDGET_EXCEEDED,
     RETRY_DUE,
     RETRY_REQUESTED,
     WORK_CREATED,

@@ -213,6 +213,9 @@ def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int
 MAX_LEASE_MS = 7 * 24 * 3_600_000
 """The longest lease a claim or renewal may ask for (a week)."""
 MAX_RETRY_AFTER_MS = 24 * 3_600_000
+CORE_UNITS = ("turns", "attempts")
+"""Budget units the runtime counts itself: every started turn (an attempt or a continuation after a
+wait), and every new attempt."""
 """The longest retry hint an executor may give (a day); a longer one is refused, never retried at once."""
 
 
@@ -268,6 +271,16 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
         if isinstance(amount, int) and not MIN_INT <= amount <= MAX_INT:
             raise InvalidRequest(
                 f"{field}.usage[{unit!r}] is outside 64 bits", field=f"{field}.usage[{unit!r}]"
+            )
+        if amount < 0:
+            raise InvalidRequest(
+                f"{field}.usage[{unit!r}] must not be negative, got {amount!r}",
+                field=f"{field}.usage[{unit!r}]",
+            )
+        if unit in CORE_UNITS:
+            raise InvalidRequest(
+                f"{field}.usage[{unit!r}]: {unit!r} is counted by the runtime itself, not reported",
+                field=f"{field}.usage[{unit!r}]",
             )
     if isinstance(outcome, Waiting):
         check_wait_spec(f"{field}.wait", outcome.wait)

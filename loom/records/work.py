@@ -342,6 +342,10 @@ class Execution:
     """Opaque executor metadata pinned with the segment (a process id, a handle), given to `recover`."""
     retry_policy: JSONObject | None = attrs.field(default=None, hash=False, converter=frozen_optional_object)
     """The retry budget pinned at its claim (its Work kind's, in the configuration generation then)."""
+    binding_config: JSONObject | None = attrs.field(
+        default=None, hash=False, converter=frozen_optional_object
+    )
+    """The binding's configuration the attempt was launched with (a relaunch after recovery gets it again)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -391,6 +395,22 @@ class Lease:
     owner: str
     expires_at_ms: int
     request: RunRequest
+
+
+@attrs.frozen(kw_only=True)
+class Recovery:
+    """An expired attempt claimed for recovery: the recoverer's lease over the same attempt at a higher
+    epoch (with a new token), and what it must do with it.
+
+    ``relaunch``: nothing was ever handed to the executor, so the attempt simply runs again under this
+    lease (it is ``running``). Otherwise it is ``recovering``: the process must be verified from the
+    pinned ``metadata`` and then adopted (`Runtime.adopt`), or declared not adoptable
+    (`Runtime.not_adoptable`); left alone, the recovery lease expires and it is recovered again.
+    """
+
+    lease: Lease
+    relaunch: bool
+    metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
 
 # -- outcomes -------------------------------------------------------------------

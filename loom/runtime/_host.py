@@ -14,7 +14,8 @@ from ..actors.activity import Activity
 from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
 from ..actors.toolbelt import RuntimeToolbelt
-from ..kernel.authority import Authority
+from ..kernel.authority import Authority, authorize
+from ..kernel.budgets import BudgetExceeded, budget_hold_in_tx, rebudget_in_tx
 from ..kernel.continuation import enrich_waiting_in_tx
 from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
 from ..kernel.executions import (
@@ -28,7 +29,13 @@ from ..kernel.executions import (
     renew_in_tx,
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
-from ..kernel.recovery import presented_lease_in_tx
+from ..kernel.recovery import (
+    adopt_in_tx,
+    expired_in_tx,
+    not_adoptable_in_tx,
+    presented_lease_in_tx,
+    recover_claim_in_tx,
+)
 from ..kernel.retry import retry_in_tx
 from ..kernel.routing import replay_in_tx
 from ..kernel.time_floor import mark_time_in_tx
@@ -47,7 +54,7 @@ from ..records.validation import (
     validate_outcome,
 )
 from ..records.waits import Waiting, WaitSpec
-from ..records.work import Execution, Intent, Lease, Outcome, Work
+from ..records.work import Execution, ExecutionState, Intent, Lease, Outcome, Recovery, Work
 from ..store import Tx
 from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit, lookup
 
@@ -60,6 +67,22 @@ class PollReport:
     """Events routed (or found already routed) in this pass."""
     firings: tuple[Firing, ...]
     failures: tuple[str, ...]
+    recoveries: tuple[Recovery, ...] = ()
+    """Expired attempts this pass claimed for recovery, for the host to relaunch, adopt
+    (`Runtime.adopt`) or declare not adoptable (`Runtime.not_adoptable`)."""
+
+
+def _adopt(tx: Tx, now_ms: int, auth: Authority) -> Execution:
+    """Adopt, or find the same adoption already committed (the same epoch, running)."""
+    execution = tx.execution(auth.execution_id)
+    if (
+        execution is not None
+        and execution.state is ExecutionState.RUNNING
+        and execution.epoch == auth.epoch
+        and execution.attempt == auth.attempt
+    ):
+        return authorize(tx, now_ms, auth)
+    return adopt_in_tx(tx, now_ms, auth)
 
 
 def _diagnose(tx: Tx, now_ms: int, kind: DiagnosticKind, subject: str, message: str) -> None:
@@ -103,9 +126,19 @@ class Host(RuntimeBase):
             found = await self._submit(binding_for_in_tx, work_id, config, self._p.extensions.advertised())
             binding = found or NO_BINDING
         request = claim_request(
-            config, work, owner=owner, token=secrets.token_urlsafe(24), lease_ms=lease_ms, binding=binding
+            config,
+            work,
+            owner=owner,
+            token=secrets.token_urlsafe(24),
+            lease_ms=lease_ms,
+            binding=binding,
+            handed=True,
         )
-        lease: Lease = await self._submit(claim_in_tx, request)
+        try:
+            lease: Lease = await self._submit(claim_in_tx, request)
+        except BudgetExceeded:
+            await self._submit(budget_hold_in_tx, work_id, config.budgets)
+            raise
         return lease
 
     async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
@@ -122,7 +155,7 @@ class Host(RuntimeBase):
         config = self._p.config()
         kind = kind_policy(config, lease.request.kind)
         execution: Execution = await self._submit(
-            complete_in_tx, Authority.of(lease), outcome, kind, config.causal
+            complete_in_tx, Authority.of(lease), outcome, kind, config.causal, config.budgets
         )
         return execution
 
@@ -161,7 +194,12 @@ class Host(RuntimeBase):
         listed = _listed("artifacts", artifacts)
         validate_outcome(Waiting(usage=dict(usage or {}), artifacts=listed), field="enrichment")
         execution: Execution = await self._submit(
-            enrich_waiting_in_tx, Authority.of(lease), dict(usage or {}), listed
+            enrich_waiting_in_tx,
+            Authority.of(lease),
+            dict(usage or {}),
+            listed,
+            self._p.config().budgets,
+            self._p.config().causal,
         )
         return execution
 
@@ -342,13 +380,17 @@ class Host(RuntimeBase):
 
     async def poll(self, limit: int = 100) -> PollReport:
         """One bounded host pass: route up to ``limit`` unrouted Events (in acceptance order, running
-        route handlers outside any transaction), then fire up to ``limit`` due timers (fairly, by the
-        durable cursor).
+        route handlers outside any transaction), fire up to ``limit`` due timers (fairly, by the
+        durable cursor), and, unless the recovery actor runs, claim up to ``limit`` attempts whose
+        lease expired for recovery (see `recover_expired`).
 
-        With no router or timer actor running, calling this in a loop drives the runtime. One item's
-        failure is recorded as a safe diagnostic and the pass goes on; a storage failure is raised.
+        With no router, timer or recovery actor running, calling this in a loop drives the runtime. One
+        item's failure is recorded as a safe diagnostic and the pass goes on; a storage failure is raised.
         """
         check_limit(limit)
+        recoveries = await self.recover_expired(limit) if self._p.recovery is None else []
+        if self._p.router is None:
+            await self._submit(rebudget_in_tx, self._p.config().budgets)
         routed = await self._route_pass(limit)
         requests = await self.due(min(limit, 10_000))
         results = await self._submit(
@@ -363,7 +405,51 @@ class Host(RuntimeBase):
                 await self._submit(_diagnose, DiagnosticKind.POLL_ITEM_FAILED, request.timer_id, message)
             else:
                 firings.append(result)
-        return PollReport(routed=routed, firings=tuple(firings), failures=tuple(failures))
+        return PollReport(
+            routed=routed, firings=tuple(firings), failures=tuple(failures), recoveries=tuple(recoveries)
+        )
+
+    async def recover_expired(self, limit: int = 100, *, owner: str | None = None) -> list[Recovery]:
+        """Claim up to ``limit`` attempts whose lease has expired (fairly, by a durable cursor) for
+        recovery by the caller, each at the next epoch with a new token (what the recovery actor does,
+        for a host that runs its own executors). A live lease is never taken, and two recoverers never
+        both win one attempt.
+
+        Each `Recovery` is the caller's to finish: a ``relaunch`` runs the same attempt again under its
+        lease; otherwise verify the process and `adopt` it, or declare it `not_adoptable` (it fails,
+        and the retry policy applies). A recovery left alone is recovered again once its lease expires.
+        """
+        check_limit(limit)
+        if owner is not None:
+            check_text("owner", owner)
+        recoveries: list[Recovery] = []
+        for seen in await self._submit(expired_in_tx, limit):
+            recovery = await self._submit(
+                recover_claim_in_tx,
+                seen,
+                owner=owner or self._p.owner,
+                token=secrets.token_urlsafe(24),
+                lease_ms=self._p.lease_ms,
+                executors=frozenset(self._p.extensions.executors),
+            )
+            if recovery is not None:
+                recoveries.append(recovery)
+        return recoveries
+
+    async def adopt(self, lease: Lease) -> Lease:
+        """The recovering attempt's process is verified: it runs again under ``lease`` (the recoverer's,
+        from `Recovery.lease`); the old token stays stale. Idempotent for the same lease."""
+        check_lease("lease", lease)
+        execution: Execution = await self._submit(_adopt, Authority.of(lease))
+        return attrs.evolve(lease, expires_at_ms=execution.expires_at_ms or lease.expires_at_ms)
+
+    async def not_adoptable(self, lease: Lease, reason: str) -> Execution:
+        """The recovering attempt's process cannot be verified: the attempt fails under the recoverer's
+        fence (``lease``), the Work is ready again and its retry policy applies."""
+        check_lease("lease", lease)
+        check_reason("reason", reason)
+        failed: Execution = await self._submit(not_adoptable_in_tx, Authority.of(lease), reason)
+        return failed
 
     async def _route_pass(self, limit: int) -> int:
         p = self._p

@@ -6,8 +6,9 @@ fast); durable state means a restart loses nothing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -73,7 +74,11 @@ async def open_runtime(
     readers: list[Reader] = []
     try:
         async with trio.open_nursery() as nursery:
-            storage: StorageActor = await nursery.start(StorageActor(sqlite_store, clock, fault=fault).run)
+            # the storage actor outlives an outer cancellation until the leases are released
+            storage_scope = trio.CancelScope(shield=True)
+            storage: StorageActor = await nursery.start(
+                _shielded, StorageActor(sqlite_store, clock, fault=fault).run, storage_scope
+            )
             reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
             await reader.open()
             readers.append(reader)
@@ -91,14 +96,17 @@ async def open_runtime(
                     lease_ms=lease_ms,
                 )
                 runtime = Runtime(parts)
-                for name in chosen:
-                    await nursery.start(runtime.run_actor, name)
-                clean = False
-                yield runtime
-                clean = True
+                async with trio.open_nursery() as actors_nursery:
+                    for name in chosen:
+                        await actors_nursery.start(runtime.run_actor, name)
+                    try:
+                        yield runtime
+                    finally:
+                        actors_nursery.cancel_scope.cancel()
             finally:
-                if clean:
-                    await _release_leases(storage, owner)
+                # every actor (and the attempts it ran) has stopped: nothing renews these leases now
+                await _release_leases(storage, owner)
+                storage_scope.cancel()
                 nursery.cancel_scope.cancel()
     finally:
         # readers close after every actor has stopped using them
@@ -107,9 +115,17 @@ async def open_runtime(
                 await reader.aclose()
 
 
+async def _shielded(
+    run: Callable[..., Awaitable[None]], scope: trio.CancelScope, *, task_status: trio.TaskStatus[Any]
+) -> None:
+    with scope:
+        await run(task_status=task_status)
+
+
 async def _release_leases(storage: StorageActor, owner: str) -> None:
-    """A clean close releases the leases this runtime holds: the attempts it was running are recovered
-    at once by the next open, not a lease length later."""
+    """Closing releases the leases this runtime holds: the attempts it was running are recovered at
+    once (through their executors: adopted, relaunched or failed into retry) by the next open, not a
+    lease length later. After a storage failure the store is gone, and the leases expire by themselves."""
     with trio.move_on_after(5), trio.CancelScope(shield=True):
         try:
             await storage.submit(release_leases_in_tx, owner)

@@ -10,6 +10,7 @@ import attrs
 
 from ..kernel.causal import REJECTIONS_NAMESPACE
 from ..kernel.time_floor import FLOOR, TIME_NAMESPACE
+from ..records.budgets import BudgetLedger
 from ..records.errors import NotFound
 from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
 from ..records.serde import structure
@@ -137,6 +138,18 @@ class Reads(RuntimeBase):
         check_limit(limit)
         lookup("namespace", namespace)
         return await self._p.reader.kv_list(namespace, limit)
+
+    async def budget_ledgers(
+        self, *, budget: str | None = None, subject: str | None = None, limit: int = 1000
+    ) -> list[BudgetLedger]:
+        """What the budgets have counted: one ledger per budget, subject (a Work id, a scope, or ``*``
+        across every scope) and window (``life``, ``day:YYYY-MM-DD``, ``week:YYYY-Www``)."""
+        check_limit(limit)
+        if budget is not None:
+            lookup("budget", budget)
+        if subject is not None:
+            lookup("subject", subject)
+        return await self._p.reader.ledgers(budget, subject, limit)
 
     async def causal_rejections(self, *, limit: int = 1000) -> list[CausalRejection]:
         """The durable, redacted diagnostics of causal refusals."""

@@ -60,7 +60,10 @@ class Runtime(Reads, Host):
         """
         if not isinstance(config, Config):
             raise ConfigError(f"expected a Config, got {type(config).__name__}")
-        return self._p.holder.replace(config)
+        replaced = self._p.holder.replace(config)
+        if self._p.router is not None:
+            self._p.router.on_reload()  # a raised budget limit releases the Work it held
+        return replaced
 
     # -- acceptance -----------------------------------------------------------------
 

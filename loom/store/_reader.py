@@ -12,6 +12,7 @@ from typing import Any
 import sqlite_anyio
 import trio
 
+from ..records.budgets import BudgetLedger
 from ..records.errors import StorageClosed
 from ..records.events import Diagnostic, Event, KVEntry
 from ..records.timers import Firing, Timer
@@ -20,6 +21,7 @@ from ..records.work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
 from ._tx import Tx
+from ._tx_budgets import LEDGER_COLUMNS, ledger_from_row
 from ._tx_waits import WAIT_SELECT, wait_from_row
 
 Rows = list[tuple[Any, ...]]
@@ -101,6 +103,14 @@ class Reader:
 
     async def kv_list(self, namespace: str, limit: int = 1000) -> list[KVEntry]:
         return [_sql.kv_from_row(r) for r in await self._all(_sql.KV_LIST, (namespace, limit))]
+
+    async def ledgers(self, budget: str | None, subject: str | None, limit: int) -> list[BudgetLedger]:
+        rows = await self._all(
+            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE (? IS NULL OR budget = ?)"
+            " AND (? IS NULL OR subject = ?) ORDER BY budget, subject, window LIMIT ?",
+            (budget, budget, subject, subject, limit),
+        )
+        return [ledger_from_row(r) for r in rows]
 
     async def bucket_count(self, root_id: str, minute: int) -> int:
         rows = await self._all(_sql.BUCKET_COUNT, (root_id, minute))

@@ -251,9 +251,26 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE executions ADD COLUMN handed_at_ms INTEGER;
     ALTER TABLE executions ADD COLUMN metadata TEXT;
     ALTER TABLE executions ADD COLUMN retry_policy TEXT;
+    ALTER TABLE executions ADD COLUMN binding_config TEXT;
     ALTER TABLE works ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE works ADD COLUMN retry TEXT;
     ALTER TABLE works ADD COLUMN retry_timer_id TEXT;
+    """,
+    # 7: budgets (ledgers per budget, subject and window; the budget a held Work waits on)
+    """
+    CREATE TABLE budget_ledgers (
+        budget   TEXT NOT NULL,
+        subject  TEXT NOT NULL,
+        window   TEXT NOT NULL,
+        unit     TEXT NOT NULL,
+        amount   REAL NOT NULL DEFAULT 0,
+        warned   INTEGER NOT NULL DEFAULT 0,
+        exceeded INTEGER NOT NULL DEFAULT 0,
+        updated_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (budget, subject, window)
+    );
+    ALTER TABLE works ADD COLUMN budget_hold TEXT;
+    CREATE INDEX works_budget_hold ON works (budget_hold) WHERE budget_hold IS NOT NULL;
     """,
 )
 

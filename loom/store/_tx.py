@@ -36,6 +36,7 @@ from ..records.work import (
 )
 from . import _sql
 from ._tx_base import written
+from ._tx_budgets import BudgetsTx
 from ._tx_timers import TimersTx
 from ._tx_waits import WaitsTx
 
@@ -61,14 +62,25 @@ _EXECUTION_FIELDS = frozenset(
         "handed_at_ms",
         "metadata",
         "retry_policy",
+        "binding_config",
     }
 )
 _WORK_FIELDS = frozenset(
-    {"held", "hold_reason", "attempts", "started", "release_once", "failures", "retry", "retry_timer_id"}
+    {
+        "held",
+        "hold_reason",
+        "attempts",
+        "started",
+        "release_once",
+        "failures",
+        "retry",
+        "retry_timer_id",
+        "budget_hold",
+    }
 )
 
 
-class Tx(WaitsTx, TimersTx):
+class Tx(WaitsTx, TimersTx, BudgetsTx):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------

@@ -14,4 +14,5 @@ from ._driver import ScenarioHandlers as ScenarioHandlers
 from ._driver import wait_routed as wait_routed
 from ._fake import FakeExecutor as FakeExecutor
 from ._fake import InjectAnswer as InjectAnswer
+from ._fake import RecoverAnswer as RecoverAnswer
 from ._scenario import ScenarioFailure as ScenarioFailure

@@ -10,8 +10,8 @@ from typing import Any
 import attrs
 import trio
 
-from .. import Completed, Event, Failed, NotAccepting, RunRequest, Toolbelt, hookimpl
-from ..records.work import Outcome
+from .. import Completed, Event, Failed, NotAccepting, NotAdoptable, RunRequest, Toolbelt, hookimpl
+from ..records.work import Lease, Outcome
 
 
 class InjectAnswer(enum.StrEnum):
@@ -20,17 +20,34 @@ class InjectAnswer(enum.StrEnum):
     AMBIGUOUS = "ambiguous"
 
 
+class RecoverAnswer(enum.StrEnum):
+    """How the fake answers `recover` for a Work (`FakeExecutor.recover_answers`)."""
+
+    ADOPT = "adopt"
+    """It verifies the process: adopts the attempt, which then runs (finish it as a launch)."""
+    NOT_ADOPTABLE = "not_adoptable"
+    """It cannot verify the process (the default)."""
+
+
 @attrs.define(eq=False)
 class Launch:
     """One launch the fake saw; finish it with `FakeExecutor.finish`."""
 
     request: RunRequest
     toolbelt: Toolbelt
+    lease: Lease
+    """The lease as it was handed over (its token stays the attempt's old credential after a recovery)."""
+    recovered: bool = False
+    """Started by `recover` (an adoption), not by `launch`."""
+    metadata: Mapping[str, Any] = attrs.Factory(dict)
+    """What `recover` was given: the metadata the attempt pinned."""
     done: trio.Event = attrs.Factory(trio.Event)
     outcome: Outcome | None = None
     answered: bool = False
     """`finish` gave the outcome (which a test may make anything, to play a misbehaving executor)."""
     interrupted: bool = False
+    cancelled: bool = False
+    """The runtime stopped observing it (its lease was lost, or the runtime closed)."""
 
 
 class FakeExecutor:
@@ -50,6 +67,14 @@ class FakeExecutor:
         self.inject_gate: trio.Event | None = None
         """When set, every inject blocks on it (an acknowledgement in flight)."""
         self.on_inject: Callable[[str, Event], Awaitable[None]] | None = None
+        self.recover_answers: dict[str, RecoverAnswer | Outcome] = {}
+        """By Work id: how `recover` answers (an `Outcome`: the attempt already finished with it)."""
+        self.pin: dict[str, Any] | None = None
+        """When set, every launch pins this metadata (with ``"work"`` and ``"attempt"`` added) first."""
+        self.recover_gates: dict[str, trio.Event] = {}
+        """Recoveries of these Work ids verify only once their event is set."""
+        self.recovered: list[tuple[str, RecoverAnswer | Outcome]] = []
+        """Every `recover` call: the execution id and the answer given."""
         self._launched = trio.Event()
 
     @hookimpl
@@ -57,18 +82,45 @@ class FakeExecutor:
         return {self.name: self}
 
     async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
-        launch = Launch(request, toolbelt)
+        if self.pin is not None:
+            await toolbelt.pin({**self.pin, "work": request.work_id, "attempt": request.attempt})
+        launch = Launch(request, toolbelt, toolbelt.lease)
         self.launches.append(launch)
         self._signal()
         gate = self.launch_gates.get(request.work_id)
         if gate is not None:
             await gate.wait()
+        return await self._observe(launch)
+
+    async def _observe(self, launch: Launch) -> Outcome:
         if self.auto_complete:
             return Completed()
-        await launch.done.wait()
+        try:
+            await launch.done.wait()
+        except trio.Cancelled:
+            launch.cancelled = True
+            raise
         if launch.answered:
             return launch.outcome  # type: ignore[return-value]  # whatever the test said, as it is
         return Failed(error="interrupted")
+
+    async def recover(self, request: RunRequest, toolbelt: Toolbelt, metadata: Mapping[str, Any]) -> Outcome:
+        """Answer as `recover_answers` says for the Work (`RecoverAnswer.NOT_ADOPTABLE` by default)."""
+        answer = self.recover_answers.get(request.work_id, RecoverAnswer.NOT_ADOPTABLE)
+        self.recovered.append((request.execution_id, answer))
+        self._signal()
+        gate = self.recover_gates.get(request.work_id)
+        if gate is not None:
+            await gate.wait()
+        if answer is RecoverAnswer.NOT_ADOPTABLE:
+            raise NotAdoptable(f"fake executor: cannot verify execution {request.execution_id}")
+        if not isinstance(answer, RecoverAnswer):
+            return answer  # a finished detached result: it commits under the recoverer's lease
+        await toolbelt.adopt()
+        launch = Launch(request, toolbelt, toolbelt.lease, recovered=True, metadata=dict(metadata))
+        self.launches.append(launch)
+        self._signal()
+        return await self._observe(launch)
 
     async def next_launch(self) -> None:
         """Return at the next launch (or inject/interrupt call) the fake sees."""
@@ -81,7 +133,7 @@ class FakeExecutor:
     def running(self, work_id: str) -> Launch:
         """The unfinished launch of ``work_id`` (the most recent)."""
         for launch in reversed(self.launches):
-            if launch.request.work_id == work_id and not launch.done.is_set():
+            if launch.request.work_id == work_id and not launch.done.is_set() and not launch.cancelled:
                 return launch
         raise LookupError(f"fake executor: no running launch for work {work_id}")
 

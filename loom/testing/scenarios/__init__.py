@@ -27,6 +27,12 @@ Waits (`waits`)
     wait_timeout_acceptance_tie           the lowest accepted sequence wins, timeout included
     wait_cancel_orders                    cancel first and wake first
     wait_watermark_and_timeout_only       watermarks, timeout-only waits, resume against attempt N+1
+Recovery and retry (`recovery`)
+    lease_loss_adoption_and_stale_result  expiry is exclusive; adoption under a new epoch and token;
+                                          not adoptable fails into retry; cancel refuses recovery
+    retry_backoff_exhaustion_and_manual_event  +5, +10, +15 minutes on a four-attempt budget; the
+                                          fourth failure holds; a manual retry resets the budget
+    retry_cancel_orders                   a due retry then cancel; cancel then the retry's time
 Active-event policies (`policies`)
     unsupported_policy_explicit_fallback  unsupported controls refused or take an explicit fallback
     completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion;
@@ -40,6 +46,10 @@ from .ownership import uncorrelated_and_terminal_successor as uncorrelated_and_t
 from .ownership import unmatched_and_contradictory_target as unmatched_and_contradictory_target
 from .policies import completion_inject_orders as completion_inject_orders
 from .policies import unsupported_policy_explicit_fallback as unsupported_policy_explicit_fallback
+from .recovery import RECOVERY_SCENARIOS as RECOVERY_SCENARIOS
+from .recovery import lease_loss_adoption_and_stale_result as lease_loss_adoption_and_stale_result
+from .recovery import retry_backoff_exhaustion_and_manual_event as retry_backoff_exhaustion_and_manual_event
+from .recovery import retry_cancel_orders as retry_cancel_orders
 from .routing import concurrent_correlations_and_attempts as concurrent_correlations_and_attempts
 from .routing import first_match_replay_and_drop_audit as first_match_replay_and_drop_audit
 from .routing import independent_work_progress as independent_work_progress
@@ -62,4 +72,4 @@ ROUTING_SCENARIOS = (
     unmatched_and_contradictory_target,
     completion_inject_orders,
 )
-ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS + WAIT_SCENARIOS
+ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS + WAIT_SCENARIOS + RECOVERY_SCENARIOS

@@ -1,0 +1,287 @@
+"""Retry with backoff (seed 003 "Lease recovery, retry and cancellation").
+
+A host-driven runtime (no background actors): the host routes and fires with `poll`, claims and
+completes attempts itself, so every step is one call. Each test names the wrong implementation it
+catches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from loom import (
+    CausalLimits,
+    Completed,
+    Config,
+    Conflict,
+    EventIn,
+    ExecutionState,
+    Failed,
+    InvalidRequest,
+    Lease,
+    RetryState,
+    Runtime,
+    TimerState,
+    WorkState,
+    open_runtime,
+)
+from loom.kernel import retry as kernel_retry
+from loom.plugins.handlers import work_id_for_key
+from loom.testing import ManualClock
+
+SCOPE = "acme"
+MINUTE = 60_000
+
+
+def config(**kind: Any) -> Config:
+    route: dict[str, Any] = {"name": "r", "types": ["r.*"], "create_work": True}
+    data: dict[str, Any] = {"scopes": {SCOPE: {"routes": [route]}}}
+    if kind:
+        route["work_kind"] = "job"
+        data["work_kinds"] = {"job": kind}
+    return Config.from_dict(data)
+
+
+@pytest.fixture
+async def rt(loom_store: str, clock: ManualClock) -> AsyncIterator[Runtime]:
+    async with open_runtime(
+        loom_store, clock=clock, config=config(), actors=(), load_entry_points=False
+    ) as rt:
+        yield rt
+
+
+async def started(rt: Runtime, key: str = "a", n: int = 0) -> Lease:
+    await rt.publish(EventIn(source="t", delivery_id=f"{key}-{n}", type="r.start", scope=SCOPE, key=key))
+    await rt.poll()
+    return await rt.claim(work_id_for_key(SCOPE, key), owner="host")
+
+
+async def fail(rt: Runtime, lease: Lease, **hint: Any) -> None:
+    await rt.complete(lease, Failed(error="boom", **hint))
+
+
+async def retry_timer(rt: Runtime, lease: Lease) -> Any:
+    return await rt.timer(f"retry:{lease.work_id}:{lease.attempt}")
+
+
+async def test_a_failure_ends_the_attempt_and_arms_the_retry_in_one_commit(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """Catches: a failure that leaves the Work claimable at once (the next Event, or a poll, would start
+    an attempt during the backoff), or one that forgets the failure count."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    work = await rt.work(lease.work_id)
+    assert (work.state, work.retry, work.failures, work.attempts) == (
+        WorkState.READY,
+        RetryState.BACKOFF,
+        1,
+        1,
+    )
+    assert (await rt.execution(lease.execution_id)).state is ExecutionState.FAILED
+    timer = await retry_timer(rt, lease)
+    assert (timer.state, timer.fire_at_ms) == (TimerState.ARMED, clock.now_ms() + 5 * MINUTE)
+    # input arriving during the backoff queues, and does not make the Work claimable
+    await rt.publish(EventIn(source="t", delivery_id="a-late", type="r.start", scope=SCOPE, key="a"))
+    await rt.poll()
+    with pytest.raises(Conflict, match="retry backoff"):
+        await rt.claim(lease.work_id, owner="host")
+
+
+async def test_the_default_budget_is_three_attempts_five_then_ten_minutes(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """Catches: jitter, a doubling backoff (5, 10, 20 ...), or a budget counted from the attempt number
+    rather than the failure count."""
+    lease = await started(rt)
+    for minutes in (5, 10):
+        await fail(rt, lease)
+        timer = await retry_timer(rt, lease)
+        assert timer.fire_at_ms == clock.now_ms() + minutes * MINUTE
+        clock.set(timer.fire_at_ms - 1)
+        assert (await rt.poll()).firings == ()
+        clock.set(timer.fire_at_ms)
+        (firing,) = (await rt.poll()).firings
+        due = await rt.event(firing.event_id or "")
+        assert due.type == "core.retry.due"
+        lease = await rt.claim(lease.work_id, owner="host")
+        assert lease.request.trigger is not None
+        assert lease.request.trigger.id == due.id, "the retry is not triggered by its due Event"
+    await fail(rt, lease)
+    work = await rt.work(lease.work_id)
+    assert (work.retry, work.failures, work.state) == (RetryState.EXHAUSTED, 3, WorkState.READY)
+    assert work.held
+    assert "request a retry" in (work.hold_reason or "")
+    assert await rt.diagnostics(kind="retry_exhausted")
+    with pytest.raises(Exception, match="no timer"):
+        await _no_timer(rt, lease)
+
+
+async def _no_timer(rt: Runtime, lease: Lease) -> None:
+    try:
+        await retry_timer(rt, lease)
+    except Exception as exc:
+        raise LookupError("no timer") from exc
+
+
+async def test_the_due_event_carries_the_failed_triggers_ancestry(rt: Runtime, clock: ManualClock) -> None:
+    """Catches: a retry Event accepted as a new root (a failing loop would escape the causal bounds
+    that stop runaway chains)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    clock.set((await retry_timer(rt, lease)).fire_at_ms)
+    (firing,) = (await rt.poll()).firings
+    due = await rt.event(firing.event_id or "")
+    trigger = lease.request.trigger
+    assert trigger is not None
+    assert due.parent_id == trigger.id
+    assert due.root_id == trigger.root_id
+    assert due.depth == trigger.depth + 1
+
+
+async def test_a_configured_four_attempt_budget_adds_fifteen_minutes(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Catches: a budget that ignores the Work kind's configuration."""
+    async with open_runtime(
+        loom_store, clock=clock, config=config(retry_attempts=4), actors=(), load_entry_points=False
+    ) as rt:
+        lease = await started(rt)
+        for minutes in (5, 10, 15):
+            await fail(rt, lease)
+            timer = await retry_timer(rt, lease)
+            assert timer.fire_at_ms == clock.now_ms() + minutes * MINUTE
+            clock.set(timer.fire_at_ms)
+            await rt.poll()
+            lease = await rt.claim(lease.work_id, owner="host")
+        await fail(rt, lease)
+        work = await rt.work(lease.work_id)
+        assert (work.retry, work.failures) == (RetryState.EXHAUSTED, 4)
+
+
+async def test_fail_on_exhaustion_makes_the_spent_budget_terminal(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Catches: the optional terminal policy ignored (the Work would be held instead)."""
+    cfg = config(retry_attempts=1, fail_on_exhaustion=True)
+    async with open_runtime(loom_store, clock=clock, config=cfg, actors=(), load_entry_points=False) as rt:
+        lease = await started(rt)
+        await fail(rt, lease)
+        work = await rt.work(lease.work_id)
+        assert (work.state, work.retry) == (WorkState.FAILED, RetryState.EXHAUSTED)
+
+
+@pytest.mark.parametrize(
+    ("hint", "wait_ms"),
+    [({"retry_after_ms": 10 * MINUTE}, 12 * MINUTE), ({"rate_limited": True}, 30 * MINUTE)],
+    ids=["known-reset", "rate-limited"],
+)
+async def test_executor_hints_wait_for_the_reset(
+    rt: Runtime, clock: ManualClock, hint: dict[str, Any], wait_ms: int
+) -> None:
+    """Catches: a hint taken as it is (no two-minute margin), or a rate limit retried on the normal
+    backoff."""
+    lease = await started(rt)
+    await fail(rt, lease, **hint)
+    assert (await retry_timer(rt, lease)).fire_at_ms == clock.now_ms() + wait_ms
+
+
+@pytest.mark.parametrize("bad", [-1, 24 * 3_600_000 + 1, "soon", 1.5])
+async def test_an_invalid_or_excessive_hint_is_refused_and_changes_nothing(rt: Runtime, bad: Any) -> None:
+    """Catches: an invalid hint clamped to zero (an immediate retry) or accepted as it is."""
+    lease = await started(rt)
+    with pytest.raises(InvalidRequest, match="retry_after_ms"):
+        await rt.complete(lease, Failed(error="boom", retry_after_ms=bad))
+    assert (await rt.execution(lease.execution_id)).state is ExecutionState.RUNNING
+    assert (await rt.work(lease.work_id)).failures == 0
+
+
+async def test_a_stale_retry_event_cannot_clear_a_later_failures_backoff(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """Catches: a retry timer that makes the Work eligible whatever failure it answers for (a manual
+    retry, then a new failure, then the first timer's leftover firing would cut the new backoff)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    first = await retry_timer(rt, lease)
+    # the first retry fires (its Event is accepted) but, before it is applied, the operator retries
+    await rt.retry(lease.work_id, request_id="op-1")
+    assert (await rt.timer(first.id)).state is TimerState.CANCELLED
+    clock.advance(MINUTE)
+    lease = await rt.claim(lease.work_id, owner="host")
+    await fail(rt, lease)
+    second = await retry_timer(rt, lease)
+    assert second.fire_at_ms == first.fire_at_ms + MINUTE
+    clock.set(first.fire_at_ms)  # the cancelled first timer's time: nothing fires, nothing clears
+    assert (await rt.poll()).firings == ()
+    # and were the first failure's retry Event applied now (a duplicate, or one fired before the
+    # manual retry and applied late), it answers for a past failure: audit only
+    stale = await rt.timer(first.id)
+    late = await rt.publish(
+        EventIn(
+            source="t", delivery_id="late-due", type="x.late", scope=SCOPE, payload={"work": lease.work_id}
+        )
+    )
+
+    def apply_stale(tx: Any, now_ms: int) -> None:
+        kernel_retry.TIMER_KIND.on_fired(tx, now_ms, stale, late, CausalLimits())
+
+    await rt._p.storage.submit(apply_stale)
+    work = await rt.work(lease.work_id)
+    assert (work.retry, work.failures) == (RetryState.BACKOFF, 1)
+    with pytest.raises(Conflict):
+        await rt.claim(lease.work_id, owner="host")
+    clock.set(second.fire_at_ms)
+    await rt.poll()
+    assert (await rt.claim(lease.work_id, owner="host")).attempt == 3
+
+
+async def test_a_manual_retry_clears_exhaustion_and_resets_the_budget(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """Catches: a manual retry that keeps the hold, keeps the old failure count (the next failure would
+    exhaust at once), or restarts the attempt numbering."""
+    lease = await started(rt)
+    for _ in range(2):
+        await fail(rt, lease)
+        clock.set((await retry_timer(rt, lease)).fire_at_ms)
+        await rt.poll()
+        lease = await rt.claim(lease.work_id, owner="host")
+    await fail(rt, lease)
+    assert (await rt.work(lease.work_id)).retry is RetryState.EXHAUSTED
+    requested = await rt.retry(lease.work_id, reason="fixed", request_id="op-1")
+    assert await rt.retry(lease.work_id, reason="fixed", request_id="op-1") == requested, "not idempotent"
+    work = await rt.work(lease.work_id)
+    assert (work.retry, work.failures, work.held) == (None, 0, False)
+    lease = await rt.claim(lease.work_id, owner="host")
+    assert lease.attempt == 4
+    assert lease.request.trigger is not None
+    assert lease.request.trigger.id == requested.id
+    await fail(rt, lease)
+    assert (await rt.work(lease.work_id)).failures == 1
+
+
+async def test_a_successful_attempt_resets_the_failure_count(rt: Runtime, clock: ManualClock) -> None:
+    """Catches: a failure count that only grows (a Work that failed twice last week would exhaust on
+    its next failure)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    clock.set((await retry_timer(rt, lease)).fire_at_ms)
+    await rt.poll()
+    lease = await rt.claim(lease.work_id, owner="host")
+    await rt.complete(lease, Completed())
+    work = await rt.work(lease.work_id)
+    assert (work.failures, work.retry) == (0, None)
+
+
+async def test_a_manual_retry_is_refused_while_an_attempt_runs_or_once_terminal(rt: Runtime) -> None:
+    """Catches: a manual retry that starts a second live attempt, or revives terminal Work."""
+    lease = await started(rt)
+    with pytest.raises(Conflict, match="is not over"):
+        await rt.retry(lease.work_id)
+    await rt.cancel(lease.work_id)
+    with pytest.raises(Conflict, match="cancelled"):
+        await rt.retry(lease.work_id)
