@@ -17,7 +17,7 @@ import attrs
 
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.serde import converter
-from ..records.validation import validate_scope
+from ..records.validation import MAX_INT, validate_scope
 from ._keys import check_name, key_path, known, plain, rekey
 from .model import (
     DEFAULT_TRIGGER,
@@ -50,9 +50,15 @@ class Config:
     file: str | None = attrs.field(default=None, eq=False)
 
     def __attrs_post_init__(self) -> None:
-        if isinstance(self.generation, bool) or not isinstance(self.generation, int) or self.generation < 1:
+        if (
+            isinstance(self.generation, bool)
+            or not isinstance(self.generation, int)
+            or not 1 <= self.generation <= MAX_INT
+        ):
             raise ConfigError(
-                f"must be a positive integer, got {self.generation!r}", file=self.file, key="generation"
+                f"must be an integer from 1 to {MAX_INT}, got {self.generation!r}",
+                file=self.file,
+                key="generation",
             )
         for name in self.scopes:
             try:
@@ -86,10 +92,14 @@ class Config:
     @classmethod
     def from_toml(cls, text: str, *, file: str = "<string>", generation: int = 1) -> Config:
         """Parse and validate TOML text; ``file`` names the source in error messages."""
+        if not isinstance(text, str):
+            raise ConfigError(f"expected TOML text (a str), got {type(text).__name__}", file=file)
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"not valid TOML: {exc}", file=file) from None
+        except RecursionError:
+            raise ConfigError("not valid TOML: nested too deeply to read", file=file) from None
         return cls.from_dict(data, file=file, generation=generation)
 
     @classmethod

@@ -98,7 +98,10 @@ def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
         # every timer its attempts armed dies with the Work (deadlines included)
         tx.set_timer_state(timer, TimerState.CANCELLED, f"work {work.id} was cancelled", now_ms)
         tx.notify(TimerCancelled(timer_id=timer.id))
-    tx.set_work_state(work, WorkState.CANCELLED, now_ms, held=0)
+    # its retry eligibility ends with it (the retry timer is among the timers cancelled above)
+    tx.set_work_state(
+        work, WorkState.CANCELLED, now_ms, held=0, retry=None, retry_timer_id=None, budget_hold=None
+    )
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)
 

@@ -18,6 +18,7 @@ from ..records.notices import TimerArmed, TimerCancelled
 from ..records.timers import FireRequest, RecurrencePolicy, Timer, TimerSpec, TimerState
 from ..records.validation import (
     FIRING_RESERVE_BYTES,
+    MAX_ID_LEN,
     MAX_INT,
     MAX_PAYLOAD_BYTES,
     check_int,
@@ -38,6 +39,11 @@ MAX_INTERVAL_MS = 100 * 366 * 86_400_000
 """The longest fixed interval a timer may recur at (a century)."""
 
 
+MAX_TIMER_ID_LEN = MAX_ID_LEN - 24
+"""A timer's id and delivery id leave room for the suffix its firings add (``@`` or ``@r`` and up to
+19 digits) within an Event's delivery id limit."""
+
+
 def validate_spec(spec: object) -> TimerSpec:
     """Refuse a malformed timer before anything is written, naming the field.
 
@@ -46,13 +52,14 @@ def validate_spec(spec: object) -> TimerSpec:
     """
     if not isinstance(spec, TimerSpec):
         raise InvalidRequest(f"expected a TimerSpec, got {type(spec).__name__}")
-    check_text("timer.id", spec.id)
+    # a firing's delivery identity adds '@{occurrence_ms}' or '@r{revision}' to the timer's own
+    check_text("timer.id", spec.id, max_len=MAX_TIMER_ID_LEN)
     check_time("timer.fire_at_ms", spec.fire_at_ms)
     if spec.interval_ms is not None:
         check_int("timer.interval_ms", spec.interval_ms, 1, MAX_INTERVAL_MS)
         if spec.recurrence is not None:
             raise InvalidRequest("timer: interval_ms and recurrence are exclusive", field="timer.recurrence")
-    check_text("timer.delivery_id", spec.delivery_id, optional=True)
+    check_text("timer.delivery_id", spec.delivery_id, optional=True, max_len=MAX_TIMER_ID_LEN)
     if spec.recurrence is not None:
         check_text("timer.recurrence", spec.recurrence)
         if not isinstance(spec.spec, Mapping):

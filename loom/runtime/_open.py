@@ -20,6 +20,7 @@ from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
+from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
@@ -55,6 +56,12 @@ async def open_runtime(
     host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
     `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
     """
+    if config is not None and not isinstance(config, Config):
+        raise InvalidRequest(f"config must be a Config, got {type(config).__name__}")
+    if clock is not None and not isinstance(clock, Clock):
+        raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
+    check_text("owner", owner)
+    check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:

@@ -295,6 +295,7 @@ async def retry_cancel_orders(driver: Driver) -> None:
     expect(not armed, f"a retry timer was armed for cancelled Work: {armed}")
     work = await driver.runtime.work(second)
     expect(work.state is WorkState.CANCELLED and work.attempts == 1, f"the cancelled Work moved: {work}")
+    expect(work.retry is None, f"the cancelled Work kept its retry eligibility: {work.retry}")
 
 
 RECOVERY_SCENARIOS = (
