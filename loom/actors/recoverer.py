@@ -1,5 +1,4 @@
-"""The lease recoverer: recovers attempts whose lease expired (DESIGN section 4; seed 003 "Lease recovery,
-retry and cancellation").
+"""The lease recoverer: recovers attempts whose lease expired.
 
 It sleeps until the earliest lease expiry (or until a commit may have changed it), then runs bounded
 passes over expired leases (`recovery.expired_in_tx`, a durable fair cursor). Each expired attempt is

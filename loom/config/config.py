@@ -1,7 +1,6 @@
-"""`Config`: the whole validated configuration; each accepted change is a new generation (DESIGN section 6).
+"""`Config`: the whole validated configuration; each accepted change is a new generation.
 
-Implements the configuration side of seed 003 ("Routing and ownership", "Active-event policies and
-acknowledgements", "Pending-job coalescing and standing Work"): scopes, ordered routes with inheritance,
+It holds scopes, ordered routes with inheritance,
 bindings, policies and their fallbacks, Work kinds and retry budgets. Anything refused raises `ConfigError`
 naming the file, the key and the reason, and the previous generation stays in force (`ConfigHolder`).
 """
@@ -223,7 +222,7 @@ def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding
 
 
 def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
-    """The routes in force in ``scope``, in evaluation order (seed 003, "Routing and ownership").
+    """The routes in force in ``scope``, in evaluation order.
 
     Resolved root to leaf: a descendant's same-name route replaces the whole ancestor route in its original
     slot; new names append. Each route's binding is resolved in ``scope``, not in the scope defining it.

@@ -1,4 +1,4 @@
-"""The configuration generation in force (DESIGN section 6)."""
+"""The configuration generation in force."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Firing timers: `fire_timer_in_tx` joins acceptance (with causal charging), the firing ledger and the
-timer's deletion or replacement in one transaction (seed 000 "Timers", seed 004 "FireTimer", seed 003 on
-timers inside the causal bounds).
+timer's deletion or replacement in one transaction.
 
 A committed firing is answered again from the ledger; a request for an older identity (cancelled,
 recreated, already moved on) does nothing. A recurring timer asks its recurrence policy (a pure plugin)

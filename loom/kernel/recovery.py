@@ -1,4 +1,4 @@
-"""Lease recovery and adoption (seed 003 "Lease recovery, retry and cancellation").
+"""Lease recovery and adoption.
 
 Expiry is exclusive: at ``now == expires_at`` a lease has lost authority, which makes the same attempt
 recoverable, never a licence to launch another. A recoverer claims the attempt at a higher epoch with a

@@ -1,4 +1,4 @@
-"""The core side of the recurrence contract (seed 000 "Timers": calendar recurrence as a hook).
+"""The core side of the recurrence contract (calendar recurrence as a hook).
 
 A recurrence policy is a plugin's pure function ``(timer, now_ms, spec) -> (Occurrence | Skip,
 Replacement | None)``. Core validates every answer before using it: the occurrence keeps the timer's

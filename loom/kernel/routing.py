@@ -1,5 +1,4 @@
-"""Routing: the atomic apply of a route decision (seed 003, "Routing and ownership", "Active-event
-policies and acknowledgements").
+"""Routing: the atomic apply of a route decision.
 
 Handlers run outside any transaction over detached snapshots (`resolve` holds the pure decisions);
 `route_in_tx` revalidates ownership and revision and applies create/attach-keys, inputs, intents and

@@ -1,4 +1,4 @@
-"""The store's time floor: the latest clock reading a host recorded as durable (DESIGN section 3: time
+"""The store's time floor: the latest clock reading a host recorded as durable (time
 never moves backwards, not even in a test).
 
 A clock that only moves when told (``loom serve --test-clock``) records each move here before it is

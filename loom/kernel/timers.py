@@ -1,4 +1,4 @@
-"""Durable timers: arm, revisioned cancel and the fair `due` cursor (seed 000 "Timers", seed 004).
+"""Durable timers: arm, revisioned cancel and the fair `due` cursor.
 
 A timer's firing identity is (id, revision, fire_at): a changed re-arm recreates the timer under a
 new revision, so older firing requests go stale; cancelled and fired timers stay as tombstones.

@@ -1,4 +1,4 @@
-"""The shell executor: runs each attempt as a subprocess (DESIGN section 5, built-in plugin ``shell``).
+"""The shell executor: runs each attempt as a subprocess.
 
 A binding names the command and, optionally, its environment, working directory and timings::
 

@@ -1,5 +1,5 @@
 """The trusted host API of the `Runtime` handle: executions for hosts that run their own executors,
-operator controls, timers, and the bounded host pass `poll` (DESIGN sections 1 and 4).
+operator controls, timers, and the bounded host pass `poll`.
 """
 
 from __future__ import annotations

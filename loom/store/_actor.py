@@ -1,4 +1,4 @@
-"""The storage actor: one write connection, group commit (DESIGN section 2).
+"""The storage actor: one write connection, group commit.
 
 Callers ``await storage.submit(procedure, *args)``. The actor drains its mailbox into
 a batch and runs the whole batch in one worker-thread hop::

@@ -1,4 +1,4 @@
-"""Cron and calendar recurrence: the built-in ``schedule`` plugin (DESIGN section 5; seed 000 "Timers").
+"""Cron and calendar recurrence: the built-in ``schedule`` plugin.
 
 Core supplies calendar recurrence as a hook: a recurring timer stores an opaque spec, and when it
 fires, core asks the policy registered for its kind what to do. This package is that policy, as
