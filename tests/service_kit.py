@@ -142,12 +142,25 @@ class Server:
     log: Path
 
     def kill(self) -> None:
+        """SIGKILL: no cleanup at all, as a crash."""
         self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        self._reap(20)
 
     def stop(self, signum: int = signal.SIGTERM, *, timeout: float = 20) -> int:
+        """Ask it to stop (SIGTERM or SIGINT) and return its exit status."""
         self.proc.send_signal(signum)
-        return self.proc.wait(timeout=timeout)
+        return self._reap(timeout)
+
+    def _reap(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"loom serve did not stop within {timeout}s") from None
+        finally:
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
 
 
 def start_server(
@@ -176,6 +189,7 @@ def start_server(
     if "listening on " not in line:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
         raise AssertionError(f"loom serve did not start: {line!r}\n{log.read_text()[-3000:]}")
     url = line.split("listening on ", 1)[1].split()[0].rstrip(",")
     return Server(proc=proc, url=url, log=log)
@@ -190,5 +204,6 @@ def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
         if not selector.select(timeout):
             proc.kill()
             proc.wait()
+            proc.stdout.close()
             raise AssertionError(f"loom serve printed nothing in {timeout}s")
     return proc.stdout.readline()

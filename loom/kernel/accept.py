@@ -162,7 +162,7 @@ def check_explicit_target_in_tx(tx: Tx, event: EventIn) -> None:
         return
     work = tx.work(event.work_id)
     if work is None:
-        raise InvalidRequest(f"event.work_id {event.work_id!r} names no existing work")
+        raise InvalidRequest(f"event.work_id {event.work_id!r} names no existing work", field="event.work_id")
     if work.scope != event.scope:
         raise InvalidRequest(
             f"event.scope {event.scope!r} contradicts work {work.id}, which is in scope {work.scope!r}"

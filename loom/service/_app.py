@@ -23,7 +23,7 @@ from ..records.core_events import CORE_PREFIX
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import EventIn
 from ..records.timers import TimerSpec
-from ..records.validation import MAX_KEY_LEN, MAX_SEQ, MAX_TIME_MS
+from ..records.validation import MAX_KEY_LEN, MAX_LEASE_MS, MAX_RETRY_AFTER_MS, MAX_SEQ, MAX_TIME_MS
 from ..records.waits import WaitSpec
 from ..records.work import Completed, Failed, Handoff, Lease, Outcome
 from ..runtime import Runtime
@@ -33,11 +33,18 @@ from ._wire import (
     BAD_REQUEST,
     CAUSAL,
     CONFLICT,
+    KEY,
+    LOOKUP,
     MAX_BODY_BYTES,
     METHOD,
     NOT_FOUND,
+    REASON_TEXT,
+    SCOPE,
     STALE,
+    TEXT,
+    TIME,
     TOO_LARGE,
+    TYPE,
     UNAUTHORIZED,
     UNAVAILABLE,
     ErrorKind,
@@ -91,6 +98,7 @@ class Query:
     kind: str
     doc: str
     choices: tuple[str, ...] = ()
+    schema: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +113,8 @@ class Op:
     query: tuple[Query, ...] = ()
     body: tuple[Field, ...] | None = None
     body_required: bool = True
+    body_schema: dict[str, Any] = attrs.field(factory=dict)
+    """More of the body's JSON Schema, for the OpenAPI document (rules across fields)."""
     prefixes: tuple[str, ...] = ()
     ok: tuple[int, ...] = (200,)
     errors: tuple[ErrorKind, ...] = ()
@@ -205,14 +215,18 @@ def _page(items: Sequence[Any], limit: int, cursor: Callable[[Any], object]) -> 
 # -- events -----------------------------------------------------------------------------------------
 
 EVENT_FIELDS = (
-    Field("source", "string", required=True, doc="the sender's namespace"),
+    Field("source", "string", required=True, doc="the sender's namespace", schema=TEXT),
     Field(
-        "delivery_id", "string", required=True, doc="the sender's id: (source, delivery_id) is accepted once"
+        "delivery_id",
+        "string",
+        required=True,
+        doc="the sender's id: (source, delivery_id) is accepted once",
+        schema=TEXT,
     ),
-    Field("type", "string", required=True, doc="a dotted name like pr.opened (not core.*)"),
-    Field("scope", "string", required=True, doc="a scope path like org/team/repo"),
-    Field("key", "string", nullable=True, doc="the correlation key"),
-    Field("work_id", "string", nullable=True, doc="an explicit target Work"),
+    Field("type", "string", required=True, doc="a dotted name like pr.opened (not core.*)", schema=TYPE),
+    Field("scope", "string", required=True, doc="a scope path like org/team/repo", schema=SCOPE),
+    Field("key", "string", nullable=True, doc="the correlation key", schema=KEY),
+    Field("work_id", "string", nullable=True, doc="an explicit target Work", schema=TEXT),
     Field("payload", "object", doc="a JSON object, at most 1 MiB"),
 )
 
@@ -288,8 +302,10 @@ async def work_by_key(s: Service, call: Call) -> Response:
     return json_response(await work_view(s.rt, work.id))
 
 
-REASON = Field("reason", "string", doc="why, for the Work's history")
-REQUEST_ID = Field("request_id", "string", nullable=True, doc="repeating it returns the first answer")
+REASON = Field("reason", "string", doc="why, for the Work's history", schema=REASON_TEXT)
+REQUEST_ID = Field(
+    "request_id", "string", nullable=True, doc="repeating it returns the first answer", schema=TEXT
+)
 
 
 async def hold(s: Service, call: Call) -> Response:
@@ -345,17 +361,23 @@ async def replay(s: Service, call: Call) -> Response:
 # -- timers and diagnostics -------------------------------------------------------------------------
 
 TIMER_FIELDS = (
-    Field("id", "string", required=True, doc="the timer's id (arming it again replaces it)"),
-    Field("fire_at_ms", "integer", required=True, doc="when it fires, Unix milliseconds"),
-    Field("source", "string", required=True),
-    Field("type", "string", required=True),
-    Field("scope", "string", required=True),
-    Field("key", "string", nullable=True),
-    Field("work_id", "string", nullable=True),
+    Field("id", "string", required=True, doc="the timer's id (arming it again replaces it)", schema=TEXT),
+    Field("fire_at_ms", "integer", required=True, doc="when it fires, Unix milliseconds", schema=TIME),
+    Field("source", "string", required=True, schema=TEXT),
+    Field("type", "string", required=True, schema=TYPE),
+    Field("scope", "string", required=True, schema=SCOPE),
+    Field("key", "string", nullable=True, schema=KEY),
+    Field("work_id", "string", nullable=True, schema=TEXT),
     Field("payload", "object"),
-    Field("delivery_id", "string", nullable=True, doc="the firing's delivery identity (default: the id)"),
-    Field("interval_ms", "integer", nullable=True, doc="recur at this fixed interval"),
-    Field("recurrence", "string", nullable=True, doc="recur by this policy (cron, calendar)"),
+    Field(
+        "delivery_id",
+        "string",
+        nullable=True,
+        doc="the firing's delivery identity (default: the id)",
+        schema=TEXT,
+    ),
+    Field("interval_ms", "integer", nullable=True, doc="recur at this fixed interval", schema={"minimum": 1}),
+    Field("recurrence", "string", nullable=True, doc="recur by this policy (cron, calendar)", schema=TEXT),
     Field("spec", "object", nullable=True, doc="the recurrence policy's spec"),
 )
 
@@ -526,8 +548,13 @@ async def openapi(s: Service, call: Call) -> Response:
 
 
 CLOCK_FIELDS = (
-    Field("advance_ms", "integer", doc="move the clock forward by this many milliseconds (>= 0)"),
-    Field("now_ms", "integer", doc="move the clock to this time (never backwards)"),
+    Field(
+        "advance_ms",
+        "integer",
+        doc="move the clock forward by this many milliseconds (>= 0)",
+        schema={"minimum": 0},
+    ),
+    Field("now_ms", "integer", doc="move the clock to this time (never backwards)", schema=TIME),
 )
 
 
@@ -578,7 +605,12 @@ async def post_clock(s: Service, call: Call) -> Response:
 
 _WORK_STATES = ("ready", "running", "waiting", "completed", "cancelled", "failed")
 _TIMER_STATES = ("armed", "fired", "cancelled", "disabled", "invalid")
-LIMIT = Query(name="limit", kind="integer", doc="page size, 1 to 1000 (default 100)")
+LIMIT = Query(
+    name="limit",
+    kind="integer",
+    doc="page size, 1 to 1000 (default 100)",
+    schema={"minimum": 1, "maximum": 1000},
+)
 _TOOL_ERRORS = (NOT_FOUND, CONFLICT)
 
 OPS: tuple[Op, ...] = (
@@ -591,14 +623,15 @@ OPS: tuple[Op, ...] = (
        tag="events", body=EVENT_FIELDS, prefixes=("event.",), ok=(201, 200)),
     Op(method="GET", path="/events", handler=list_events, summary="Accepted Events in sequence order",
        tag="events", query=(
-           Query(name="after", kind="integer", doc="only Events after this sequence"),
+           Query(name="after", kind="integer", doc="only Events after this sequence",
+                 schema={"minimum": 0, "maximum": MAX_SEQ}),
            LIMIT,
            Query(name="type", kind="string", doc="only Events of this type"),
        )),
     Op(method="GET", path="/events/{event_id:path}", handler=get_event,
        summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
     Op(method="GET", path="/work", handler=list_work, summary="Work, by id", tag="work", query=(
-        Query(name="scope", kind="string", doc="only this scope and the scopes below it"),
+        Query(name="scope", kind="string", doc="only this scope and the scopes below it", schema=SCOPE),
         Query(name="state", kind="string", doc="only Work in this state", choices=_WORK_STATES),
         Query(name="after", kind="string", doc="only Work whose id sorts after this"),
         LIMIT,
@@ -618,7 +651,8 @@ OPS: tuple[Op, ...] = (
        tag="controls", body=(REASON, REQUEST_ID), body_required=False, errors=(NOT_FOUND, CONFLICT)),
     Op(method="POST", path="/work/{work_id:path}/replay", handler=replay,
        summary="Route again one of the Work's Events that stayed unrouted", tag="controls",
-       body=(Field("event_id", "string", required=True), REASON, REQUEST_ID), errors=(NOT_FOUND, CONFLICT)),
+       body=(Field("event_id", "string", required=True, schema=LOOKUP), REASON, REQUEST_ID),
+       errors=(NOT_FOUND, CONFLICT)),
     Op(method="GET", path="/work/{work_id:path}", handler=get_work,
        summary="One Work: state, hold, keys, attempts, wait, pending input, timers, history", tag="work",
        errors=(NOT_FOUND,)),
@@ -632,7 +666,8 @@ OPS: tuple[Op, ...] = (
        tag="timers", body=TIMER_FIELDS, prefixes=("timer.", "event."), ok=(201,), errors=(CONFLICT,)),
     Op(method="POST", path="/timers/{timer_id:path}/cancel", handler=cancel_timer,
        summary="Cancel a timer at its revision", tag="timers",
-       body=(Field("revision", "integer", required=True),), errors=(NOT_FOUND, CONFLICT)),
+       body=(Field("revision", "integer", required=True, schema={"minimum": 1}),),
+       errors=(NOT_FOUND, CONFLICT)),
     Op(method="GET", path="/timers/{timer_id:path}", handler=get_timer,
        summary="One timer and its firing ledger", tag="timers", errors=(NOT_FOUND,)),
     Op(method="GET", path="/diagnostics", handler=list_diagnostics, summary="Durable diagnostics",
@@ -643,35 +678,42 @@ OPS: tuple[Op, ...] = (
        )),
     Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tool_emit,
        summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
-       body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause")),
+       body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause", schema=LOOKUP)),
        prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/child", handler=tool_child,
        summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
-       body=(Field("name", "string", required=True), Field("keys", "strings"),
-             Field("kind", "string", nullable=True)),
+       body=(Field("name", "string", required=True, schema=TEXT), Field("keys", "strings"),
+             Field("kind", "string", nullable=True, schema=TEXT)),
        prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/timer", handler=tool_timer,
        summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
        prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/wait", handler=tool_wait,
        summary="Park the attempt on a wait", tag="toolbelt", auth=True,
-       body=(Field("keys", "strings"), Field("types", "strings"), Field("after_seq", "integer", nullable=True),
-             Field("timeout_ms", "integer", nullable=True), Field("consumed_inputs", "strings"),
+       body=(Field("keys", "strings"), Field("types", "strings"),
+             Field("after_seq", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_SEQ}),
+             Field("timeout_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_TIME_MS}),
+             Field("consumed_inputs", "strings"),
              Field("usage", "amounts"), Field("artifacts", "strings")),
        prefixes=("outcome.wait.", "outcome."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/heartbeat", handler=tool_heartbeat,
        summary="Renew the attempt's lease", tag="toolbelt", auth=True,
-       body=(Field("lease_ms", "integer", nullable=True),), body_required=False, errors=_TOOL_ERRORS),
+       body=(Field("lease_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_LEASE_MS}),),
+       body_required=False, errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/complete", handler=tool_complete,
        summary="End the attempt: completed, handoff or failed", tag="toolbelt", auth=True,
-       body=(Field("outcome", "string", required=True, doc="completed, handoff or failed"),
-             Field("consumed_inputs", "strings"), Field("usage", "amounts"), Field("error", "string"),
-             Field("retry_after_ms", "integer", nullable=True), Field("rate_limited", "boolean")),
+       body=(Field("outcome", "string", required=True, doc="completed, handoff or failed",
+                   schema={"enum": list(_OUTCOMES)}),
+             Field("consumed_inputs", "strings"), Field("usage", "amounts"),
+             Field("error", "string", schema=REASON_TEXT),
+             Field("retry_after_ms", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_RETRY_AFTER_MS}),
+             Field("rate_limited", "boolean")),
        prefixes=("outcome.",), errors=_TOOL_ERRORS),
     Op(method="GET", path="/debug/clock", handler=get_clock, summary="The test clock", tag="debug",
        test_clock_only=True),
     Op(method="POST", path="/debug/clock", handler=post_clock, summary="Move the test clock forward",
-       tag="debug", body=CLOCK_FIELDS, test_clock_only=True),
+       tag="debug", body=CLOCK_FIELDS, body_schema={"minProperties": 1, "maxProperties": 1},
+       test_clock_only=True),
 )  # fmt: skip
 
 

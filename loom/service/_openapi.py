@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ._wire import BAD_REQUEST, Field
+from ._wire import BAD_REQUEST, LOOKUP, SCOPE, Field
 
 if TYPE_CHECKING:
     from ._app import Op
@@ -33,7 +33,7 @@ ERROR_SCHEMA = {
 
 
 def _field_schema(field: Field) -> dict[str, Any]:
-    schema = dict(_FIELD_SCHEMAS[field.kind])
+    schema = dict(_FIELD_SCHEMAS[field.kind]) | dict(field.schema)
     if field.nullable:
         schema["type"] = [schema["type"], "null"]
     if field.doc:
@@ -55,11 +55,11 @@ def body_schema(fields: Sequence[Field]) -> dict[str, Any]:
 
 def _operation(op: Op) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
         for name in op.path_params
     ]
     for q in op.query:
-        schema: dict[str, Any] = {"type": q.kind}
+        schema: dict[str, Any] = {"type": q.kind, **q.schema}
         if q.choices:
             schema["enum"] = list(q.choices)
         parameters.append(
@@ -91,7 +91,7 @@ def _operation(op: Op) -> dict[str, Any]:
     if op.body is not None:
         operation["requestBody"] = {
             "required": op.body_required,
-            "content": {"application/json": {"schema": body_schema(op.body)}},
+            "content": {"application/json": {"schema": body_schema(op.body) | op.body_schema}},
         }
     if op.auth:
         operation["security"] = [{"executionToken": []}]
@@ -118,12 +118,12 @@ def document(ops: Sequence[Op], *, test_clock: bool) -> dict[str, Any]:
             "summary": "Web view: Work, filtered by scope and state",
             "tags": ["web"],
             "parameters": [
-                {"name": name, "in": "query", "required": False, "schema": {"type": kind}}
-                for name, kind in (
-                    ("scope", "string"),
-                    ("state", "string"),
-                    ("after", "string"),
-                    ("limit", "integer"),
+                {"name": name, "in": "query", "required": False, "schema": schema}
+                for name, schema in (
+                    ("scope", {"type": "string", **SCOPE}),
+                    ("state", {"type": "string"}),
+                    ("after", {"type": "string"}),
+                    ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
                 )
             ],
             "responses": html | html_errors,
@@ -134,7 +134,9 @@ def document(ops: Sequence[Op], *, test_clock: bool) -> dict[str, Any]:
             "operationId": "get_ui_work_page",
             "summary": "Web view: one Work with its history, waits and timers",
             "tags": ["web"],
-            "parameters": [{"name": "work_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "parameters": [
+                {"name": "work_id", "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
+            ],
             "responses": html
             | html_errors
             | {

@@ -29,6 +29,7 @@ from ..records.errors import (
     StorageError,
 )
 from ..records.serde import unstructure
+from ..records.validation import MAX_ID_LEN, MAX_KEY_LEN, MAX_REASON_LEN, MAX_TIME_MS
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """The largest request body: a payload may be 1 MiB as canonical JSON, and a body carries it as
@@ -164,6 +165,22 @@ class Field:
     required: bool = False
     nullable: bool = False
     doc: str = ""
+    schema: Mapping[str, Any] = attrs.field(factory=dict)
+    """More of its JSON Schema, for the OpenAPI document (limits the runtime checks)."""
+
+
+# JSON Schema for the documented limits of `loom.records.validation` (the runtime checks them)
+TEXT = {
+    "minLength": 1,
+    "maxLength": MAX_ID_LEN,
+    "pattern": r"^[^\s\u0000-\u001f\u007f]([^\u0000-\u001f\u007f]*[^\s\u0000-\u001f\u007f])?$",
+}
+KEY = {**TEXT, "maxLength": MAX_KEY_LEN}
+LOOKUP = {"minLength": 1, "maxLength": MAX_KEY_LEN, "pattern": r"^[^\u0000-\u001f\u007f]+$"}
+REASON_TEXT = {"minLength": 1, "maxLength": MAX_REASON_LEN, "pattern": r"\S"}
+TYPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"}
+SCOPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"}
+TIME = {"minimum": 0, "maximum": MAX_TIME_MS}
 
 
 def _bad(field: str | None, message: str) -> HTTPError:

@@ -13,6 +13,7 @@ the clock at that floor (or at the wall clock, if later), so time never runs bac
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -52,13 +53,19 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@attrs.frozen(kw_only=True)
+@attrs.define(kw_only=True)
 class Service:
     """A running service: its runtime, its ASGI app and, under ``--test-clock``, the test clock."""
 
     runtime: Runtime
     app: Starlette
     clock: ManualClock | None
+    _nursery: trio.Nursery
+
+    async def start_actors(self) -> None:
+        """Start every background actor (once), in the service's nursery."""
+        for name in ACTORS:
+            await self._nursery.start(self.runtime.run_actor, name)
 
 
 @asynccontextmanager
@@ -69,9 +76,11 @@ async def open_service(
     test_clock: ManualClock | None = None,
     plugins: tuple[object, ...] = (),
     load_entry_points: bool = True,
+    start_actors: bool = True,
 ) -> AsyncIterator[Service]:
-    """Open the runtime on ``db`` with every actor, and the app over it (no HTTP listener: see
-    `run_http`). Leaving the block stops the actors and closes the runtime cleanly.
+    """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
+    actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
+    the block stops the actors and closes the runtime cleanly.
 
     ``test_clock``: run on this clock, moved by ``POST /debug/clock``; it is first moved up to the
     store's time floor (``None``: the wall clock, and no ``/debug/clock``)."""
@@ -86,9 +95,12 @@ async def open_service(
         metrics = Metrics()
         async with trio.open_nursery() as nursery:
             await nursery.start(metrics.run, rt)
-            for name in ACTORS:
-                await nursery.start(rt.run_actor, name)
-            yield Service(runtime=rt, app=make_app(rt, metrics=metrics, clock=clock), clock=clock)
+            service = Service(
+                runtime=rt, app=make_app(rt, metrics=metrics, clock=clock), clock=clock, nursery=nursery
+            )
+            if start_actors:
+                await service.start_actors()
+            yield service
             nursery.cancel_scope.cancel()
 
 
@@ -146,8 +158,10 @@ async def serve(
     (created on first start), its configuration from ``config_path`` (``None``: an empty one), and the
     HTTP API and web view on ``listen`` (loopback by default; port 0 picks a free port).
 
-    Once listening it prints ``loom serve: listening on http://HOST:PORT`` on stdout and reports the
-    addresses through ``task_status`` (for ``nursery.start``). ``test_clock`` runs the runtime on a
+    Once listening it sets ``LOOM_URL`` in its environment to the address (the shell executor gives
+    it to the processes it runs, beside their token), starts the actors, prints ``loom serve:
+    listening on http://HOST:PORT`` on stdout and reports the addresses through ``task_status`` (for
+    ``nursery.start``). ``test_clock`` runs the runtime on a
     clock that moves only through ``POST /debug/clock``. A bad argument raises `InvalidRequest` (a
     bad config file `ConfigError`) before anything is opened.
     """
@@ -158,7 +172,7 @@ async def serve(
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
         clock = ManualClock(start_ms=SystemClock().now_ms()) if test_clock else None
-        async with open_service(str(db), config=config, test_clock=clock) as service:
+        async with open_service(str(db), config=config, test_clock=clock, start_actors=False) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:
                 urls: list[str] = await http.start(
@@ -170,6 +184,10 @@ async def serve(
                         access_log=logging.getLogger("loom").isEnabledFor(logging.DEBUG),
                     )
                 )
+                # executors hand this address to the processes they run (the shell executor's
+                # LOOM_URL), so they can call the toolbelt; the actors start once it is known
+                os.environ["LOOM_URL"] = urls[0]
+                await service.start_actors()
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
                 log.info("serving %s on %s", db, ", ".join(urls))
