@@ -217,7 +217,7 @@ async def work_page(rt: Runtime, view: WorkView, request: Request) -> Response:
         ("state", f'<span id="state">{_text(work.state)}</span>'),
         ("hold", f'<span id="hold">{_hold(work) or "not held"}</span>'),
         ("keys", f'<span id="keys">{_text(", ".join(work.keys))}</span>'),
-        ("attempts", f'<span id="attempts">{work.attempts}</span>'),
+        ("attempts", f'<span id="attempt-count">{work.attempts}</span>'),
         ("running attempt", _text(work.current_execution_id) + (f" ({_text(work.execution_state)})" if work.execution_state else "")),
         ("waiting for", f'<span id="wait">{_text(wait.id) + " (" + _text(wait.state) + ")" if wait else "nothing"}</span>'),
         ("retry", _text(work.retry)),
