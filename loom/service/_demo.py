@@ -139,6 +139,21 @@ async def work_for(rt: Runtime, key: str) -> Work:
     return await rt.work_for_key(key)
 
 
+async def settled(rt: Runtime, key: str, attempts: int) -> None:
+    """Until ``key``'s Work has run ``attempts`` attempts and none is running (an execution that is
+    running does not keep `Runtime.wait_idle` from returning)."""
+
+    async def done() -> bool:
+        try:
+            work = await rt.work_for_key(key)
+        except NotFound:
+            return False
+        return work.attempts >= attempts and work.current_execution_id is None
+
+    await rt.wait_idle()
+    await until(rt, done, f"attempt {attempts} of {key} to end")
+
+
 async def tour_routing_and_waits(rt: Runtime, tour: Tour) -> None:
     step(1, "Events are accepted exactly once and routed to Work by key")
     first = await rt.publish(_order(1, "order.placed", "order/1", total=40))
@@ -151,25 +166,26 @@ async def tour_routing_and_waits(rt: Runtime, tour: Tour) -> None:
         if again.duplicate
         else f"   the same delivery again was stored anew as {again.id}: deduplication failed"
     )
-    await rt.wait_idle()
+    await settled(rt, "order/1", 1)
     work = await work_for(rt, "order/1")
     say(f"   order/1 got its own Work {work.id}: {work.state} after {work.attempts} attempt")
 
     step(2, "An execution waits for an Event, with a timeout")
     await rt.publish(_order(1, "order.placed", "order/2", total=250))
     await rt.publish(_order(1, "order.placed", "order/3", total=990))
-    await rt.wait_idle()
+    await settled(rt, "order/2", 1)
+    await settled(rt, "order/3", 1)
     for key in ("order/2", "order/3"):
         work = await work_for(rt, key)
         say(f"   {key} is {work.state}: its attempt ended on a wait that holds no process")
     say("   20 minutes pass; an approval arrives for order/2 only")
     tour.clock.advance(20 * MINUTE)
     approval = await rt.publish(_order(1, "approval.granted", "order/2", by="alice"))
-    await rt.wait_idle()
+    await settled(rt, "order/2", 2)
     await say_wait(rt, "order/2", approval.id)
     say("   40 minutes later, an hour after order/3 started waiting, its timeout fires")
     tour.clock.advance(40 * MINUTE)
-    await rt.wait_idle()
+    await settled(rt, "order/3", 2)
     await say_wait(rt, "order/3", None)
     for key in ("order/2", "order/3"):
         work = await work_for(rt, key)
@@ -293,10 +309,10 @@ async def tour_schedule(rt: Runtime, clock: ManualClock) -> None:
         schedule_timer(spec, now_ms=clock.now_ms(), source="demo", type="report.due", scope="ops")
     )
     say(f"   armed '0 * * * *' (every hour on the hour); first occurrence {iso(timer.fire_at_ms)}")
-    for _ in range(3):
+    for run in range(1, 4):
         timer = await rt.timer(timer.id)
         clock.set(timer.fire_at_ms)
-        await rt.wait_idle()
+        await settled(rt, "schedule/hourly-report", run)
     firings = await rt.firings(timer.id)
     work = await rt.work_for_key("schedule/hourly-report")
     say(
