@@ -148,13 +148,36 @@ class Reader:
         if scope is not None:
             where += " AND (scope = ? OR substr(scope, 1, ?) = ?)"
             params += (scope, len(scope) + 1, scope + "/")
-        rows = await self._all(f"SELECT id FROM works WHERE {where} ORDER BY id LIMIT ?", (*params, limit))
-        out = []
-        for row in rows:
-            work = await self.work(row[0])
-            if work is not None:
-                out.append(work)
-        return out
+        # one snapshot of five queries for the whole page, however long it is
+        page = f"SELECT id FROM works WHERE {where} ORDER BY id LIMIT ?"
+        args = (*params, limit)
+        rows, keys, pending, live, waits = await self._snapshot(
+            [
+                (f"{_sql.WORK_SELECT} WHERE {where} ORDER BY id LIMIT ?", args),
+                (_sql.PAGE_KEYS.format(page=page), args),
+                (_sql.PAGE_PENDING.format(page=page), args),
+                (_sql.PAGE_LIVE_EXECUTIONS.format(page=page), args),
+                (_sql.PAGE_OPEN_WAITS.format(page=page), args),
+            ]
+        )
+        keys_of: dict[str, list[str]] = {}
+        for work_id, key in keys:
+            keys_of.setdefault(work_id, []).append(key)
+        pending_of: dict[str, list[str]] = {}
+        for work_id, event_id in pending:
+            pending_of.setdefault(work_id, []).append(event_id)
+        live_of = {row[0]: row[1:] for row in live}
+        wait_of = {work_id: wait_id for work_id, wait_id in waits}
+        return [
+            _sql.work_from_row(
+                row,
+                tuple(keys_of.get(row[0], ())),
+                tuple(pending_of.get(row[0], ())),
+                live_of.get(row[0]),
+                wait_of.get(row[0]),
+            )
+            for row in rows
+        ]
 
     async def key_owner(self, key: str) -> str | None:
         rows = await self._all(_sql.KEY_OWNER, (key,))

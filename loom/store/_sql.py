@@ -88,6 +88,16 @@ OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
 WORK_PENDING = f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
 WORK_LIVE_EXECUTION = f"SELECT id, state FROM executions WHERE work_id = ? AND state IN {LIVE}"
 WORK_OPEN_WAIT = "SELECT id FROM waits WHERE work_id = ? AND state IN ('active', 'blocked')"
+# the same, for every Work of a page (``{page}``: a query of the page's ids, which the caller fills in)
+PAGE_KEYS = "SELECT work_id, key FROM work_keys WHERE work_id IN ({page}) ORDER BY work_id, attached_seq, key"
+PAGE_PENDING = (
+    f"SELECT work_id, event_id FROM work_inputs WHERE state = '{InputState.PENDING.value}'"
+    " AND work_id IN ({page}) ORDER BY work_id, seq"
+)
+PAGE_LIVE_EXECUTIONS = (
+    f"SELECT work_id, id, state FROM executions WHERE state IN {LIVE} AND work_id IN ({{page}})"
+)
+PAGE_OPEN_WAITS = "SELECT work_id, id FROM waits WHERE state IN ('active', 'blocked') AND work_id IN ({page})"
 CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
     " generation, at_ms"
