@@ -161,3 +161,47 @@ def test_a_bad_config_stops_serve_before_it_listens(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "unknown" in done.stderr
     assert "listening" not in done.stdout
+
+
+def test_a_taken_address_is_a_one_line_error_not_a_traceback(tmp_path: Path) -> None:
+    """Catches a bind failure escaping `serve` as a raw OSError inside exception groups."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "loom",
+                "serve",
+                "--db",
+                str(tmp_path / "x.db"),
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "listening" not in done.stdout
+
+
+async def test_serve_raises_invalid_request_for_a_taken_address(tmp_path: Path) -> None:
+    """Catches `serve` letting an OSError (in exception groups) escape instead of a `LoomError`."""
+    import socket
+
+    from loom.service.serve import serve
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(loom.InvalidRequest) as refused:
+            await serve(tmp_path / "y.db", None, f"127.0.0.1:{taken.getsockname()[1]}", log_level="warning")
+    assert refused.value.field == "listen"

@@ -15,11 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import hypercorn.trio
@@ -29,7 +31,7 @@ from starlette.applications import Starlette
 
 from ..config import Config
 from ..records.clock import ManualClock, SystemClock
-from ..records.errors import InvalidRequest
+from ..records.errors import InvalidRequest, LoomError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._app import make_app
 from ._metrics import Metrics
@@ -104,9 +106,25 @@ async def open_service(
             nursery.cancel_scope.cancel()
 
 
-def hypercorn_config(host: str, port: int, *, access_log: bool = False) -> HypercornConfig:
+def bound_socket(listen: str) -> socket.socket:
+    """A TCP socket bound to ``listen`` (not yet listening); `InvalidRequest` naming ``listen`` when
+    the address is taken or not this machine's."""
+    host, port = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidRequest(f"cannot listen on {listen}: {exc.strerror or exc}", field="listen") from None
+    return sock
+
+
+def hypercorn_config(sock: socket.socket, *, access_log: bool = False) -> HypercornConfig:
+    """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
     config = HypercornConfig()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
     config.accesslog = logging.getLogger("loom.service.access") if access_log else None
     config.errorlog = logging.getLogger("loom.service.http")
@@ -122,15 +140,25 @@ async def run_http(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` with Hypercorn's trio worker until ``shutdown`` returns (or until cancelled);
-    ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0)."""
-    host, port = parse_listen(listen)
-    config = hypercorn_config(host, port, access_log=access_log)
+    ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
+    that cannot be bound is `InvalidRequest` naming ``listen``."""
+    config = hypercorn_config(bound_socket(listen), access_log=access_log)
     await hypercorn.trio.serve(
         app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
         config,
         shutdown_trigger=shutdown,
         task_status=task_status,
     )
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
+    out: list[E] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
 
 
 def _configure_logging(log_level: str | int) -> None:
@@ -169,6 +197,25 @@ async def serve(
     parse_listen(listen)
     config = Config.load(str(config_path)) if config_path is not None else None
     stop = trio.Event()
+    try:
+        await _serve(db, config, listen, test_clock, stop, task_status)
+    except BaseExceptionGroup as group:
+        # one of loom's own refusals (the address is taken, the store is too new) is raised as it is
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], LoomError):
+            raise leaves[0] from None
+        raise
+    log.info("stopped cleanly")
+
+
+async def _serve(
+    db: str | Path,
+    config: Config | None,
+    listen: str,
+    test_clock: bool,
+    stop: trio.Event,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
         clock = ManualClock(start_ms=SystemClock().now_ms()) if test_clock else None
@@ -193,7 +240,6 @@ async def serve(
                 log.info("serving %s on %s", db, ", ".join(urls))
                 task_status.started(urls)
         signals.cancel_scope.cancel()
-    log.info("stopped cleanly")
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:
