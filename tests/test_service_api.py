@@ -216,6 +216,10 @@ async def test_work_is_listed_by_scope_and_state(tmp_path: Path) -> None:
         assert await scopes(state="completed") == []
         refusal(await a.client.get("/work", params={"state": "asleep"}), 400, "invalid_request", "state")
         refusal(await a.client.get("/work", params={"scope": "a b"}), 400, "invalid_request", "scope")
+        refusal(await a.client.get("/work", params={"after": "a\x01"}), 400, "invalid_request", "after")
+        refusal(await a.client.get("/timers", params={"work": "a\x01"}), 400, "invalid_request", "work")
+        refusal(await a.client.get("/timers", params={"after": "a\x01"}), 400, "invalid_request", "after")
+        refusal(await a.client.get("/timers", params={"state": "late"}), 400, "invalid_request", "state")
 
 
 async def test_hold_release_and_cancel(tmp_path: Path) -> None:

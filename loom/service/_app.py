@@ -116,6 +116,8 @@ class Op:
     body_schema: dict[str, Any] = attrs.field(factory=dict)
     """More of the body's JSON Schema, for the OpenAPI document (rules across fields)."""
     prefixes: tuple[str, ...] = ()
+    renames: dict[str, str] = attrs.field(factory=dict)
+    """The runtime's argument names that the API calls otherwise (``after_id`` is ``after``)."""
     ok: tuple[int, ...] = (200,)
     errors: tuple[ErrorKind, ...] = ()
     auth: bool = False
@@ -199,10 +201,10 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
                 body = parse_body(raw, op.body, empty_ok=not op.body_required)
             return await op.handler(service, Call(request=request, body=body, lease=lease))
         except Exception as exc:
-            kind, _ = classify(exc, op.prefixes)
+            kind, _ = classify(exc, op.prefixes, op.renames)
             if kind is INTERNAL:
                 log.exception("%s %s failed", op.method, op.openapi_path)
-            return error_response(exc, op.prefixes)
+            return error_response(exc, op.prefixes, op.renames)
 
     return endpoint
 
@@ -630,7 +632,8 @@ OPS: tuple[Op, ...] = (
        )),
     Op(method="GET", path="/events/{event_id:path}", handler=get_event,
        summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
-    Op(method="GET", path="/work", handler=list_work, summary="Work, by id", tag="work", query=(
+    Op(method="GET", path="/work", handler=list_work, summary="Work, by id", tag="work",
+       renames={"after_id": "after"}, query=(
         Query(name="scope", kind="string", doc="only this scope and the scopes below it", schema=SCOPE),
         Query(name="state", kind="string", doc="only Work in this state", choices=_WORK_STATES),
         Query(name="after", kind="string", doc="only Work whose id sorts after this"),
@@ -656,7 +659,8 @@ OPS: tuple[Op, ...] = (
     Op(method="GET", path="/work/{work_id:path}", handler=get_work,
        summary="One Work: state, hold, keys, attempts, wait, pending input, timers, history", tag="work",
        errors=(NOT_FOUND,)),
-    Op(method="GET", path="/timers", handler=list_timers, summary="Timers, by id", tag="timers", query=(
+    Op(method="GET", path="/timers", handler=list_timers, summary="Timers, by id", tag="timers",
+       renames={"after_id": "after", "work_id": "work"}, query=(
         Query(name="state", kind="string", doc="only timers in this state", choices=_TIMER_STATES),
         Query(name="work", kind="string", doc="only timers of this Work"),
         Query(name="after", kind="string", doc="only timers whose id sorts after this"),

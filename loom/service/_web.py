@@ -71,7 +71,7 @@ def _hold(work: Work) -> str:
 
 
 def _error_page(exc: Exception) -> HTMLResponse:
-    kind, field = classify(exc)
+    kind, field = classify(exc, renames={"after_id": "after"})
     if kind.status >= 500:
         log.exception("web view failed")
         message = "internal error (logged)"

@@ -75,13 +75,17 @@ def error_body(kind: ErrorKind, message: str, field: str | None) -> dict[str, An
     return {"error": kind.name, "field": field, "message": message}
 
 
-def classify(exc: BaseException, prefixes: Sequence[str] = ()) -> tuple[ErrorKind, str | None]:
+def classify(
+    exc: BaseException, prefixes: Sequence[str] = (), renames: Mapping[str, str] | None = None
+) -> tuple[ErrorKind, str | None]:
     """The one map from loom's errors to HTTP answers, with the field named as the client wrote it
-    (``prefixes`` are the record names the runtime puts before a body's fields, like ``event.``)."""
+    (``prefixes`` are the record names the runtime puts before a body's fields, like ``event.``;
+    ``renames`` maps the runtime's argument names to the API's, like ``after_id`` to ``after``)."""
     if isinstance(exc, HTTPError):
         return exc.kind, exc.field
     if isinstance(exc, InvalidRequest):
-        return BAD_REQUEST, _client_field(exc.field, prefixes)
+        field = _client_field(exc.field, prefixes)
+        return BAD_REQUEST, (renames or {}).get(field or "", field)
     if isinstance(exc, NotFound):
         return NOT_FOUND, None
     if isinstance(exc, StaleAuthority):
@@ -104,8 +108,10 @@ def _client_field(field: str | None, prefixes: Sequence[str]) -> str | None:
     return field
 
 
-def error_response(exc: BaseException, prefixes: Sequence[str] = ()) -> Response:
-    kind, field = classify(exc, prefixes)
+def error_response(
+    exc: BaseException, prefixes: Sequence[str] = (), renames: Mapping[str, str] | None = None
+) -> Response:
+    kind, field = classify(exc, prefixes, renames)
     if kind is INTERNAL:
         message = "internal error (logged)"
     elif isinstance(exc, HTTPError):
