@@ -563,7 +563,7 @@ async def test_the_debug_clock_fires_what_became_due_and_records_its_floor(tmp_p
         assert (await a.client.get("/debug/clock")).json() == {
             "now_ms": T0_MS,
             "now": "2026-01-01T00:00:00.000Z",
-            "floor_ms": None,
+            "floor_ms": T0_MS,  # the start is recorded: a restart continues here
         }
         await a.client.post("/timers", json=_timer(fire_at_ms=T0_MS + 2 * HOUR))
         moved = (await a.client.post("/debug/clock", json={"advance_ms": HOUR})).json()

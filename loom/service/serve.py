@@ -5,9 +5,10 @@ the Starlette app on Hypercorn's trio worker in the same nursery. SIGINT or SIGT
 the server stops accepting, the actors stop, and the runtime's clean close releases its leases, so a
 restart recovers the attempts it was running at once and continues where it was.
 
-With ``test_clock`` the runtime runs on a `ManualClock` that moves only through ``POST /debug/clock``;
-each move is recorded in the store before it is answered (`Runtime.mark_time`), and a restart starts
-the clock at that floor (or at the wall clock, if later), so time never runs backwards across a kill.
+With ``test_clock`` the runtime runs on a `ManualClock` that moves only through ``POST /debug/clock``:
+it starts at the wall clock's time on a new store, each move is recorded in the store before it is
+answered (`Runtime.mark_time`), and a restart continues at that time, so time neither runs backwards
+nor jumps across a kill.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ async def open_service(
     db: str,
     *,
     config: Config | None = None,
-    test_clock: ManualClock | None = None,
+    test_clock: ManualClock | bool = False,
     plugins: tuple[object, ...] = (),
     load_entry_points: bool = True,
     start_actors: bool = True,
@@ -84,16 +85,26 @@ async def open_service(
     actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
     the block stops the actors and closes the runtime cleanly.
 
-    ``test_clock``: run on this clock, moved by ``POST /debug/clock``; it is first moved up to the
-    store's time floor (``None``: the wall clock, and no ``/debug/clock``)."""
-    clock = test_clock
+    ``test_clock``: business time moves only through ``POST /debug/clock``. ``True`` runs on a clock
+    of its own that starts where the store's time floor is (on a new store: at the wall clock's time);
+    a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
+    as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
+    ``/debug/clock``."""
+    clock: ManualClock | None = None
+    if isinstance(test_clock, ManualClock):
+        clock = test_clock
+    elif test_clock:
+        clock = ManualClock(start_ms=0)  # moved to its start below, before anything runs
     async with open_runtime(
         db, clock=clock, config=config, plugins=plugins, load_entry_points=load_entry_points, actors=()
     ) as rt:
         if clock is not None:
+            # before anything commits or reads the time: nothing has run yet
             floor = await rt.time_floor()
-            if floor is not None and floor > clock.now_ms():
-                clock.set(floor)  # before any actor reads the time
+            start = floor if floor is not None else SystemClock().now_ms() if test_clock is True else None
+            if start is not None and start > clock.now_ms():
+                clock.set(start)
+            await rt.mark_time()
         metrics = Metrics()
         async with trio.open_nursery() as nursery:
             await nursery.start(metrics.run, rt)
@@ -218,8 +229,7 @@ async def _serve(
 ) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
-        clock = ManualClock(start_ms=SystemClock().now_ms()) if test_clock else None
-        async with open_service(str(db), config=config, test_clock=clock, start_actors=False) as service:
+        async with open_service(str(db), config=config, test_clock=test_clock, start_actors=False) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:
                 urls: list[str] = await http.start(
