@@ -7,7 +7,7 @@ calls: `rt.poll` routes accepted Events and fires due timers, and the program ru
 itself with `rt.claim` and `rt.complete`. Part 2 reopens the same file and starts only the timer
 actor, in the program's own nursery, so timers fire by themselves while routing stays in the
 program's hands. Each actor needs only the store: ``router`` routes Events and runs attempts
-through executors, ``timers`` fires due timers.
+through executors, ``timers`` fires due timers, ``subscriptions`` publishes dependency aliases.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ from .records.clock import Clock as Clock
 from .records.clock import ManualClock as ManualClock
 from .records.clock import OffsetClock as OffsetClock
 from .records.clock import SystemClock as SystemClock
+from .records.errors import CallParked as CallParked
+from .records.errors import CallRefused as CallRefused
 from .records.errors import CausalRefused as CausalRefused
 from .records.errors import ConfigError as ConfigError
 from .records.errors import Conflict as Conflict
@@ -30,7 +32,15 @@ from .records.events import EventIn as EventIn
 from .records.events import KVEntry as KVEntry
 from .records.events import RejectionReason as RejectionReason
 from .records.executor import Executor as Executor
+from .records.executor import GateAnswer as GateAnswer
+from .records.executor import GatedCall as GatedCall
+from .records.executor import RefuseCall as RefuseCall
 from .records.executor import Toolbelt as Toolbelt
+from .records.executor import WaitForCall as WaitForCall
+from .records.subscriptions import ReconcileReport as ReconcileReport
+from .records.subscriptions import Subscription as Subscription
+from .records.subscriptions import SubscriptionSpec as SubscriptionSpec
+from .records.subscriptions import SubscriptionState as SubscriptionState
 from .records.timers import FireRequest as FireRequest
 from .records.timers import Firing as Firing
 from .records.timers import FiringResult as FiringResult

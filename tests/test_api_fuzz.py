@@ -744,6 +744,33 @@ host(
     reason=(st.just("try again"), hostile_text),
     request_id=(opt(names), hostile_text),
 )
+subscription_spec = st.one_of(
+    record(
+        loom.SubscriptionSpec,
+        {
+            "namespace": (st.just("deps"), hostile_text),
+            "id": (names, hostile_text),
+            # keys neither fixture Work owns: a good spec is never refused for its source
+            "source_key": (st.sampled_from(["order/9", "other/1"]), hostile_text),
+            "source_scope": (st.none(), hostile_text),
+            "types": (st.just(("order.*",)), st.one_of(hostile_text, st.lists(hostile_text, max_size=2))),
+            "after": (st.just(0), hostile_int),
+            "filter_name": (st.none(), hostile_text),
+            "filter": (st.none(), hostile_payload),
+            "label": (st.just(""), hostile_text),
+        },
+    ),
+    st.sampled_from([None, "subscription", Opaque()]),
+)
+host(
+    "subscribe",
+    work_id=(ident("work", "work2"), hostile_text),
+    spec=(subscription_spec, st.sampled_from([None, Opaque()])),
+    dependent_key=(st.none(), hostile_text),
+)
+host("reconcile_subscriptions", limit=limit)
+host("subscriptions", work_id=(ident("work", "work2"), hostile_text))
+host("subscription", namespace=(st.just("deps"), hostile_text), id=(names, hostile_text))
 host("reload", config=(st.just(CONFIG), st.sampled_from([None, {}, "loom.toml", Opaque()])))
 not_an_actor = hostile_text.filter(lambda name: not (isinstance(name, str) and name in ACTORS))
 host("run_actor", name=(not_an_actor, not_an_actor))  # (a real actor would run until cancelled)

@@ -6,6 +6,12 @@ import loom.testing
 EXPECTED = {
     "CausalLimits",
     "CausalRefused",
+    "CallRefused",
+    "CallParked",
+    "GatedCall",
+    "GateAnswer",
+    "RefuseCall",
+    "WaitForCall",
     "CausalRejection",
     "Clock",
     "Config",
@@ -77,6 +83,10 @@ EXPECTED = {
     "DiagnosticKind",
     "IllegalTransition",
     "notices",
+    "ReconcileReport",
+    "Subscription",
+    "SubscriptionSpec",
+    "SubscriptionState",
 }
 
 

@@ -430,3 +430,32 @@ async def test_an_executor_not_installed_fails_the_attempt_as_not_adoptable(tmp_
         (diagnostic,) = await rt.diagnostics(kind="recovery_failed")
         assert diagnostic.subject == execution.id
         assert (await rt.work(work_id)).retry is RetryState.BACKOFF
+
+
+async def test_a_recover_that_raises_fails_that_attempt_into_retry_and_nothing_else(
+    loom_drivers: Any,
+) -> None:
+    """Catches: a raising ``recover`` that stops the runtime, or one left to be recovered again every
+    lease length for good (a diagnostic a minute, and the Work never moves)."""
+    async with loom_drivers(config=config(), lease_ms=LEASE) as driver:
+        await driver.runtime.publish(start("a"))
+        work_id = work_id_for_key(SCOPE, "a")
+        first = await launched(driver, work_id)
+
+        async def broken(request: Any, toolbelt: Any, metadata: Any) -> Any:
+            raise OSError("the process table is unreadable")
+
+        driver.fake.recover = broken  # type: ignore[method-assign]
+        driver.clock.set(first.lease.expires_at_ms)
+
+        async def failed() -> bool:
+            execution = await driver.runtime.execution(first.lease.execution_id)
+            return execution.state is ExecutionState.FAILED
+
+        await driver.until(failed, "the attempt to fail as not adoptable")
+        work = await driver.runtime.work(work_id)
+        assert (work.state, work.retry, work.failures) == (WorkState.READY, RetryState.BACKOFF, 1)
+        (diagnostic,) = await driver.runtime.diagnostics(kind="executor_failed")
+        assert "the process table is unreadable" in diagnostic.message
+        await driver.runtime.publish(start("b"))
+        assert (await launched(driver, work_id_for_key(SCOPE, "b"))).request.attempt == 1

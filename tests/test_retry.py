@@ -252,6 +252,8 @@ async def test_a_manual_retry_clears_exhaustion_and_resets_the_budget(
         lease = await rt.claim(lease.work_id, owner="host")
     await fail(rt, lease)
     assert (await rt.work(lease.work_id)).retry is RetryState.EXHAUSTED
+    with pytest.raises(Conflict, match="request a retry"):
+        await rt.release(lease.work_id)  # a release would lift the hold and start nothing
     requested = await rt.retry(lease.work_id, reason="fixed", request_id="op-1")
     assert await rt.retry(lease.work_id, reason="fixed", request_id="op-1") == requested, "not idempotent"
     work = await rt.work(lease.work_id)

@@ -21,7 +21,7 @@ from ..config import Config
 from ..kernel.authority import Authority
 from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
 from ..kernel.recovery import mark_handed_in_tx, not_adoptable_in_tx
-from ..records.errors import InvalidRequest, NotAdoptable, StaleAuthority, StorageError
+from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
 from ..records.events import DiagnosticKind
 from ..records.executor import Executor
 from ..records.validation import validate_outcome
@@ -54,11 +54,15 @@ class AttemptRunner:
             generation=config.generation,
             lease_ms=self._s.lease_ms,
             policies=self._s.extensions.recurrence_policies,
+            gates=self._s.extensions.call_gates,
+            kind=kind_policy(config, lease.request.kind),
+            budgets=config.budgets,
         )
         kind = kind_policy(config, lease.request.kind)
         outcome: Outcome | None = None
         async with trio.open_nursery() as nursery:
             with trio.CancelScope() as observing:
+                toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
                 nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
                 if metadata is not None:
                     outcome = await self._s.activity.outside(
@@ -69,7 +73,7 @@ class AttemptRunner:
                     outcome = await self._s.activity.outside(
                         partial(self._launch, lease, name, executor, toolbelt)
                     )
-            if outcome is not None and not observing.cancelled_caught:
+            if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
                 await self._commit(toolbelt, outcome, kind)
             nursery.cancel_scope.cancel()
 
@@ -109,8 +113,13 @@ class AttemptRunner:
                 pass  # cancelled, or recovered by another recoverer meanwhile
             return None
         except Exception as exc:
-            reason = f"recover raised {describe(exc)}; the attempt is recovered again when this lease expires"
+            # a boundary failure fails this one attempt: it could not be verified (retry applies)
+            reason = f"executor {name!r} recover raised {describe(exc)}"
             await self._contain(name, "recover", lease, reason, exc)
+            try:
+                await self._s.storage.submit(not_adoptable_in_tx, Authority.of(toolbelt.lease), reason)
+            except StaleAuthority:
+                pass
             return None
         try:
             outcome = validate_outcome(answer, field=f"executor {name!r} recovered outcome")
@@ -133,6 +142,8 @@ class AttemptRunner:
                 answer = await resume(lease.request, toolbelt)
             else:
                 answer = await executor.launch(lease.request, toolbelt)
+        except CallParked:
+            return Failed(error="parked by a call gate")  # not committed: the attempt is parked
         except Exception as exc:
             reason = f"executor {name!r} raised {describe(exc)}"
             await self._contain(name, "launch", lease, reason, exc)

@@ -1,26 +1,37 @@
-"""The execution's fenced toolbelt: emit, create child Work, heartbeat.
+"""The execution's fenced toolbelt: emit, create child Work, arm timers, heartbeat, pin and adopt.
 
-Every call presents the lease; a stale one fails with `StaleAuthority` and changes nothing.
+Every call presents the lease; a stale one fails with `StaleAuthority` and changes nothing. Call gates
+(seed 003 "Gated calls") are asked about each operation before it runs, outside any transaction: a
+refusal is the call's result (`CallRefused`, nothing changes); a wait parks the attempt on it under its
+fence exactly as a `Waiting` outcome does, and the call raises `CallParked`. The gated operation never
+ran: once woken, the attempt may make the call again, and the gates decide again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ..config import CausalLimits
+from ..config import Budget, CausalLimits
 from ..kernel.authority import Authority
-from ..kernel.executions import renew_in_tx
+from ..kernel.executions import KindPolicy, complete_in_tx, renew_in_tx
 from ..kernel.recovery import adopt_in_tx, pin_metadata_in_tx
 from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
-from ..records.errors import CausalRefused, InvalidRequest, StaleAuthority
-from ..records.events import CausalRejection, Event, EventIn
+from ..records.errors import CallParked, CallRefused, CausalRefused, InvalidRequest, StaleAuthority
+from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
+from ..records.executor import GatedCall, RefuseCall, WaitForCall
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
-from ..records.validation import check_keys, payload_json
+from ..records.validation import check_keys, check_reason, check_text, check_wait_spec, payload_json
+from ..records.waits import Waiting, WaitSpec
 from ..records.work import ExecutionState, Lease, Work
 from ..store import StorageActor, Tx
+from .supervision import contained, describe
+
+log = logging.getLogger("loom.toolbelt")
 
 
 class RuntimeToolbelt:
@@ -33,6 +44,9 @@ class RuntimeToolbelt:
         generation: int,
         lease_ms: int,
         policies: Mapping[str, RecurrencePolicy] | None = None,
+        gates: Mapping[str, Any] | None = None,
+        kind: KindPolicy | None = None,
+        budgets: Sequence[Budget] = (),
     ) -> None:
         self._policies = dict(policies or {})
         self._storage = storage
@@ -40,6 +54,12 @@ class RuntimeToolbelt:
         self._limits = limits
         self._generation = generation
         self._lease_ms = lease_ms
+        self._gates = dict(gates or {})
+        self._kind = kind or KindPolicy()
+        self._budgets = tuple(budgets)
+        self.parked = False
+        """A call gate parked the attempt: its authority is released, and its outcome is the wait."""
+        self.on_park: Callable[[], object] | None = None
 
     @property
     def lease(self) -> Lease:
@@ -47,6 +67,8 @@ class RuntimeToolbelt:
 
     async def emit(self, event: EventIn, *, cause_id: str | None = None) -> Event:
         """Emit a derived Event (its parent is the attempt's trigger); `CausalRefused` over the bounds."""
+        if self._gates:
+            await self.gated("emit", {"event": event, "cause_id": cause_id})
         result = await self._storage.submit(
             emit_in_tx, Authority.of(self._lease), event, self._limits, cause_id=cause_id
         )
@@ -61,6 +83,8 @@ class RuntimeToolbelt:
             if key in seen:  # a second attach of one key would break the store's key ownership
                 raise InvalidRequest(f"create_child: keys[{i}] repeats the key {key!r}")
             seen.add(key)
+        if self._gates:
+            await self.gated("create_child", {"name": name, "keys": tuple(keys), "kind": kind})
         result = await self._storage.submit(
             create_child_in_tx,
             Authority.of(self._lease),
@@ -76,6 +100,8 @@ class RuntimeToolbelt:
 
     async def arm_timer(self, spec: TimerSpec) -> Timer:
         """Arm a timer in this Work's scope; its firing derives from the attempt's trigger."""
+        if self._gates:
+            await self.gated("arm_timer", {"spec": spec})
         return await self._storage.submit(arm_derived_in_tx, Authority.of(self._lease), spec, self._policies)
 
     async def heartbeat(self) -> None:
@@ -101,6 +127,105 @@ class RuntimeToolbelt:
             )
             if not execution_state:
                 raise
+
+    async def gated(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
+        """Ask the call gates (in name order) about ``operation`` before running it: return when every
+        gate lets it through; raise `CallRefused` when one refuses (or fails: a gate that raises or
+        answers something else refuses, with a diagnostic); park the attempt on a gate's wait and raise
+        `CallParked`. The toolbelt's own operations are gated by themselves; an executor calls this
+        before an operation of its own."""
+        check_text("operation", operation)
+        if args is not None and not isinstance(args, Mapping):
+            raise InvalidRequest(f"args must be a table, got {type(args).__name__}")
+        if not self._gates:
+            return
+        request = self._lease.request
+        call = GatedCall(
+            operation=operation,
+            args=dict(args or {}),
+            work_id=request.work_id,
+            execution_id=request.execution_id,
+            attempt=request.attempt,
+            scope=request.scope,
+            kind=request.kind,
+        )
+        for name in sorted(self._gates):
+            answer = await self._ask(name, call)
+            if answer is None:
+                continue
+            if isinstance(answer, RefuseCall):
+                raise CallRefused(
+                    f"call gate {name!r} refused {operation}: {answer.reason}", gate=name, operation=operation
+                )
+            wait_id = await self._park(answer.wait)
+            raise CallParked(
+                f"call gate {name!r} turned {operation} into a wait ({wait_id}): the call did not run; "
+                "return, and make it again once the attempt continues",
+                gate=name,
+                operation=operation,
+                wait_id=wait_id,
+            )
+
+    async def _ask(self, name: str, call: GatedCall) -> RefuseCall | WaitForCall | None:
+        """One gate's answer, checked; a gate that raises or answers something else refuses the call."""
+        gate = self._gates[name]
+        try:
+            answer = gate(call)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if isinstance(answer, RefuseCall):
+                check_reason("reason", answer.reason)
+            elif isinstance(answer, WaitForCall):
+                check_wait_spec("wait", answer.wait)
+            elif answer is not None:
+                raise InvalidRequest(
+                    f"a call gate answers None, RefuseCall or WaitForCall, got {type(answer).__name__}"
+                )
+        except Exception as exc:
+            reason = f"call gate {name!r} failed: {describe(exc)}; the call did not run"
+            await contained(
+                self._storage,
+                DiagnosticKind.GATE_FAILED,
+                plugin=f"call gate {name!r}",
+                hook="call",
+                item=call.execution_id,
+                reason=reason,
+                exc=exc,
+                logger=log,
+                work=call.work_id,
+                operation=call.operation,
+            )
+            raise CallRefused(reason, gate=name, operation=call.operation) from None
+        return answer  # type: ignore[no-any-return]
+
+    async def _park(self, wait: WaitSpec) -> str | None:
+        """Register the gate's wait under this lease, exactly as a `Waiting` outcome would."""
+        wait_id: str | None = await self._storage.submit(
+            _park_in_tx,
+            Authority.of(self._lease),
+            Waiting(wait=wait),
+            self._kind,
+            self._limits,
+            self._budgets,
+        )
+        self.parked = True
+        if self.on_park is not None:
+            self.on_park()
+        return wait_id
+
+
+def _park_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    waiting: Waiting,
+    kind: KindPolicy,
+    limits: CausalLimits,
+    budgets: Sequence[Budget],
+) -> str | None:
+    execution = complete_in_tx(tx, now_ms, auth, waiting, kind, limits, budgets)
+    waits = [w for w in tx.waits_of_work(execution.work_id) if w.execution_id == execution.id]
+    return waits[-1].id if waits else None
 
 
 def _state_of(tx: Tx, now_ms: int, execution_id: str, epoch: int) -> bool:

@@ -17,7 +17,7 @@ from ..records.notices import ExecutionFenced, IntentPending, TimerCancelled, Wo
 from ..records.timers import TimerState
 from ..records.validation import check_reason, check_text
 from ..records.waits import WaitState
-from ..records.work import Capability, ExecutionState, Intent, IntentKind, Work, WorkState
+from ..records.work import Capability, ExecutionState, Intent, IntentKind, RetryState, Work, WorkState
 from ..store import Tx
 from ._common import require_work
 from .accept import accept_in_tx
@@ -48,6 +48,11 @@ def release_in_tx(
         raise Conflict(f"cannot release work {work.id}: it is {work.state}")
     if not work.held:
         raise Conflict(f"work {work.id} is not held")
+    if work.retry is RetryState.EXHAUSTED:
+        raise Conflict(
+            f"work {work.id} is held because its retry budget is spent: request a retry to start the next "
+            "attempt with a fresh budget (a release would start nothing)"
+        )
     reason = work.hold_reason
     tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1, budget_hold=None)
     end_unconfirmed_stop_in_tx(tx, now_ms, work.id)

@@ -11,6 +11,11 @@ A wake commits the winner as input, the ``core.wait.woken`` bridge (the continua
 authority, derived from the winner), timeout cancellation and the Work's ready state together. A
 bridge the causal limits refuse blocks the wait and holds the Work with the reason; releasing the hold
 arbitrates again with the release as the bridge's parent.
+
+The dependency subscriptions a wait declares are stored pending with it (`dependencies`); its wake
+ends them, its block disables them, its release rearms them, and cancelling the Work ends every
+subscription the Work has. The reconcile rules themselves live in `subscriptions`, which imports
+this module.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from ..records.core_events import CORE_SOURCE, WAIT_BLOCKED, WAIT_TIMEOUT, WAIT_
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import stable_id
-from ..records.notices import TimerCancelled, WorkChanged
+from ..records.notices import SubscriptionChanged, TimerCancelled, WorkChanged
+from ..records.subscriptions import SubscriptionState
 from ..records.timers import Timer, TimerSpec, TimerState
 from ..records.validation import MAX_TIME_MS
 from ..records.waits import Wait, WaitSpec, WaitState
@@ -33,6 +39,7 @@ from ..records.work import Execution, Work, WorkState
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
 from .checkpoints import control_checkpoint
+from .dependencies import declare_in_tx
 from .timer_kind import TimerKind
 from .timers import arm_in_tx
 
@@ -130,6 +137,18 @@ def register_wait_in_tx(
         woken_at_ms=None,
     )
     tx.insert_wait(wait)
+    for i, declared in enumerate(spec.subscriptions):
+        # the aliases land on the wait's first key, so a matching one wakes it
+        declare_in_tx(
+            tx,
+            now_ms,
+            work,
+            declared,
+            dependent_key=keys[0],
+            wait_id=wait.id,
+            state=SubscriptionState.PENDING,
+            field=f"wait.subscriptions[{i}]",
+        )
     if timeout_at is not None:
         _arm_timeout(tx, now_ms, wait, execution)
     wake_in_tx(tx, now_ms, wait.id, limits)
@@ -221,6 +240,7 @@ def wake_in_tx(
         wait, WaitState.WOKEN, winner_event_id=event.id, bridge_event_id=bridge.id, woken_at_ms=now_ms
     )
     _disarm_timeout(tx, now_ms, wait, "its wait was woken")
+    tx.end_subscriptions_of_wait(wait.id, SubscriptionState.WOKEN, f"its wait {wait.id} woke", now_ms)
     tx.add_input(work.id, event.id, event.seq)
     if work.state is WorkState.WAITING:
         tx.set_work_state(work, WorkState.READY, now_ms)
@@ -245,6 +265,9 @@ def _block(
     reason = f"Its wait is blocked: {why}; release the hold to wake it on what has arrived"
     tx.set_wait_state(wait, WaitState.BLOCKED, reason=reason, winner_event_id=winner.id if winner else None)
     _disarm_timeout(tx, now_ms, wait, "its wait is blocked")
+    tx.end_subscriptions_of_wait(
+        wait.id, SubscriptionState.DISABLED, f"its wait {wait.id} is blocked", now_ms
+    )
     tx.update_work(work.id, now_ms, held=1, hold_reason=reason)
     blocked = accept_in_tx(
         tx,
@@ -276,6 +299,8 @@ def unblock_waits_in_tx(tx: Tx, now_ms: int, work: Work, release: Event, limits:
     if wait is None or wait.state is not WaitState.BLOCKED:
         return
     tx.set_wait_state(wait, WaitState.ACTIVE, reason=f"released by {release.id}")
+    for sub in tx.rearm_subscriptions_of_wait(wait.id, f"its wait was released by {release.id}", now_ms):
+        tx.notify(SubscriptionChanged(namespace=sub.namespace, id=sub.id, source_key=sub.source_key))
     timeout_accepted = (
         wait.timeout_delivery_id is not None
         and tx.event_by_delivery(CORE_SOURCE, wait.timeout_delivery_id) is not None
@@ -297,7 +322,9 @@ def wake_on_key_in_tx(tx: Tx, now_ms: int, key: str | None, limits: CausalLimits
 
 
 def cancel_wait_in_tx(tx: Tx, now_ms: int, work: Work) -> None:
-    """Cancellation first: the open wait is cancelled (its timeout dies with the Work's timers)."""
+    """Cancellation first: the open wait is cancelled (its timeout dies with the Work's timers), and
+    every subscription of the Work ends: a cancelled Work gets no alias."""
+    tx.cancel_subscriptions_of_work(work.id, f"work {work.id} was cancelled", now_ms)
     wait = tx.open_wait_of_work(work.id)
     if wait is not None:
         tx.set_wait_state(wait, WaitState.CANCELLED, reason=f"work {work.id} was cancelled")

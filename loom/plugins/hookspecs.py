@@ -44,7 +44,13 @@ def loom_recurrence_policies() -> Mapping[str, Any]:
 
 @hookspec
 def loom_call_gates() -> Mapping[str, Any]:
-    """Return toolbelt call gates by name: a gate may turn a call into a Wait before it runs."""
+    """Return toolbelt call gates by name: ``(call: GatedCall) -> None | RefuseCall | WaitForCall``
+    (sync or async, called outside any transaction, in gate-name order, before the call runs).
+
+    ``None`` lets the call through; `RefuseCall` makes `CallRefused` its result and changes nothing;
+    `WaitForCall` parks the attempt on the wait under its fence (the call raises `CallParked`). A gate
+    that raises, or answers anything else, refuses the call with a diagnostic.
+    """
 
 
 @hookspec
@@ -54,12 +60,20 @@ def loom_start_gates() -> Mapping[str, Any]:
 
 @hookspec
 def loom_alias_filters() -> Mapping[str, Any]:
-    """Return pure subscription filters by name: ``(source_event, filter) -> bool``."""
+    """Return pure subscription filters by name: ``(source_event, filter) -> bool``.
+
+    A `SubscriptionSpec` names one with ``filter_name`` and gives it the opaque ``filter``. It is called
+    inside the reconcile transaction, so it must be deterministic and do no I/O; ``True`` aliases the
+    Event. One that raises or answers anything but a bool skips its subscription for that pass.
+    """
 
 
 @hookspec(firstresult=True)
 def loom_authorize_alias(source_scope: str, target_scope: str, subscription: Any) -> bool | None:
-    """Authorise a cross-scope alias; called outside storage. ``None`` means no opinion."""
+    """Authorise a cross-scope alias of ``subscription`` (a `Subscription`) from ``source_scope`` into
+    ``target_scope``; called outside storage, again on every reconcile pass, and may be async. ``True``
+    consents; ``False`` refuses; ``None`` means no opinion, and when no plugin has one it is refused.
+    Consent publishes aliases only: it grants no ownership or write authority in the source scope."""
 
 
 @hookspec

@@ -6,7 +6,7 @@ registered first wins (pluggy calls the last registered first).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -15,6 +15,7 @@ import pluggy
 from ..config.model import WorkKindPolicy
 from ..records.errors import ConfigError
 from ..records.executor import Executor
+from ..records.subscriptions import AliasFilter
 from ..records.timers import RecurrencePolicy
 
 
@@ -28,13 +29,18 @@ def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 @attrs.frozen(kw_only=True)
 class Extensions:
-    """Route handlers, executors, start gates, recurrence policies and Work kinds, by name."""
+    """Route handlers, executors, start and call gates, recurrence policies, Work kinds and alias
+    filters, by name, and the alias authoriser (``loom_authorize_alias``, first answer wins; ``None``: no
+    plugin answers)."""
 
     handlers: Mapping[str, Any] = attrs.field(factory=dict)
     executors: Mapping[str, Executor] = attrs.field(factory=dict)
     start_gates: Mapping[str, Any] = attrs.field(factory=dict)
+    call_gates: Mapping[str, Any] = attrs.field(factory=dict)
     recurrence_policies: Mapping[str, RecurrencePolicy] = attrs.field(factory=dict)
     work_kinds: Mapping[str, WorkKindPolicy] = attrs.field(factory=dict)
+    alias_filters: Mapping[str, AliasFilter] = attrs.field(factory=dict)
+    authorize_alias: Callable[..., Any] | None = None
 
     @classmethod
     def of(cls, pm: pluggy.PluginManager) -> Extensions:
@@ -48,8 +54,11 @@ class Extensions:
             handlers=merged(pm.hook.loom_route_handlers()),
             executors=merged(pm.hook.loom_executors()),
             start_gates=merged(pm.hook.loom_start_gates()),
+            call_gates=merged(pm.hook.loom_call_gates()),
             recurrence_policies=merged(pm.hook.loom_recurrence_policies()),
             work_kinds=kinds,
+            alias_filters=merged(pm.hook.loom_alias_filters()),
+            authorize_alias=pm.hook.loom_authorize_alias,
         )
 
     def standing_handlers(self) -> dict[str, str]:

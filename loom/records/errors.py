@@ -66,6 +66,28 @@ class NotAdoptable(LoomError, RuntimeError):
     """An executor could not verify a detached execution during recovery."""
 
 
+class CallRefused(LoomError, PermissionError):
+    """A call gate refused a toolbelt call: that is the call's result, and nothing changed."""
+
+    def __init__(self, message: str, *, gate: str, operation: str) -> None:
+        super().__init__(message)
+        self.gate = gate
+        self.operation = operation
+
+
+class CallParked(LoomError, RuntimeError):
+    """A call gate turned a toolbelt call into a wait: the call did not run, and the attempt is now
+    parked on the gate's wait under its fence (its authority is released). Return from the execution;
+    once woken, the attempt continues (resumed, or as its next attempt) and may make the call again,
+    which the gate decides again."""
+
+    def __init__(self, message: str, *, gate: str, operation: str, wait_id: str | None) -> None:
+        super().__init__(message)
+        self.gate = gate
+        self.operation = operation
+        self.wait_id = wait_id
+
+
 class NotAccepting(LoomError, RuntimeError):
     """An executor definitely did not accept an injected input."""
 

@@ -131,6 +131,13 @@ class DiagnosticKind(enum.StrEnum):
     """An expired attempt could not be adopted by its executor: it failed under the new fence."""
     REPLAYED = "replayed"
     """An operator replayed an Event that had stayed unrouted: it is routed again, in order."""
+    ALIAS_REFUSED = "alias_refused"
+    """A subscription's alias was refused (the causal limits, or acceptance): checkpointed past it."""
+    ALIAS_UNAUTHORIZED = "alias_unauthorized"
+    """A cross-scope subscription is not authorised: it publishes nothing until an answer allows it."""
+    SUBSCRIPTION_FAILED = "subscription_failed"
+    """An alias filter or authoriser raised, answered nonsense, or is not registered: the subscription
+    was skipped this pass (nothing checkpointed), the others went on."""
 
 
 @attrs.frozen(kw_only=True)

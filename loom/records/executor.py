@@ -21,9 +21,45 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
+
 from .events import Event, EventIn
 from .timers import Timer, TimerSpec
+from .waits import WaitSpec
 from .work import Lease, Outcome, RunRequest, Work
+
+
+@attrs.frozen(kw_only=True)
+class GatedCall:
+    """A toolbelt call as a call gate sees it, before it runs (``args`` is a detached copy)."""
+
+    operation: str
+    """``emit``, ``create_child``, ``arm_timer``, or an executor's own operation (`Toolbelt.gated`)."""
+    args: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    work_id: str
+    execution_id: str
+    attempt: int
+    scope: str
+    kind: str | None
+
+
+@attrs.frozen(kw_only=True)
+class RefuseCall:
+    """A gate's answer: refuse the call (it raises `CallRefused` with ``reason``; nothing changes)."""
+
+    reason: str
+
+
+@attrs.frozen(kw_only=True)
+class WaitForCall:
+    """A gate's answer: turn the call into a wait on ``wait`` (registered under the attempt's fence,
+    exactly as a `Waiting` outcome is); the call raises `CallParked`."""
+
+    wait: WaitSpec
+
+
+GateAnswer = RefuseCall | WaitForCall | None
+"""``None`` lets the call run."""
 
 
 class Toolbelt(Protocol):
@@ -43,6 +79,8 @@ class Toolbelt(Protocol):
     async def pin(self, metadata: Mapping[str, Any]) -> None: ...
 
     async def adopt(self) -> None: ...
+
+    async def gated(self, operation: str, args: Mapping[str, Any] | None = None) -> None: ...
 
 
 @runtime_checkable

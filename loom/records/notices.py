@@ -102,6 +102,17 @@ class LeaseRecovered:
 
 
 @attrs.frozen(kw_only=True)
+class SubscriptionChanged:
+    """A subscription was declared, installed or rearmed: a reconcile pass has something to do.
+
+    ``source_key`` is what the reconciler watches for it from now on."""
+
+    namespace: str
+    id: str
+    source_key: str
+
+
+@attrs.frozen(kw_only=True)
 class Committed:
     """A batch committed (the last notice of every batch, even one that changed nothing else).
 
@@ -132,6 +143,7 @@ Notice = (
     | TimerCancelled
     | TimerFired
     | LeaseRecovered
+    | SubscriptionChanged
     | Committed
     | Lagged
 )

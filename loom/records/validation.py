@@ -23,6 +23,7 @@ from typing import Any
 from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
+from .subscriptions import SubscriptionSpec
 from .waits import Waiting, WaitSpec
 from .work import Completed, Failed, Handoff, Lease, Outcome, RunRequest
 
@@ -321,4 +322,54 @@ def check_wait_spec(field: str, spec: object) -> WaitSpec:
         check_int(f"{field}.after_seq", spec.after_seq, 0, MAX_SEQ)
     if spec.timeout_ms is not None:
         check_int(f"{field}.timeout_ms", spec.timeout_ms, 1, MAX_TIME_MS)
+    subscriptions: object = spec.subscriptions
+    if isinstance(subscriptions, str) or not isinstance(subscriptions, list | tuple):
+        raise InvalidRequest(
+            f"{field}.subscriptions must be a list of SubscriptionSpec, got {type(subscriptions).__name__}"
+        )
+    seen: set[tuple[str, str]] = set()
+    for i, sub in enumerate(subscriptions):
+        check_subscription_spec(f"{field}.subscriptions[{i}]", sub)
+        if (sub.namespace, sub.id) in seen:
+            raise InvalidRequest(
+                f"{field}.subscriptions[{i}]: subscription {sub.namespace}/{sub.id} is declared twice"
+            )
+        seen.add((sub.namespace, sub.id))
+    return spec
+
+
+MAX_SUBSCRIPTION_PART = 99
+"""Namespace and id each: joined by ``/`` they are the aliases' source, at most `MAX_ID_LEN` long."""
+MAX_FILTER_BYTES = 65_536
+
+
+def check_subscription_spec(field: str, spec: object) -> SubscriptionSpec:
+    """A well-formed `SubscriptionSpec` (whether the keys belong to whom they should is checked when it
+    is stored)."""
+    if not isinstance(spec, SubscriptionSpec):
+        raise InvalidRequest(f"{field} must be a SubscriptionSpec, got {type(spec).__name__}")
+    check_text(f"{field}.namespace", spec.namespace, max_len=MAX_SUBSCRIPTION_PART)
+    if "/" in spec.namespace:
+        # ``namespace/id`` must name one subscription only: ("a/b", "c") and ("a", "b/c") would collide
+        raise InvalidRequest(f"{field}.namespace must not contain '/': {_describe(spec.namespace)}")
+    check_text(f"{field}.id", spec.id, max_len=MAX_SUBSCRIPTION_PART)
+    check_text(f"{field}.source_key", spec.source_key, max_len=MAX_KEY_LEN)
+    if spec.source_scope is not None:
+        validate_scope(spec.source_scope, field=f"{field}.source_scope")
+    types: object = spec.types
+    if isinstance(types, str) or not isinstance(types, list | tuple):
+        raise InvalidRequest(f"{field}.types must be a list of type patterns, got {type(types).__name__}")
+    for i, pattern in enumerate(types):
+        check_text(f"{field}.types[{i}]", pattern)
+    check_int(f"{field}.after", spec.after, 0, MAX_SEQ)
+    check_text(f"{field}.filter_name", spec.filter_name, optional=True)
+    if spec.filter is not None:
+        if spec.filter_name is None:
+            raise InvalidRequest(f"{field}.filter needs a filter_name naming the alias filter that reads it")
+        payload_json(spec.filter, field=f"{field}.filter", max_bytes=MAX_FILTER_BYTES)
+    label: object = spec.label
+    if not isinstance(label, str):
+        raise InvalidRequest(f"{field}.label must be a string, got {type(label).__name__}")
+    if label:
+        check_text(f"{field}.label", label, max_len=MAX_ID_LEN, strip=False)
     return spec

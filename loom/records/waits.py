@@ -15,6 +15,7 @@ import attrs
 
 from .frozen import frozen_object
 from .states import Lifecycle
+from .subscriptions import SubscriptionSpec
 
 
 class WaitState(enum.StrEnum):
@@ -43,13 +44,16 @@ class WaitSpec:
     ``keys``: the Work's own keys to watch (empty: all of them). ``types``: Event type patterns, OR'd
     (empty: any type). ``after_seq``: the exclusive watermark (``None``: the attempt's acknowledged
     watermark, the highest sequence it was handed). ``timeout_ms``: wake on a timeout Event this long
-    after registration (``None``: no timeout).
+    after registration (``None``: no timeout). ``subscriptions``: dependencies on keys other Works own,
+    persisted as pending with the wait and installed by the next reconcile pass; their aliases land on
+    the wait's first key, so a matching one wakes it.
     """
 
     keys: tuple[str, ...] = ()
     types: tuple[str, ...] = ()
     after_seq: int | None = None
     timeout_ms: int | None = None
+    subscriptions: tuple[SubscriptionSpec, ...] = ()
 
 
 @attrs.frozen(kw_only=True)

@@ -10,6 +10,7 @@ import attrs
 import pluggy
 
 from ..actors.ingress import IngressActor
+from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.timers import TimerActor
@@ -42,6 +43,7 @@ class Parts:
     router: RouterPool | None = None
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
+    subscriptions: SubscriptionReconciler | None = None
 
     def config(self) -> Config:
         return self.holder.current

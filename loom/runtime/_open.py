@@ -49,7 +49,7 @@ async def open_runtime(
     owner: str = "loom",
     lease_ms: int = DEFAULT_LEASE_MS,
 ) -> AsyncIterator[Runtime]:
-    """Open the store, start the ``actors`` (by default all of them: ``"router"``, ``"timers"`` and ``"recovery"``),
+    """Open the store, start the ``actors`` (by default all of them: see `ACTORS`),
     and yield the `Runtime` handle.
 
     With ``actors=()`` nothing runs in the background: the host drives the runtime through the bounded

@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from ..actors.activity import Activity
+from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
@@ -24,13 +25,15 @@ from ..records.validation import check_int
 from ..store import Tx
 from ._host import Host
 from ._reads import Reads
+from ._subscriptions import Subscriptions
 from ._watch import Watch
 
-ACTORS = ("router", "timers", "recovery")
+ACTORS = ("router", "timers", "recovery", "subscriptions")
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
 intents; ``timers`` fires due timers; ``recovery`` recovers attempts whose lease expired (adopting,
-relaunching or failing them through their executors). Each needs only the store."""
+relaunching or failing them through their executors); ``subscriptions`` installs subscriptions and
+publishes their aliases. Each needs only the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
@@ -40,7 +43,7 @@ def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
     """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
-class Runtime(Reads, Host):
+class Runtime(Reads, Host, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property
@@ -83,8 +86,8 @@ class Runtime(Reads, Host):
     async def wait_idle(self) -> None:
         """Return once nothing is in flight in the actors running now: no Event awaiting routing that
         can be routed now, no claim, launch or completion pending, no intent being dispatched, no timer
-        due and no lease expired at the clock's current time. Running executions, future timers and
-        live leases do not count.
+        due and no lease expired at the clock's current time, and no subscription pass pending. Running
+        executions, future timers and live leases do not count.
 
         With no background actors this returns after one round trip through storage.
         """
@@ -97,7 +100,7 @@ class Runtime(Reads, Host):
 
     def _actors(self) -> list[Any]:
         p = self._p
-        return [actor for actor in (p.router, p.timers, p.recovery) if actor is not None]
+        return [actor for actor in (p.router, p.timers, p.recovery, p.subscriptions) if actor is not None]
 
     def watch(self, *, capacity: int = 1024) -> Watch:
         """Committed notices, as an async iterator of frozen records, from now on.
@@ -114,9 +117,8 @@ class Runtime(Reads, Host):
     async def run_actor(
         self, name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Run one background actor (``"router"``, ``"timers"`` or ``"recovery"``) in the caller's nursery
-        until cancelled: ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per
-        runtime."""
+        """Run one background actor (one of `ACTORS`) in the caller's nursery until cancelled:
+        ``await nursery.start(rt.run_actor, "timers")``. At most one of each runs per runtime."""
         p = self._p
         if name not in ACTORS:
             raise InvalidRequest(f"unknown actor {name!r}; expected one of: {', '.join(ACTORS)}")
@@ -134,8 +136,10 @@ class Runtime(Reads, Host):
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )
-        else:
+        elif name == "recovery":
             actor = LeaseRecoverer(self._shared(p.actor_reader))
+        else:
+            actor = SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
         setattr(p, name, actor)
         try:
             async with trio.open_nursery() as nursery:

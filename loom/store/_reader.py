@@ -15,6 +15,7 @@ import trio
 from ..records.budgets import BudgetLedger
 from ..records.errors import StorageClosed
 from ..records.events import Diagnostic, Event, KVEntry
+from ..records.subscriptions import Subscription
 from ..records.timers import Firing, Timer
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work
@@ -22,6 +23,7 @@ from . import _sql
 from ._actor import StorageActor
 from ._tx import Tx
 from ._tx_budgets import LEDGER_COLUMNS, ledger_from_row
+from ._tx_subscriptions import SUBSCRIPTION_SELECT, subscription_from_row
 from ._tx_waits import WAIT_SELECT, wait_from_row
 
 Rows = list[tuple[Any, ...]]
@@ -237,6 +239,14 @@ class Reader:
     async def wait(self, wait_id: str) -> Wait | None:
         rows = await self._all(f"{WAIT_SELECT} WHERE id = ?", (wait_id,))
         return wait_from_row(rows[0]) if rows else None
+
+    async def subscriptions_of_work(self, work_id: str) -> list[Subscription]:
+        rows = await self._all(f"{SUBSCRIPTION_SELECT} WHERE work_id = ? ORDER BY namespace, id", (work_id,))
+        return [subscription_from_row(r) for r in rows]
+
+    async def subscription(self, namespace: str, id: str) -> Subscription | None:
+        rows = await self._all(f"{SUBSCRIPTION_SELECT} WHERE namespace = ? AND id = ?", (namespace, id))
+        return subscription_from_row(rows[0]) if rows else None
 
     async def firings_of_timer(self, timer_id: str) -> list[Firing]:
         return [_sql.firing_from_row(r) for r in await self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]

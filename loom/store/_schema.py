@@ -272,6 +272,38 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE works ADD COLUMN budget_hold TEXT;
     CREATE INDEX works_budget_hold ON works (budget_hold) WHERE budget_hold IS NOT NULL;
     """,
+    # 8: dependency subscriptions (identity, dependent, source, checkpoint together) and the durable
+    # cursor of the bounded reconcile pass
+    """
+    CREATE TABLE subscriptions (
+        namespace      TEXT NOT NULL,
+        id             TEXT NOT NULL,
+        work_id        TEXT NOT NULL REFERENCES works (id),
+        dependent_key  TEXT NOT NULL,
+        wait_id        TEXT REFERENCES waits (id),
+        source_key     TEXT NOT NULL,
+        source_scope   TEXT NOT NULL,
+        target_scope   TEXT NOT NULL,
+        types          TEXT NOT NULL,
+        after_seq      INTEGER NOT NULL,
+        filter_name    TEXT,
+        filter         TEXT,
+        label          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        checkpoint_seq INTEGER NOT NULL,
+        revision       INTEGER NOT NULL,
+        authorized     INTEGER,
+        reason         TEXT,
+        created_at_ms  INTEGER NOT NULL,
+        updated_at_ms  INTEGER NOT NULL,
+        PRIMARY KEY (namespace, id)
+    );
+    CREATE INDEX subscriptions_source ON subscriptions (source_key, state);
+    CREATE INDEX subscriptions_work ON subscriptions (work_id);
+    CREATE INDEX subscriptions_wait ON subscriptions (wait_id) WHERE wait_id IS NOT NULL;
+    INSERT INTO kv (namespace, key, value, updated_at_ms)
+        VALUES ('core.subscriptions', 'reconcile_cursor', '{"id":"","namespace":""}', 0);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

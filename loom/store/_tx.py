@@ -37,6 +37,7 @@ from ..records.work import (
 from . import _sql
 from ._tx_base import written
 from ._tx_budgets import BudgetsTx
+from ._tx_subscriptions import SubscriptionsTx
 from ._tx_timers import TimersTx
 from ._tx_waits import WaitsTx
 
@@ -80,7 +81,7 @@ _WORK_FIELDS = frozenset(
 )
 
 
-class Tx(WaitsTx, TimersTx, BudgetsTx):
+class Tx(WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------

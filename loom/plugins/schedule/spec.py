@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import attrs
 
 from ...records.errors import InvalidRequest
+from ...records.validation import MAX_ID_LEN, check_text
 from .calendar import Calendar
 from .cron import SecondsField, parse_cron
 from .instants import HOUR_MS, DstFold, DstGap, forward, to_ms
@@ -80,8 +81,9 @@ def _to_calendar(value: object) -> Calendar | None:
 
 
 def _check_schedule_id(_: object, __: attrs.Attribute[str], value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequest(f"ScheduleSpec.schedule_id: must be a non-empty string, got {value!r}")
+    # it becomes each occurrence's delivery identity, ``{schedule_id}@{occurrence_ms}``: text an Event
+    # may carry, with room for the ``@`` and up to 20 digits
+    check_text("ScheduleSpec.schedule_id", value, max_len=MAX_ID_LEN - 21)
 
 
 def _check_timezone(_: object, __: attrs.Attribute[str], value: object) -> None:

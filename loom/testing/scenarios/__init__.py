@@ -37,6 +37,10 @@ Active-event policies (`policies`)
     unsupported_policy_explicit_fallback  unsupported controls refused or take an explicit fallback
     completion_inject_orders              intents retain unconfirmed input; unrouted input blocks completion;
                                           only a dispatched inject intent's input can be proved consumed
+Subscriptions (`subscriptions`)
+    dependency_subscription_alias         a foreign key cannot be stolen; one deduplicated alias, caused by
+                                          the original, wakes the dependent; no cross-scope alias without
+                                          authorisation
 """
 
 from .causal import causal_depth_rate_replay_and_clock as causal_depth_rate_replay_and_clock
@@ -54,6 +58,8 @@ from .routing import concurrent_correlations_and_attempts as concurrent_correlat
 from .routing import first_match_replay_and_drop_audit as first_match_replay_and_drop_audit
 from .routing import independent_work_progress as independent_work_progress
 from .routing import multi_key_attachment_conflict_and_order as multi_key_attachment_conflict_and_order
+from .subscriptions import SUBSCRIPTION_SCENARIOS as SUBSCRIPTION_SCENARIOS
+from .subscriptions import dependency_subscription_alias as dependency_subscription_alias
 from .waits import WAIT_SCENARIOS as WAIT_SCENARIOS
 from .waits import wait_cancel_orders as wait_cancel_orders
 from .waits import wait_event_registration_orders as wait_event_registration_orders
@@ -72,4 +78,6 @@ ROUTING_SCENARIOS = (
     unmatched_and_contradictory_target,
     completion_inject_orders,
 )
-ALL_SCENARIOS = CAUSAL_SCENARIOS + ROUTING_SCENARIOS + WAIT_SCENARIOS + RECOVERY_SCENARIOS
+ALL_SCENARIOS = (
+    CAUSAL_SCENARIOS + ROUTING_SCENARIOS + WAIT_SCENARIOS + RECOVERY_SCENARIOS + SUBSCRIPTION_SCENARIOS
+)
