@@ -1,6 +1,6 @@
 """``loom serve`` over HTTP: durable acceptance through ``POST /events`` as a ratio to in-process
 ``rt.publish`` measured in the same run, request latency, and the web view's Work list with 10,000 Works
-(DESIGN section 9).
+(bench/README.md).
 
 Run from the repository root::
 

@@ -699,7 +699,10 @@ async def test_a_crash_with_the_real_actors_recovers_every_attempt_through_the_f
     _, batches = await actor_run(str(tmp_path / "dry.db"), None)
     assert batches is not None
     assert batches > 20
-    points = range(1, batches + 1, max(1, batches // 40))
+    # the actors batch requests as they come, so a run may take far fewer batches than the dry run
+    # (a third fewer seen under load): the points cover the dry run's first half, which runs reach
+    last = batches // 2
+    points = range(1, last + 1, max(1, last // 40))
     fired, relaunched = 0, set()
     for i, n in enumerate(points):
         fault = CrashAt(BEFORE_COMMIT if i % 2 else AFTER_COMMIT, n)
@@ -711,7 +714,6 @@ async def test_a_crash_with_the_real_actors_recovers_every_attempt_through_the_f
             raise AssertionError(f"crash at {fault.boundary} of batch {n}: {exc}") from exc
         fired += fault.fired
         relaunched |= ledger.relaunched
-    # the actors batch their requests as they come, so a run may take a few batches fewer than the
-    # dry run: a crash point past its end does not fire
+    # a crash point past a shorter run's end does not fire; most must
     assert fired >= len(points) * 3 // 4, f"only {fired} of {len(points)} crash points fired"
     assert relaunched, "no crash left an attempt never handed to its executor"

@@ -1,4 +1,4 @@
-"""The lease recoverer: recovers attempts whose lease expired.
+"""The lease recoverer: recovers attempts whose lease expired (docs/recovery.md).
 
 It sleeps until the earliest lease expiry (or until a commit may have changed it), then runs bounded
 passes over expired leases (`recovery.expired_in_tx`, a durable fair cursor). Each expired attempt is
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..kernel.authority import Authority
-from ..kernel.recovery import expired_in_tx, not_adoptable_in_tx, recover_claim_in_tx
+from ..kernel.recovery import Expired, expired_in_tx, not_adoptable_in_tx, recover_claim_in_tx
 from ..records.errors import StaleAuthority
 from ..records.work import Lease
 from ..store import NoticeFeed, Tx
@@ -102,32 +102,41 @@ class LeaseRecoverer:
             nursery.start_soon(on_commit)
 
     async def recover_pass(self) -> int:
-        """Recover every attempt whose lease has expired now, in bounded pages; return how many."""
-        storage, executors = self._s.storage, self._s.extensions.executors
+        """Recover every attempt whose lease has expired now, in bounded pages; return how many.
+
+        A page's claims are submitted together, so the storage actor commits them in a few batches
+        (each in its own savepoint) rather than one commit per attempt."""
         recovered = 0
         while True:
-            expired = await storage.submit(expired_in_tx, PAGE)
-            for seen in expired:
-                recovery = await storage.submit(
-                    recover_claim_in_tx,
-                    seen,
-                    owner=self._s.owner,
-                    token=secrets.token_urlsafe(24),
-                    lease_ms=self._s.lease_ms,
-                    executors=frozenset(executors),
-                )
-                if recovery is None:
-                    continue  # renewed, ended or claimed by another recoverer since it was seen
-                recovered += 1
-                name = recovery.lease.request.executor or ""
-                if name in executors:
-                    self.attempts.start(
-                        recovery.lease, name, metadata=None if recovery.relaunch else recovery.metadata
-                    )
-                else:
-                    await self._not_installed(recovery.lease, name)
+            expired = await self._s.storage.submit(expired_in_tx, PAGE)
+            claimed: list[bool] = []
+            async with trio.open_nursery() as nursery:
+                for seen in expired:
+                    nursery.start_soon(self._recover_one, seen, claimed)
+            recovered += len(claimed)
             if len(expired) < PAGE:
                 return recovered
+
+    async def _recover_one(self, seen: Expired, claimed: list[bool]) -> None:
+        executors = self._s.extensions.executors
+        recovery = await self._s.storage.submit(
+            recover_claim_in_tx,
+            seen,
+            owner=self._s.owner,
+            token=secrets.token_urlsafe(24),
+            lease_ms=self._s.lease_ms,
+            executors=frozenset(executors),
+        )
+        if recovery is None:
+            return  # renewed, ended or claimed by another recoverer since it was seen
+        claimed.append(True)
+        name = recovery.lease.request.executor or ""
+        if name in executors:
+            self.attempts.start(
+                recovery.lease, name, metadata=None if recovery.relaunch else recovery.metadata
+            )
+        else:
+            await self._not_installed(recovery.lease, name)
 
     async def _not_installed(self, lease: Lease, name: str) -> None:
         """No executor here can verify the attempt (none is named, or it is not installed): it is not

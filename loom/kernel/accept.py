@@ -1,5 +1,5 @@
-"""Acceptance: durable, deduplicated Events with a strictly increasing sequence
-(seed 003, "Routing and ownership": acceptance and dedup; "Cited causation").
+"""Acceptance: durable, deduplicated Events with a strictly increasing sequence, and the causation
+they cite (docs/concepts.md).
 
 An acknowledgement means committed: the caller hears back only after the batch that
 holds these procedures commits.

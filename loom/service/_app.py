@@ -1,5 +1,5 @@
 """The HTTP JSON API of ``loom serve`` (Starlette): a table of operations over the `Runtime` host API
-(DESIGN section 7). The service has no semantics of its own: each operation parses, calls the runtime
+(docs/http-api.md). The service has no semantics of its own: each operation parses, calls the runtime
 and renders; the OpenAPI document (`_openapi`) is generated from the same table.
 """
 

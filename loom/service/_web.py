@@ -1,5 +1,5 @@
 """The web view of ``loom serve``: server-rendered HTML (no scripts) listing Work and showing one Work
-with its history, waits and timers (DESIGN section 7). Every value is escaped with `html.escape`;
+with its history, waits and timers (docs/http-api.md). Every value is escaped with `html.escape`;
 times are ISO 8601 UTC.
 """
 

@@ -1,5 +1,5 @@
 """The HTTP service's wire format: request bodies and query strings parsed into loom's records, records
-rendered as JSON, and every refusal as one error shape (DESIGN section 7).
+rendered as JSON, and every refusal as one error shape (docs/http-api.md).
 
 Parsing here checks only the shape (a JSON object, known fields, JSON types); the rules for values are
 the runtime's, which names the bad field (`InvalidRequest.field`). A refusal is

@@ -1,4 +1,4 @@
-"""``loom serve``: the runtime and its HTTP service in one trio program (DESIGN section 7).
+"""``loom serve``: the runtime and its HTTP service in one trio program (docs/operations.md).
 
 `serve` opens the runtime (every actor) on an embedded SQLite file, created on first start, and runs
 the Starlette app on Hypercorn's trio worker in the same nursery. SIGINT or SIGTERM stops it cleanly:
