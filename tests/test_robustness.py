@@ -525,3 +525,27 @@ async def test_a_clean_close_leaves_one_self_contained_file_and_reads_after_clos
     assert not await wal.exists() or (await wal.stat()).st_size == 0, "the log was folded into the file"
     with pytest.raises(loom.StorageClosed):
         await closed_rt.events()
+
+
+async def test_request_ids_of_the_longest_length_make_distinct_stable_control_events(
+    loom_drivers: Any,
+) -> None:
+    """A request id may be as long as any id (200 characters); the control Event's delivery id that names
+    it and the Work would then pass an Event's limit. Catches building it by concatenation alone (the
+    request is refused with an error naming a field the caller never gave) and cutting it to length
+    without a digest (two requests sharing their first characters would be taken for one)."""
+    async with loom_drivers(config=routes()) as driver:
+        rt = driver.runtime
+        placed = await rt.publish(ev("ok"))
+        await wait_routed(driver, placed)
+        work = await rt.work_for_key("k")
+        first, second = "r" * 199 + "1", "r" * 199 + "2"
+        requested = await rt.retry(work.id, request_id=first)
+        assert requested.type == "core.retry.requested"
+        assert len(requested.delivery_id) <= 200
+        again = await rt.retry(work.id, request_id=first)
+        assert again.id == requested.id, "repeating the request answers with its first Event"
+        other = await rt.retry(work.id, request_id=second)
+        assert other.id != requested.id, "a different request is a different Event"
+        await driver.reopen()
+        assert (await driver.runtime.retry(work.id, request_id=first)).id == requested.id

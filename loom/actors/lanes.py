@@ -25,13 +25,8 @@ from ..kernel.resolve import (
     first_match,
     route_ref,
 )
-from ..kernel.routing import (
-    OutOfOrder,
-    record_handler_error_in_tx,
-    record_routing_failure_in_tx,
-    route_batch_in_tx,
-    route_in_tx,
-)
+from ..kernel.route_records import record_handler_error_in_tx, record_routing_failure_in_tx
+from ..kernel.routing import OutOfOrder, route_batch_in_tx, route_in_tx
 from ..records.errors import Conflict, InvalidRequest, StorageError
 from ..records.events import Event
 from ..records.work import Decision, Work

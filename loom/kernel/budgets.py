@@ -21,6 +21,7 @@ from ..records.budgets import BudgetLedger
 from ..records.core_events import BUDGET_EXCEEDED, BUDGET_WARNING, CORE_SOURCE
 from ..records.errors import Conflict
 from ..records.events import EventIn
+from ..records.ids import core_delivery_id
 from ..records.notices import WorkChanged
 from ..records.work import Work
 from ..store import Tx
@@ -101,7 +102,7 @@ def _announce(
         now_ms,
         EventIn(
             source=CORE_SOURCE,
-            delivery_id=f"budget.{kind}/{budget.name}/{ledger.subject}/{ledger.window}",
+            delivery_id=core_delivery_id(f"budget.{kind}", budget.name, ledger.subject, ledger.window),
             type=type,
             scope=work.scope,
             payload={

@@ -13,6 +13,7 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, MANUAL_INTERRUPT, WORK_RELEASED
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import EventIn
+from ..records.ids import core_delivery_id
 from ..records.notices import ExecutionFenced, IntentPending, TimerCancelled, WorkChanged
 from ..records.timers import TimerState
 from ..records.validation import check_reason, check_text
@@ -63,7 +64,7 @@ def release_in_tx(
             now_ms,
             EventIn(
                 source=CORE_SOURCE,
-                delivery_id=f"work.released/{work.id}/{request_id or now_ms}",
+                delivery_id=core_delivery_id("work.released", work.id, request_id or str(now_ms)),
                 type=WORK_RELEASED,
                 scope=work.scope,
                 work_id=work.id,
@@ -140,7 +141,7 @@ def manual_interrupt_in_tx(
         )
     control = EventIn(
         source=CORE_SOURCE,
-        delivery_id=f"manual.interrupt/{request_id}",
+        delivery_id=core_delivery_id("manual.interrupt", request_id),
         type=MANUAL_INTERRUPT,
         scope=work.scope,
         work_id=work.id,

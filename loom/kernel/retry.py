@@ -19,6 +19,7 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, RETRY_DUE, RETRY_REQUESTED
 from ..records.errors import Conflict
 from ..records.events import DiagnosticKind, Event, EventIn
+from ..records.ids import core_delivery_id
 from ..records.notices import TimerCancelled, WorkChanged
 from ..records.timers import Timer, TimerSpec, TimerState
 from ..records.work import Checkpoint, CheckpointStatus, Execution, RetryState, Work, WorkState
@@ -83,7 +84,7 @@ def apply_failure_in_tx(
             type=RETRY_DUE,
             scope=work.scope,
             work_id=work.id,
-            delivery_id=f"retry.due/{work.id}/{execution.attempt}",
+            delivery_id=core_delivery_id("retry.due", work.id, str(execution.attempt)),
             payload={
                 "work": work.id,
                 "failures": failures,
@@ -130,7 +131,7 @@ def retry_in_tx(
     """A manual ``core.retry.requested``: clear backoff or exhaustion, cancel the old retry timer, reset
     the budget, and make the request itself the next attempt's input. Repeating ``request_id`` returns
     the first request; a Work with a live attempt, or a terminal one, is refused (`Conflict`)."""
-    delivery_id = f"retry.requested/{work_id}/{request_id}"
+    delivery_id = core_delivery_id("retry.requested", work_id, request_id)
     done = tx.event_by_delivery(CORE_SOURCE, delivery_id)
     if done is not None:
         return done

@@ -1,4 +1,4 @@
-"""Routing: the atomic apply of a route decision.
+"""Routing: the atomic apply of a route decision (docs/concepts.md; docs/architecture.md).
 
 Handlers run outside any transaction over detached snapshots (`resolve` holds the pure decisions);
 `route_in_tx` revalidates ownership and revision and applies create/attach-keys, inputs, intents and
@@ -10,15 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import attrs
-
 from ..config import CausalLimits
-from ..records.core_events import BUDGET_EXCEEDED, BUDGET_WARNING, CORE_SOURCE, REPLAY_REQUESTED, WORK_CREATED
-from ..records.errors import Conflict, InvalidRequest, NotFound
+from ..records.core_events import BUDGET_EXCEEDED, BUDGET_WARNING, CORE_SOURCE, WORK_CREATED
+from ..records.errors import Conflict, NotFound
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
-from ..records.ids import stable_id
-from ..records.notices import EventReplayed, EventRouted, IntentPending, WorkChanged
-from ..records.validation import check_reason, check_text
+from ..records.ids import core_delivery_id, stable_id
+from ..records.notices import EventRouted, IntentPending, WorkChanged
 from ..records.work import (
     Capability,
     Checkpoint,
@@ -31,13 +28,13 @@ from ..records.work import (
     Policy,
     Unmatched,
     Work,
-    WorkState,
 )
 from ..store import Tx
-from .accept import accept_derived_in_tx, accept_in_tx
+from .accept import accept_derived_in_tx
 from .checkpoints import control_checkpoint
 from .intents import intent_id
 from .resolve import RouteRef, RouteRequest, check_decision
+from .route_records import RouteResult, resolved_work, route_checkpoint, unrouted
 from .waits import wake_on_key_in_tx
 
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
@@ -52,14 +49,6 @@ class OutOfOrder(Conflict):
     def __init__(self, message: str, *, event_id: str) -> None:
         super().__init__(message)
         self.event_id = event_id
-
-
-@attrs.frozen(kw_only=True)
-class RouteResult:
-    checkpoint: Checkpoint
-    replay: bool = False
-    joined: tuple[str, ...] = ()
-    """Earlier unrouted Events that joined the Work's backlog through a key attachment."""
 
 
 def successor_key(key: str, n: int) -> str:
@@ -96,19 +85,19 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
     decision = req.decision
     if req.from_handler and not isinstance(decision, Deliver):
         # a handler's drop or no-match was decided over the Work it saw: that Work must not have changed
-        seen = _resolved_work(tx, event)
+        seen = resolved_work(tx, event)
         if (seen.revision if seen else None) != req.expected_revision:
             raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if isinstance(decision, Unmatched):
-        cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req, reason=decision.reason)
+        cp = route_checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req, reason=decision.reason)
         return RouteResult(checkpoint=cp)
     target = _target(tx, event, decision)
     if isinstance(target, tuple):
-        return _unrouted(tx, now_ms, event, req, *target)
+        return unrouted(tx, now_ms, event, req, *target)
     work = target
     if isinstance(decision, Drop):
         # a drop depends on no Work state: it is associated with the target as of now
-        cp = _checkpoint(
+        cp = route_checkpoint(
             tx,
             now_ms,
             event,
@@ -120,7 +109,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
         return RouteResult(checkpoint=cp)
     assert isinstance(decision, Deliver)
     if work is not None and _own_budget_event(event, work.id):
-        cp = _checkpoint(
+        cp = route_checkpoint(
             tx,
             now_ms,
             event,
@@ -142,7 +131,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
     for key in decision.attach_keys:
         owner = tx.key_owner(key)
         if owner is not None and owner != owner_work_id:
-            return _unrouted(
+            return unrouted(
                 tx, now_ms, event, req, DiagnosticKind.OWNED_BY_OTHER, f"key {key!r} is owned by work {owner}"
             )
         if owner is None and key not in new_keys:
@@ -200,16 +189,6 @@ def _check_order(tx: Tx, event: Event, work_id: str, keys: Sequence[str]) -> Non
         )
 
 
-def _resolved_work(tx: Tx, event: Event) -> Work | None:
-    """The Work an Event resolves to before any decision: the one it names, else its key's owner."""
-    if event.work_id is not None:
-        return tx.work(event.work_id)
-    if event.key is not None:
-        owner = tx.key_owner(event.key)
-        return tx.work(owner) if owner else None
-    return None
-
-
 def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[DiagnosticKind, str] | None:
     """The Work a decision selects (``None``: to be created or none), or a contradiction."""
     if isinstance(decision, Deliver):
@@ -234,7 +213,7 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[Diagnostic
                     f"key {event.key!r} is owned by work {owner}, not {work.id}",
                 )
         return work
-    return _resolved_work(tx, event)
+    return resolved_work(tx, event)
 
 
 def _deliver(
@@ -244,7 +223,7 @@ def _deliver(
     effective, fallback_reason = _effective_policy(tx, work, req.route)
     if effective is None:
         # decided before any write: an unsupported control attaches no key and joins nothing
-        return _unrouted(
+        return unrouted(
             tx,
             now_ms,
             event,
@@ -276,7 +255,7 @@ def _deliver(
         tx.notify(EventRouted(event_id=earlier.id, work_id=work.id, status=CheckpointStatus.ROUTED))
         tx.add_input(work.id, earlier.id, earlier.seq)
     if effective is Policy.DROP:
-        cp = _checkpoint(
+        cp = route_checkpoint(
             tx,
             now_ms,
             event,
@@ -313,7 +292,7 @@ def _deliver(
         if effective is Policy.INTERRUPT:
             # the old attempt is fenced before any replacement can start
             tx.set_execution_state(live, ExecutionState.STOPPING, token=None)
-    cp = _checkpoint(
+    cp = route_checkpoint(
         tx,
         now_ms,
         event,
@@ -359,7 +338,7 @@ def _terminal(
 ) -> RouteResult:
     """Terminal Work is immutable: a late Event gets `terminal`, or a successor under a reopen policy."""
     if req.route is None or not req.route.reopen or event.key is None or event.work_id is not None:
-        cp = _checkpoint(
+        cp = route_checkpoint(
             tx,
             now_ms,
             event,
@@ -387,12 +366,12 @@ def _terminal(
     new_key = successor_key(_base_key(event.key), n + 1)
     _check_order(tx, event, new_id, [new_key])
     if tx.key_owner(new_key) is not None:
-        return _unrouted(
+        return unrouted(
             tx, now_ms, event, req, DiagnosticKind.OWNED_BY_OTHER, f"key {new_key!r} is already owned"
         )
     record = EventIn(
         source=CORE_SOURCE,
-        delivery_id=f"work.created/{new_id}",
+        delivery_id=core_delivery_id("work.created", new_id),
         type=WORK_CREATED,
         scope=work.scope,
         key=new_key,
@@ -400,7 +379,7 @@ def _terminal(
     )
     created = accept_derived_in_tx(tx, now_ms, record, event.id, limits)
     if isinstance(created, CausalRejection):
-        return _unrouted(tx, now_ms, event, req, DiagnosticKind.CAUSAL_REJECTION, created.describe())
+        return unrouted(tx, now_ms, event, req, DiagnosticKind.CAUSAL_REJECTION, created.describe())
     tx.insert_work(
         id=new_id,
         scope=work.scope,
@@ -414,155 +393,3 @@ def _terminal(
     successor = tx.work(new_id)
     assert successor is not None
     return _deliver(tx, now_ms, event, req, successor, [new_key])
-
-
-def _unrouted(
-    tx: Tx,
-    now_ms: int,
-    event: Event,
-    req: RouteRequest,
-    kind: DiagnosticKind,
-    reason: str,
-    *,
-    work_id: str | None = None,
-) -> RouteResult:
-    """Routing stops with a diagnostic: the Event keeps an ``unrouted`` checkpoint naming why."""
-    message = f"{kind}: {reason}"
-    cp = _checkpoint(tx, now_ms, event, CheckpointStatus.UNROUTED, req, work_id=work_id, reason=message)
-    tx.add_diagnostic(kind, event.id, message, {"event": event.id, "seq": event.seq}, now_ms)
-    return RouteResult(checkpoint=cp)
-
-
-def record_handler_error_in_tx(
-    tx: Tx, now_ms: int, event_id: str, route: RouteRef, error: str, generation: int = 0
-) -> RouteResult:
-    """A handler raised or answered nonsense: routing stops (no later route is tried); the Event stays
-    unrouted with a diagnostic, for an operator to replay once the handler is fixed."""
-    return _record_failure(
-        tx,
-        now_ms,
-        event_id,
-        route,
-        generation,
-        DiagnosticKind.HANDLER_ERROR,
-        f"route {route.name!r} raised {error}",
-    )
-
-
-def record_routing_failure_in_tx(
-    tx: Tx, now_ms: int, event_id: str, route: RouteRef | None, reason: str, generation: int = 0
-) -> RouteResult:
-    """Applying a decision failed (or kept conflicting): the Event stays unrouted with a diagnostic."""
-    return _record_failure(tx, now_ms, event_id, route, generation, DiagnosticKind.ROUTING_FAILED, reason)
-
-
-def _record_failure(
-    tx: Tx,
-    now_ms: int,
-    event_id: str,
-    route: RouteRef | None,
-    generation: int,
-    kind: DiagnosticKind,
-    reason: str,
-) -> RouteResult:
-    event = tx.event(event_id)
-    if event is None:
-        raise NotFound(f"no event with id {event_id!r}")
-    existing = tx.checkpoint(event.id)
-    if existing is not None:
-        return RouteResult(checkpoint=existing, replay=True)
-    req = RouteRequest(
-        event_id=event_id, decision=Unmatched(), route=route, expected_revision=None, generation=generation
-    )
-    waiting = _resolved_work(tx, event)
-    if kind is DiagnosticKind.HANDLER_ERROR and waiting is not None and waiting.state is WorkState.WAITING:
-        # a route that errs keeps the input as context of the waiting Work (it cannot bypass the wait)
-        tx.add_diagnostic(kind, event.id, f"{kind}: {reason}", {"event": event.id, "seq": event.seq}, now_ms)
-        tx.add_input(waiting.id, event.id, event.seq)
-        cp = _checkpoint(
-            tx,
-            now_ms,
-            event,
-            CheckpointStatus.ROUTED,
-            req,
-            work_id=waiting.id,
-            reason=f"kept as context of waiting work {waiting.id}: {reason}",
-        )
-        wake_on_key_in_tx(tx, now_ms, event.key, CausalLimits())
-        return RouteResult(checkpoint=cp)
-    return _unrouted(tx, now_ms, event, req, kind, reason)
-
-
-def replay_in_tx(
-    tx: Tx, now_ms: int, event_id: str, request_id: str, reason: str, limits: CausalLimits
-) -> Event:
-    """An operator replays an Event that stayed ``unrouted``: a ``core.replay.requested`` control Event
-    records the request (naming the Event and the checkpoint it replaces), and the Event is routed again,
-    in acceptance order, once. Repeating a request returns its control Event; any other checkpoint is
-    final (`Conflict`)."""
-    check_text("event_id", event_id)
-    check_text("request_id", request_id)
-    check_reason("reason", reason)
-    delivery_id = f"replay/{request_id}"
-    done = tx.event_by_delivery(CORE_SOURCE, delivery_id)
-    if done is not None:
-        if done.payload.get("event") != event_id:
-            raise InvalidRequest(
-                f"replay request {request_id!r} was already used for event {done.payload.get('event')}"
-            )
-        return attrs.evolve(done, duplicate=True)
-    event = tx.event(event_id)
-    if event is None:
-        raise NotFound(f"no event with id {event_id!r}")
-    checkpoint = tx.checkpoint(event_id)
-    if checkpoint is None:
-        raise Conflict(f"event {event_id} is not routed yet: there is nothing to replay")
-    if checkpoint.status is not CheckpointStatus.UNROUTED:
-        raise Conflict(
-            f"event {event_id} is {checkpoint.status}, which is final; only an unrouted event can be replayed"
-        )
-    control = EventIn(
-        source=CORE_SOURCE,
-        delivery_id=delivery_id,
-        type=REPLAY_REQUESTED,
-        scope=event.scope,
-        payload={"event": event.id, "replaces": checkpoint.reason or "", "reason": reason},
-    )
-    requested = accept_in_tx(tx, now_ms, control, limits, trusted=True)
-    control_checkpoint(tx, now_ms, requested, checkpoint.work_id, f"replay of event {event.id}")
-    tx.replace_checkpoint(checkpoint, requested.id, now_ms)
-    tx.notify(EventReplayed(event=event))
-    return requested
-
-
-def _checkpoint(
-    tx: Tx,
-    now_ms: int,
-    event: Event,
-    status: CheckpointStatus,
-    req: RouteRequest,
-    *,
-    work_id: str | None = None,
-    policy: Policy | None = None,
-    effective: Policy | None = None,
-    fallback_reason: str | None = None,
-    reason: str | None = None,
-) -> Checkpoint:
-    route = req.route
-    cp = Checkpoint(
-        event_id=event.id,
-        seq=event.seq,
-        status=status,
-        work_id=work_id,
-        route=route.name if route else None,
-        route_scope=route.scope if route else None,
-        policy=policy or (route.declared if route else None),
-        effective_policy=effective,
-        fallback_reason=fallback_reason,
-        reason=reason,
-        generation=req.generation or None,
-        at_ms=now_ms,
-    )
-    tx.insert_checkpoint(cp)
-    tx.notify(EventRouted(event_id=cp.event_id, work_id=cp.work_id, status=cp.status))
-    return cp

@@ -12,7 +12,7 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_PREFIX, CORE_SOURCE, WORK_CREATED
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.ids import stable_id
+from ..records.ids import core_delivery_id, stable_id
 from ..records.notices import WorkChanged
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
 from ..records.validation import check_keys, check_text, validate_event_in
@@ -71,7 +71,7 @@ def create_child_in_tx(
         now_ms,
         EventIn(
             source=CORE_SOURCE,
-            delivery_id=f"work.created/{child_id}",
+            delivery_id=core_delivery_id("work.created", child_id),
             type=WORK_CREATED,
             scope=parent_work.scope,
             payload={"parent": parent_work.id, "child": child_id, "name": name},

@@ -29,7 +29,7 @@ from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, WAIT_BLOCKED, WAIT_TIMEOUT, WAIT_WOKEN
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
-from ..records.ids import stable_id
+from ..records.ids import core_delivery_id, stable_id
 from ..records.notices import SubscriptionChanged, TimerCancelled, WorkChanged
 from ..records.subscriptions import SubscriptionState
 from ..records.timers import Timer, TimerSpec, TimerState
@@ -222,7 +222,7 @@ def wake_in_tx(
     assert work is not None
     bridge_in = EventIn(
         source=CORE_SOURCE,
-        delivery_id=f"wait.woken/{wait.id}",
+        delivery_id=core_delivery_id("wait.woken", wait.id),
         type=WAIT_WOKEN,
         scope=work.scope,
         work_id=work.id,
@@ -274,7 +274,7 @@ def _block(
         now_ms,
         EventIn(
             source=CORE_SOURCE,
-            delivery_id=f"wait.blocked/{wait.id}/{now_ms}",
+            delivery_id=core_delivery_id("wait.blocked", wait.id, str(now_ms)),
             type=WAIT_BLOCKED,
             scope=work.scope,
             work_id=work.id,

@@ -8,11 +8,12 @@ from types import ModuleType
 
 import pluggy
 
-PROJECT_NAME = "loom"
-ENTRY_POINT_GROUP = "loom"
+from . import hookspecs
+from ._markers import PROJECT_NAME, hookimpl, hookspec
 
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+__all__ = ["ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec", "make_plugin_manager"]
+
+ENTRY_POINT_GROUP = "loom"
 
 BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule", "loom.plugins.shell")
 """Built-in plugins, registered exactly as third-party ones are."""
@@ -22,8 +23,6 @@ def make_plugin_manager(
     plugins: Iterable[object] = (), *, load_entry_points: bool = True
 ) -> pluggy.PluginManager:
     """A manager with every hookspec, the built-ins, ``plugins`` and (optionally) entry points."""
-    from . import hookspecs
-
     pm = pluggy.PluginManager(PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     for name in BUILTIN_PLUGINS:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._manager import hookspec
+from ._markers import hookspec
 
 
 @hookspec

@@ -36,8 +36,8 @@ from ..kernel.recovery import (
     presented_lease_in_tx,
     recover_claim_in_tx,
 )
+from ..kernel.replay import replay_in_tx
 from ..kernel.retry import retry_in_tx
-from ..kernel.routing import replay_in_tx
 from ..kernel.time_floor import mark_time_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound

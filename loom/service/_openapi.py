@@ -4,13 +4,11 @@ describes every route, its inputs and each answer it can give)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import __version__
+from ._ops import Op
 from ._wire import BAD_REQUEST, LOOKUP, SCOPE, Field
-
-if TYPE_CHECKING:
-    from ._app import Op
 
 _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},

@@ -23,6 +23,7 @@ import typer
 from .. import __version__
 from ..records.errors import LoomError
 from ._client import DEFAULT_URL, Client, UserError
+from ._demo import run_demo
 from ._render import block, humanize, items_of, table, work_view
 
 app = typer.Typer(
@@ -146,8 +147,6 @@ def demo(
     ),
 ) -> None:
     """A short tour on a fresh SQLite file: routing, executions, waits, recovery and a cron schedule."""
-    from ._demo import run_demo
-
     run_demo(db)
 
 

@@ -1,0 +1,226 @@
+"""The executions and intents part of `Tx`: attempts under their fences, lease expiry and release, and
+the intents an attempt's results carry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..records.work import (
+    EXECUTION_LIFECYCLE,
+    INTENT_LIFECYCLE,
+    Execution,
+    ExecutionState,
+    Intent,
+    IntentKind,
+    IntentStatus,
+    Policy,
+)
+from . import _sql
+from ._tx_base import TxBase, written
+
+_LIVE = _sql.LIVE
+_EXECUTION_FIELDS = frozenset(
+    {
+        "epoch",
+        "token",
+        "owner",
+        "expires_at_ms",
+        "outcome",
+        "interrupt_event_id",
+        "ended_at_ms",
+        "segment",
+        "budget_ms",
+        "used_ms",
+        "segment_started_ms",
+        "deadline_timer_id",
+        "watermark",
+        "authority_id",
+        "inputs",
+        "trigger_id",
+        "handed_at_ms",
+        "metadata",
+        "retry_policy",
+        "binding_config",
+    }
+)
+
+
+class ExecutionsTx(TxBase):
+    # -- executions -------------------------------------------------------------
+
+    def execution(self, execution_id: str) -> Execution | None:
+        row = self._one(_sql.EXECUTION_BY_ID, (execution_id,))
+        return _sql.execution_from_row(row) if row else None
+
+    def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
+        """When the active segment started, and its deadline timer."""
+        row = self._one(
+            "SELECT segment_started_ms, deadline_timer_id FROM executions WHERE id = ?", (execution_id,)
+        )
+        return (row[0], row[1]) if row else (None, None)
+
+    def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[Execution]:
+        """Running or recovering attempts whose lease has expired (``now >= expires_at``: expiry is
+        exclusive), in (expiry, id) order after ``after``: a bounded, fair page."""
+        rows = self._all(
+            f"{_sql.EXECUTION_SELECT} WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
+            " ORDER BY expires_at_ms, id LIMIT ?",
+            (
+                ExecutionState.RUNNING.value,
+                ExecutionState.RECOVERING.value,
+                now_ms,
+                after[0],
+                after[1],
+                limit,
+            ),
+        )
+        return [_sql.execution_from_row(r) for r in rows]
+
+    def next_lease_expiry(self) -> int | None:
+        """The earliest expiry among running and recovering attempts (``None``: there are none)."""
+        row = self._one(
+            "SELECT min(expires_at_ms) FROM executions WHERE state IN (?, ?)",
+            (ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value),
+        )
+        return int(row[0]) if row and row[0] is not None else None
+
+    def work_retry_timer(self, work_id: str) -> str | None:
+        row = self._one("SELECT retry_timer_id FROM works WHERE id = ?", (work_id,))
+        return str(row[0]) if row and row[0] is not None else None
+
+    def release_leases(self, owner: str, now_ms: int) -> int:
+        """A clean close: the leases ``owner`` holds expire now, so the next open recovers them at once."""
+        cur = self._conn.execute(
+            "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
+            (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
+        )
+        return cur.rowcount
+
+    def execution_token(self, execution_id: str) -> str | None:
+        row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
+        return row[0] if row else None
+
+    def live_execution(self, work_id: str) -> Execution | None:
+        row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,))
+        return _sql.execution_from_row(row) if row else None
+
+    def insert_execution(
+        self,
+        *,
+        id: str,
+        work_id: str,
+        attempt: int,
+        token: str,
+        owner: str,
+        expires_at_ms: int,
+        trigger_id: str | None,
+        inputs: Sequence[str],
+        binding: str | None,
+        executor: str | None,
+        capabilities: Sequence[str],
+        generation: int,
+        now_ms: int,
+        watermark: int = 0,
+        authority_id: str | None = None,
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
+            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id)"
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                id,
+                work_id,
+                attempt,
+                ExecutionState.RUNNING.value,
+                token,
+                owner,
+                expires_at_ms,
+                trigger_id,
+                json.dumps(list(inputs)),
+                binding,
+                executor,
+                json.dumps(sorted(capabilities)),
+                generation,
+                now_ms,
+                watermark,
+                authority_id,
+            ),
+        )
+
+    def update_execution(self, execution_id: str, **fields: Any) -> None:
+        """Set non-state ``fields`` on an execution (its state goes through `set_execution_state`)."""
+        unknown = set(fields) - _EXECUTION_FIELDS
+        assert not unknown, f"update_execution: unknown fields {unknown}"
+        sets = ", ".join(f"{name} = ?" for name in fields)
+        self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
+
+    def set_execution_state(self, execution: Execution, new: ExecutionState, **fields: Any) -> None:
+        """Move ``execution`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+        EXECUTION_LIFECYCLE.check(execution.id, execution.state, new)
+        unknown = set(fields) - _EXECUTION_FIELDS
+        assert not unknown, f"set_execution_state: unknown fields {unknown}"
+        sets = "".join(f", {name} = ?" for name in fields)
+        cur = self._conn.execute(
+            f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
+            (new.value, *fields.values(), execution.id, execution.state.value),
+        )
+        written(cur, f"execution {execution.id}", execution.state, new)
+
+    # -- intents ----------------------------------------------------------------
+
+    def intent(self, intent_id: str) -> Intent | None:
+        row = self._one(f"{_sql.INTENT_SELECT} WHERE id = ?", (intent_id,))
+        return _sql.intent_from_row(row) if row else None
+
+    def insert_intent(
+        self,
+        *,
+        id: str,
+        kind: IntentKind,
+        work_id: str,
+        event_id: str,
+        execution_id: str,
+        epoch: int,
+        now_ms: int,
+        error_fallback: Policy | None = None,
+    ) -> None:
+        self._conn.execute(
+            "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
+            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                id,
+                kind.value,
+                work_id,
+                event_id,
+                execution_id,
+                epoch,
+                IntentStatus.PENDING.value,
+                now_ms,
+                error_fallback.value if error_fallback else None,
+            ),
+        )
+
+    def set_intent_status(
+        self,
+        intent: Intent,
+        new: IntentStatus,
+        now_ms: int,
+        *,
+        attempted: bool = False,
+        next_attempt_ms: int | None = None,
+    ) -> None:
+        """Move ``intent`` from the status it was read in to ``new`` (checked against its lifecycle);
+        ``attempted`` counts a dispatch attempt, ``next_attempt_ms`` schedules the next one."""
+        INTENT_LIFECYCLE.check(intent.id, intent.status, new)
+        cur = self._conn.execute(
+            "UPDATE intents SET status = ?, attempts = attempts + ?, next_attempt_ms = ?, updated_at_ms = ?"
+            " WHERE id = ? AND status = ?",
+            (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
+        )
+        written(cur, f"intent {intent.id}", intent.status, new)
+
+    def intents_of_execution(self, execution_id: str) -> list[Intent]:
+        rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
+        return [_sql.intent_from_row(r) for r in rows]
