@@ -1,4 +1,4 @@
-"""Durable acceptance throughput, as ratios to raw sqlite3 measured in the same run (DESIGN section 9).
+"""Durable acceptance throughput, as ratios to raw sqlite3 measured in the same run.
 
 Run from the repository root::
 

@@ -1,5 +1,5 @@
 """Durable timers: firing throughput, bounded ``due`` latency, memory per armed timer and the timer
-heap's rebuild at start, as ratios to raw sqlite3 measured in the same run (DESIGN section 9).
+heap's rebuild at start, as ratios to raw sqlite3 measured in the same run.
 
 Run from the repository root::
 

@@ -1,13 +1,12 @@
 """Shared fixtures: the public ones from loom.testing (``loom_backend``, ``loom_store``, ``loom_drivers``,
-``loom_driver``), and a clock at the one business-time origin, ``T0_MS``."""
+``loom_driver``, registered by loom's ``pytest11`` entry point), and a clock at the one business-time
+origin, ``T0_MS``."""
 
 from __future__ import annotations
 
 import pytest
 
 from loom.testing import T0_MS, ManualClock
-
-pytest_plugins = ["loom.testing.pytest_plugin"]
 
 
 @pytest.fixture

@@ -629,11 +629,18 @@ host(
     after_seq=(st.sampled_from([0, 1]), hostile_int),
     limit=limit,
     root_id=(opt(ident(*EVENT)), hostile_text),
+    type=(opt(st.just("order.placed")), hostile_text),
 )
 host("checkpoint", event_id=(ident(*EVENT), hostile_text))
 host("work", work_id=(ident("work", "work2"), hostile_text))
 host("work_for_key", key=(st.sampled_from(["order/1", "order/9"]), hostile_text))
-host("works", state=(st.none(), enum_like), after_id=(st.just(""), hostile_text), limit=limit)
+host(
+    "works",
+    state=(st.none(), enum_like),
+    scope=(opt(st.sampled_from([SCOPE, "shop/eu"])), hostile_text),
+    after_id=(st.just(""), hostile_text),
+    limit=limit,
+)
 host("history", work_id=(ident("work"), hostile_text))
 host("execution", execution_id=(ident("execution"), hostile_text))
 host("intents", execution_id=(ident("execution"), hostile_text))
@@ -652,7 +659,13 @@ host(
     limit=limit,
 )
 host("timer", timer_id=(ident("timer", "due_timer"), hostile_text))
-host("timers", state=(st.none(), enum_like), after_id=(st.just(""), hostile_text), limit=limit)
+host(
+    "timers",
+    state=(st.none(), enum_like),
+    work_id=(opt(ident("work")), hostile_text),
+    after_id=(st.just(""), hostile_text),
+    limit=limit,
+)
 host("firings", timer_id=(ident("timer", "due_timer"), hostile_text))
 host("arm", spec=(timer_spec(), st.sampled_from([None, "timer", Opaque()])))
 host("arm", spec=(cron_timer, st.sampled_from([None, {}])))
@@ -701,6 +714,11 @@ host(
     binding=(st.none(), st.sampled_from(["fake", Opaque(), 5])),
 )
 host("renew", lease=(good_lease, lease), lease_ms=(st.just(30_000), hostile_int))
+host(
+    "lease_for",
+    execution_id=(ident("execution"), hostile_text),
+    token=(st.one_of(st.just(Ref("token")), names), hostile_text),
+)
 host("complete", lease=(good_lease, lease), outcome=(good_outcome, outcome))
 host(
     "wait",
@@ -823,6 +841,7 @@ async def fixture_state(rt: loom.Runtime) -> dict[str, Any]:
         "work2": work2.id,
         "execution": lease.execution_id,
         "lease": lease,
+        "token": lease.token,
         "request": lease.request,
         "toolbelt": rt.toolbelt(lease),
         "timer": timer.id,
@@ -948,7 +967,11 @@ def test_no_input_escapes_as_a_builtin_error_stores_partially_or_stops_the_runti
     trio.run(run_example, directory / "loom.db", plan)
 
 
-NOT_FUZZED = {"wait_idle": "takes no arguments"}
+NOT_FUZZED = {
+    "wait_idle": "takes no arguments",
+    "mark_time": "takes no arguments",
+    "time_floor": "takes no arguments",
+}
 
 
 def test_every_public_entry_of_the_runtime_is_fuzzed() -> None:

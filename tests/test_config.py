@@ -712,7 +712,7 @@ def test_example_file_loads_validates_and_round_trips() -> None:
     config = Config.load(EXAMPLE)
     config.validate(
         executors={"shell": {"inject", "interrupt", "adopt", "resume"}, "python": set()},
-        handlers={"correlate", "explicit_work"},
+        handlers={"correlate", "explicit_work", "schedule"},
         work_kinds=set(),
         triggers=set(),
     )

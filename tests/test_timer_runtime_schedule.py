@@ -17,12 +17,12 @@ import pytest
 import trio
 import trio.testing
 
-from loom import Config, Event, Runtime
+from loom import Config, ConfigError, Event, Runtime, open_runtime
 from loom.plugins.schedule import ScheduleSpec, occurrence_id, schedule_timer
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import CheckpointStatus, Completed
 from loom.store import Tx
-from loom.testing import RuntimeDriver
+from loom.testing import FakeExecutor, RuntimeDriver
 from loom.testing.internals import storage_of
 
 SCOPE = "acme"
@@ -344,3 +344,55 @@ async def test_a_schedule_timer_is_root_activity_and_its_work_is_standing() -> N
         assert (await driver.runtime.work(work.id)).state.value == "ready", "standing Work outlives its run"
         timer = await driver.runtime.timer(schedule.timer_id)
         assert timer.state is TimerState.ARMED
+
+
+# -- a schedule route runs every occurrence without declaring a work kind ----------------------------------
+
+
+def plain_schedule_config(**route: object) -> dict[str, object]:
+    return {"scopes": {SCOPE: {
+        "bindings": {"fake": {"executor": "fake"}},
+        "routes": [{"name": "jobs", "types": ["job.due"], "handler": "schedule", "binding": "fake", **route}],
+    }}}  # fmt: skip
+
+
+async def test_a_schedule_route_without_a_work_kind_runs_every_occurrence() -> None:
+    """Catches a schedule Work created with no kind (the default, non-standing): its first completed run
+    made it terminal and the next seven occurrences were recorded as reaching completed Work."""
+    config = Config.from_dict(plain_schedule_config())
+    async with RuntimeDriver.open(":memory:", config=config) as driver:
+        schedule = Schedule(driver, "skip")
+        await arm(driver, schedule.spec)
+        for n in range(1, 9):
+            event = await schedule.occur()
+            assert await schedule.status(event) is CheckpointStatus.ROUTED, f"occurrence {n} was not routed"
+            await started(driver, n)
+            work_id = driver.fake.launches[-1].request.work_id
+            assert driver.fake.launches[-1].request.trigger == event
+            await finish(driver, work_id)
+        work = await driver.runtime.work(work_id)
+        assert (work.kind, work.state.value, work.attempts) == ("schedule", "ready", 8)
+
+
+@pytest.mark.parametrize(
+    ("kinds", "reason"),
+    [
+        (
+            {"job": {"standing": False, "reopen": True}},
+            "work kind 'job' is not standing: add standing = true",
+        ),
+        ({}, "work kind 'job' is not declared: add [work_kinds.job] with standing = true"),
+    ],
+)
+async def test_a_schedule_route_naming_a_kind_that_is_not_standing_is_refused(
+    kinds: dict[str, object], reason: str
+) -> None:
+    """Catches a config check that lets a schedule route run under a run-once kind (it ran once)."""
+    config = Config.from_dict(
+        {**plain_schedule_config(work_kind="job"), "work_kinds": kinds}, file="loom.toml"
+    )
+    with pytest.raises(ConfigError, match="leave work_kind out") as refused:
+        async with open_runtime(":memory:", config=config, plugins=[FakeExecutor()], load_entry_points=False):
+            pass
+    assert reason in str(refused.value)
+    assert refused.value.key == "scopes.acme.routes[0].work_kind"

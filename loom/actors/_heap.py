@@ -1,4 +1,4 @@
-"""The timer min-heap (seed 004 section 2.2).
+"""The timer min-heap.
 
 Entries are ordered by ``(deadline_ms, seq)``: ``seq`` counts schedules, so timers due at the
 same instant fire in the order they were scheduled and the order never depends on the heap's
@@ -53,7 +53,7 @@ class TimerHeap(Generic[K]):
         return key in self._by_key
 
     def items(self) -> list[K]:
-        """The keys in array order (the shape seed 004 section 3 traces)."""
+        """The keys in array order."""
         return [entry.key for entry in self._items]
 
     def get(self, key: K) -> Entry[K] | None:

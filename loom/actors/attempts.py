@@ -1,6 +1,5 @@
 """Running an attempt: launch it through its executor, renew its lease while it runs, and commit its
-outcome (seed 003 "Lease recovery, retry and cancellation": whoever claims an attempt holds and
-renews its lease from the claim, through launch and observation, until the outcome commits or the
+outcome (whoever claims an attempt holds and renews its lease from the claim, through launch and observation, until the outcome commits or the
 lease is lost; losing it stops the launch).
 
 The executor is a boundary: a launch that raises, or answers something that is not an outcome, fails

@@ -1,5 +1,4 @@
-"""Intent dispatch: inject and interrupt controls sent to executors outside any transaction (seed 003
-"Active-event policies and acknowledgements", "Generic inject acknowledgement"), and the cleanup
+"""Intent dispatch: inject and interrupt controls sent to executors outside any transaction, and the cleanup
 interrupt after a control fenced an attempt (it cannot restore authority).
 """
 

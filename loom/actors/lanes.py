@@ -1,5 +1,4 @@
-"""Routing lanes: each accepted Event is routed in its lane, one at a time, in acceptance order (DESIGN
-section 4; seed 003 "Routing and ownership").
+"""Routing lanes: each accepted Event is routed in its lane, one at a time, in acceptance order.
 
 Events reach a lane by their explicit Work, their key, or themselves. A lane reads detached snapshots,
 runs the first matching route's handler outside any transaction (awaiting it if async) and submits the

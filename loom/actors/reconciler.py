@@ -1,5 +1,5 @@
-"""The subscription reconciler: reconcile passes driven by commit notices (DESIGN section 4,
-"subscription reconciler"; seed 000 "Subscriptions").
+"""The subscription reconciler: reconcile passes driven by commit notices (docs/architecture.md,
+"Dependency subscriptions and alias Events").
 
 It owns no rule (those are in `kernel.subscriptions`): it chooses which subscriptions a pass visits,
 asks the alias authoriser about the cross-scope ones outside any transaction, and submits

@@ -1,5 +1,5 @@
 """The router: routing lanes, starting attempts, running them and dispatching intents, driven by
-commit notices (DESIGN section 4, "router pool + per-Work router").
+commit notices.
 
 It owns no rule of its own: each part (`lanes`, `starter`, `attempts`, `dispatch`) submits kernel
 procedures and calls plugins outside transactions; this module reads the commit feed and hands

@@ -1,6 +1,5 @@
 """Starting attempts: after a Work changes, check whether it can start, ask the start gates, and claim
-(seed 003 "Gated starts", "Active-event policies": one nonterminal attempt per Work, scope capacity
-checked before the claim).
+(one nonterminal attempt per Work, scope capacity checked before the claim).
 
 One checker runs per Work at a time; a change while it runs makes it check again. A claim refused for
 scope capacity is rechecked when some Work changes (a slot may have been freed).

@@ -1,4 +1,4 @@
-"""The in-memory timer service (seed 004 section 2.3).
+"""The in-memory timer service.
 
 It holds armed timers in a `TimerHeap` and calls ``fire(key)`` once each is due on the injected
 `Clock`. It is not durable and does not need to be: the store records every armed timer, the

@@ -1,4 +1,4 @@
-"""The timer actor: the in-memory `TimerService` kept in step with the store (seed 004 2.1).
+"""The timer actor: the in-memory `TimerService` kept in step with the store.
 
 At start it re-arms every armed timer from the store; afterwards commit notices arm,
 move and cancel entries. When one is due it submits ``fire_timer_in_tx`` for that

@@ -1,7 +1,7 @@
 """The execution's fenced toolbelt: emit, create child Work, arm timers, heartbeat, pin and adopt.
 
 Every call presents the lease; a stale one fails with `StaleAuthority` and changes nothing. Call gates
-(seed 003 "Gated calls") are asked about each operation before it runs, outside any transaction: a
+(docs/recovery.md, "Gated calls") are asked about each operation before it runs, outside any transaction: a
 refusal is the call's result (`CallRefused`, nothing changes); a wait parks the attempt on it under its
 fence exactly as a `Waiting` outcome does, and the call raises `CallParked`. The gated operation never
 ran: once woken, the attempt may make the call again, and the gates decide again.

@@ -1,4 +1,4 @@
-"""Configuration (DESIGN section 6): the records (`model`), route and binding resolution (`resolve`),
+"""Configuration: the records (`model`), route and binding resolution (`resolve`),
 the TOML reader (`reader`), `Config` itself, and the generation in force (`holder`)."""
 
 from .config import Config as Config

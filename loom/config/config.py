@@ -1,7 +1,6 @@
-"""`Config`: the whole validated configuration; each accepted change is a new generation (DESIGN section 6).
+"""`Config`: the whole validated configuration; each accepted change is a new generation.
 
-Implements the configuration side of seed 003 ("Routing and ownership", "Active-event policies and
-acknowledgements", "Pending-job coalescing and standing Work"): scopes, ordered routes with inheritance,
+It holds scopes, ordered routes with inheritance,
 bindings, policies and their fallbacks, Work kinds and retry budgets. Anything refused raises `ConfigError`
 naming the file, the key and the reason, and the previous generation stays in force (`ConfigHolder`).
 """
@@ -129,12 +128,16 @@ class Config:
         handlers: Collection[str] | None = None,
         work_kinds: Collection[str] | None = None,
         triggers: Collection[str] | None = None,
+        standing_handlers: Mapping[str, str] | None = None,
     ) -> None:
         """Check the config against the registered plugins; raise `ConfigError` on the first problem.
 
         ``executors`` maps each executor name to the capabilities it advertises; ``handlers`` are the route
         handler names; ``work_kinds`` the kinds plugins define (besides ``[work_kinds]``); ``triggers`` the
-        trigger-selection policies (``first`` is built in). Omitted collections are not checked.
+        trigger-selection policies (``first`` is built in); ``standing_handlers`` maps a route handler to the
+        standing Work kind its Work takes when the route names none (the ``schedule`` handler runs every
+        occurrence of a schedule on one standing Work): a route with such a handler that names a kind must
+        name a declared, standing one. Omitted collections are not checked.
         """
         file = self.file
         for scope_name, scope in self.scopes.items():
@@ -153,6 +156,8 @@ class Config:
                         file=file,
                         key=f"{where}.handler",
                     )
+                if standing_handlers and route.handler in standing_handlers:
+                    self._check_standing(route.name, route.handler, route.work_kind, where, standing_handlers)
                 if (
                     work_kinds is not None
                     and route.work_kind is not None
@@ -188,6 +193,27 @@ class Config:
                         key=key_path(key_path("scopes", scope_name), "bindings", name, "capabilities"),
                     )
 
+    def _check_standing(
+        self, route: str, handler: str, kind: str | None, where: str, standing_handlers: Mapping[str, str]
+    ) -> None:
+        if kind is None:
+            return  # the handler's own standing kind is implied
+        policy = self.work_kinds.get(kind)
+        if policy is not None and policy.standing:
+            return
+        implied = standing_handlers[handler]
+        need = (
+            f"work kind {kind!r} is not declared: add [work_kinds.{kind}] with standing = true"
+            if policy is None
+            else f"work kind {kind!r} is not standing: add standing = true to [work_kinds.{kind}]"
+        )
+        raise ConfigError(
+            f"route {route!r} uses handler {handler!r}, which runs every occurrence on one standing Work, "
+            f"but {need}, or leave work_kind out to use the built-in {implied!r} kind",
+            file=self.file,
+            key=f"{where}.work_kind",
+        )
+
 
 def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding]:
     """The bindings in force in ``scope``: inherited by name, the nearest definition replacing the whole
@@ -196,7 +222,7 @@ def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding
 
 
 def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
-    """The routes in force in ``scope``, in evaluation order (seed 003, "Routing and ownership").
+    """The routes in force in ``scope``, in evaluation order.
 
     Resolved root to leaf: a descendant's same-name route replaces the whole ancestor route in its original
     slot; new names append. Each route's binding is resolved in ``scope``, not in the scope defining it.

@@ -1,4 +1,4 @@
-"""The configuration generation in force (DESIGN section 6)."""
+"""The configuration generation in force."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping
 import attrs
 
 from .config import Config
+from .model import WorkKindPolicy
 
 
 @attrs.define
@@ -15,6 +16,11 @@ class ConfigHolder:
 
     ``replace`` validates a new config against the registered plugins and makes it the next generation;
     if it is refused, `ConfigError` is raised and the current generation stays in force.
+
+    ``kinds`` are the Work kinds plugins define (the schedule plugin's standing ``schedule`` kind): each
+    generation in force holds them beside its own ``[work_kinds]``, a declared kind of the same name
+    winning. ``standing_handlers`` maps a route handler to the standing kind its Work needs (see
+    `Config.validate`).
     """
 
     _current: Config
@@ -22,8 +28,11 @@ class ConfigHolder:
     _handlers: Collection[str] | None = attrs.field(default=None, kw_only=True)
     _work_kinds: Collection[str] | None = attrs.field(default=None, kw_only=True)
     _triggers: Collection[str] | None = attrs.field(default=None, kw_only=True)
+    _kinds: Mapping[str, WorkKindPolicy] = attrs.field(factory=dict, kw_only=True)
+    _standing_handlers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
+        self._current = self._with_plugin_kinds(self._current)
         self._check(self._current)
 
     @property
@@ -32,7 +41,7 @@ class ConfigHolder:
 
     def replace(self, new: Config) -> Config:
         """Validate ``new`` and put it in force as the next generation; return it."""
-        candidate = attrs.evolve(new, generation=self._current.generation + 1)
+        candidate = self._with_plugin_kinds(attrs.evolve(new, generation=self._current.generation + 1))
         self._check(candidate)
         self._current = candidate
         return candidate
@@ -43,4 +52,11 @@ class ConfigHolder:
             handlers=self._handlers,
             work_kinds=self._work_kinds,
             triggers=self._triggers,
+            standing_handlers=self._standing_handlers,
         )
+
+    def _with_plugin_kinds(self, config: Config) -> Config:
+        missing = {name: kind for name, kind in self._kinds.items() if name not in config.work_kinds}
+        if not missing:
+            return config
+        return attrs.evolve(config, work_kinds={**missing, **config.work_kinds})

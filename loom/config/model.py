@@ -1,4 +1,4 @@
-"""Configuration records (DESIGN section 6): causal limits, store settings, Work kinds, bindings, routes,
+"""Configuration records: causal limits, store settings, Work kinds, bindings, routes,
 scopes, and routes and bindings as seen from a target scope.
 
 Records check their own rules when constructed, so a config built in Python is held to the same rules as
@@ -101,7 +101,7 @@ def _positive_amount(instance: object, attribute: attrs.Attribute[float], value:
 
 @attrs.frozen(kw_only=True)
 class Budget:
-    """A budget (seed 003 "Budgets"): a ``limit`` on the amount of ``unit`` consumed, added up ``per``
+    """A budget: a ``limit`` on the amount of ``unit`` consumed, added up ``per``
     Work, scope or all scopes over a ``window``, for Work in ``scope`` and the scopes under it (every
     scope when ``None``). Executors report usage in their own units (``usd``, ``tokens``, ...); the
     runtime counts ``turns`` and ``attempts`` itself. A turn does not start once a ledger reached its
@@ -146,7 +146,7 @@ class StoreConfig:
 
 @attrs.frozen(kw_only=True)
 class WorkKindPolicy:
-    """The policy of one Work kind (seed 003, "Pending-job coalescing and standing Work").
+    """The policy of one Work kind.
 
     ``standing``: a completed attempt leaves the Work ready and idle; failures arm no automatic retry.
     ``run_once``: a handoff outcome settles as completed. ``resume``: parked attempts continue with the

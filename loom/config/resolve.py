@@ -1,4 +1,4 @@
-"""Route and binding resolution: what is in force in a target scope (seed 003, "Routing and ownership").
+"""Route and binding resolution: what is in force in a target scope.
 
 Routes resolve root to leaf: a descendant's same-name route replaces the whole ancestor route in its
 original slot, new names append; bindings are inherited by name, the nearest definition replacing the whole

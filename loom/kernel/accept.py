@@ -1,5 +1,5 @@
-"""Acceptance: durable, deduplicated Events with a strictly increasing sequence
-(seed 003, "Routing and ownership": acceptance and dedup; "Cited causation").
+"""Acceptance: durable, deduplicated Events with a strictly increasing sequence, and the causation
+they cite (docs/concepts.md).
 
 An acknowledgement means committed: the caller hears back only after the batch that
 holds these procedures commits.
@@ -162,7 +162,7 @@ def check_explicit_target_in_tx(tx: Tx, event: EventIn) -> None:
         return
     work = tx.work(event.work_id)
     if work is None:
-        raise InvalidRequest(f"event.work_id {event.work_id!r} names no existing work")
+        raise InvalidRequest(f"event.work_id {event.work_id!r} names no existing work", field="event.work_id")
     if work.scope != event.scope:
         raise InvalidRequest(
             f"event.scope {event.scope!r} contradicts work {work.id}, which is in scope {work.scope!r}"

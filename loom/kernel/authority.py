@@ -6,6 +6,8 @@ token, epoch or attempt raises `StaleAuthority` and changes nothing.
 
 from __future__ import annotations
 
+import hmac
+
 import attrs
 
 from ..records.errors import StaleAuthority
@@ -32,6 +34,13 @@ class Authority:
         )
 
 
+def same_token(stored: str, presented: str) -> bool:
+    """Whether ``presented`` is the stored token, compared in constant time (a token is a secret)."""
+    return hmac.compare_digest(
+        stored.encode("utf-8", "surrogatepass"), presented.encode("utf-8", "surrogatepass")
+    )
+
+
 def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     """The execution, if ``auth`` still holds its lease; else `StaleAuthority`."""
     execution = tx.execution(auth.execution_id)
@@ -47,7 +56,8 @@ def authorize(tx: Tx, now_ms: int, auth: Authority) -> Execution:
         raise StaleAuthority(
             f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
         )
-    if tx.execution_token(execution.id) != auth.token:
+    stored = tx.execution_token(execution.id)
+    if stored is None or not same_token(stored, auth.token):
         raise StaleAuthority(f"execution {execution.id}: the token is not the current lease's")
     if execution.expires_at_ms is None or now_ms >= execution.expires_at_ms:
         raise StaleAuthority(f"execution {execution.id}: its lease expired at {execution.expires_at_ms}")
@@ -62,7 +72,8 @@ def authorize_recovery(tx: Tx, now_ms: int, auth: Authority) -> Execution:
         raise StaleAuthority(f"execution {auth.execution_id!r}: no attempt {auth.attempt}")
     if execution.state is not ExecutionState.RECOVERING:
         raise StaleAuthority(f"execution {execution.id} is {execution.state}, not being recovered")
-    if execution.epoch != auth.epoch or tx.execution_token(execution.id) != auth.token:
+    stored = tx.execution_token(execution.id)
+    if execution.epoch != auth.epoch or stored is None or not same_token(stored, auth.token):
         raise StaleAuthority(
             f"execution {execution.id}: epoch {auth.epoch} is stale (current {execution.epoch})"
         )

@@ -1,4 +1,4 @@
-"""Budgets (seed 003 "Budgets"): retry bounds failures, budgets bound everything else a Work consumes.
+"""Budgets: retry bounds failures, budgets bound everything else a Work consumes.
 
 Executors report usage in named units on each result; the runtime counts ``turns`` (every started
 attempt or continuation) and ``attempts`` (every new attempt) itself. Each configured `Budget` adds the

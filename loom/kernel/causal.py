@@ -1,5 +1,4 @@
-"""Causal bounds: depth and per-root per-minute budgets (seed 003, "Causal bounds and
-rejection evidence" and "Cited causation").
+"""Causal bounds: depth and per-root per-minute budgets.
 
 Pure decisions first, then the transaction helpers `accept_derived_in_tx` uses.
 """

@@ -1,5 +1,4 @@
-"""Continuation after a wait (seed 003 "Resume and continuation"; seed 000 "Resume and continuation"):
-parking an attempt on its waiting outcome, and resuming it (or starting attempt N+1) once woken.
+"""Continuation after a wait: parking an attempt on its waiting outcome, and resuming it (or starting attempt N+1) once woken.
 
 A resume-capable attempt (its binding pinned ``resume``) parks: its authority is released, its active
 time stops counting, and after the wake the same attempt resumes at a higher epoch with a new token,
@@ -133,7 +132,7 @@ def enrich_waiting_in_tx(
     budgets: Sequence[Budget] = (),
     limits: CausalLimits | None = None,
 ) -> Execution:
-    """A later host acknowledgement of a parked attempt's waiting result (seed 000 "Waits"): it may
+    """A later host acknowledgement of a parked attempt's waiting result: it may
     add usage and artifact references to the still-parked record without reviving authority. It cannot
     rewrite a terminal waiting outcome, and an old epoch's acknowledgement fails after the resume."""
     execution = tx.execution(auth.execution_id)

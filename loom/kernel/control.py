@@ -1,5 +1,4 @@
-"""Operator controls: hold, release, cancel and interrupt (seed 003: "Gated starts", "Lease recovery,
-retry and cancellation", and the operator interrupt in "Active-event policies").
+"""Operator controls: hold, release, cancel and interrupt.
 
 Cancellation fences every attempt and intent before it terminalises the Work, and never rewrites
 terminal Work. An operator interrupt is a ``core.manual.interrupt`` control Event plus an interrupt

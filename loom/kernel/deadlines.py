@@ -1,5 +1,4 @@
-"""Execution deadlines: active-time budgets as durable ``core.execution.timeout`` timers (seed 000,
-"Polling and execution deadlines").
+"""Execution deadlines: active-time budgets as durable ``core.execution.timeout`` timers.
 
 Each active segment of an attempt arms a deadline timer for its remaining budget (`segments`). When
 the timer fires, `TIMER_KIND` applies the deadline inside the firing transaction: if that segment is still the

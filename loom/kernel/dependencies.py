@@ -1,6 +1,5 @@
-"""Declaring dependency subscriptions (seed 003 "Wait registration, observation and exactly one wake":
-for a dependent prerequisite, never attach the prerequisite owner's correlation to the waiting Work;
-seed 000 "Subscriptions"): who may depend on what, the identity rules, and the stored record.
+"""Declaring dependency subscriptions: who may depend on what, the identity rules, and the stored
+record. A dependent never takes the key it depends on (its owner keeps it); it subscribes to it instead.
 
 A wait's declaration (stored pending in its registration transaction) and the host's `subscribe`
 (installed at once) both go through `declare_in_tx`, so the same checks hold either way. This module

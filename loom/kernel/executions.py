@@ -1,6 +1,4 @@
-"""Executions: claims under scope capacity, fenced leases and outcomes (seed 003: "Active-event
-policies", "Generic inject acknowledgement", "Pending-job coalescing and standing Work", "Lease
-recovery" (claim, lease, epoch)).
+"""Executions: claims under scope capacity, fenced leases and outcomes.
 
 A lease's expiry is exclusive: at ``now == expires_at`` it has lost authority. Every fenced call
 presents execution id, attempt, epoch and token; anything stale raises `StaleAuthority` and changes

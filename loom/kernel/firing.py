@@ -1,6 +1,5 @@
 """Firing timers: `fire_timer_in_tx` joins acceptance (with causal charging), the firing ledger and the
-timer's deletion or replacement in one transaction (seed 000 "Timers", seed 004 "FireTimer", seed 003 on
-timers inside the causal bounds).
+timer's deletion or replacement in one transaction.
 
 A committed firing is answered again from the ledger; a request for an older identity (cancelled,
 recreated, already moved on) does nothing. A recurring timer asks its recurrence policy (a pure plugin)
@@ -17,7 +16,7 @@ import attrs
 from ..config import CausalLimits
 from ..records.errors import InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event
-from ..records.notices import TimerArmed, TimerCancelled
+from ..records.notices import TimerArmed, TimerCancelled, TimerFired
 from ..records.timers import (
     FireRequest,
     Firing,
@@ -242,6 +241,9 @@ def _ledger(
         at_ms=now_ms,
     )
     tx.insert_firing(firing)
+    tx.notify(
+        TimerFired(timer_id=timer.id, revision=timer.revision, fire_at_ms=timer.fire_at_ms, result=result)
+    )
     return firing
 
 

@@ -1,5 +1,4 @@
-"""Intents: inject and interrupt controls, committed before their executor is called (seed 003,
-"Active-event policies and acknowledgements", "Generic inject acknowledgement").
+"""Intents: inject and interrupt controls, committed before their executor is called.
 
 Dispatch happens outside any transaction, between `begin_dispatch_in_tx` (the attempt is recorded)
 and `finish_dispatch_in_tx` (the executor's answer). An inject answer of ``None`` means accepted for

@@ -1,5 +1,4 @@
-"""Work kinds as the kernel sees them: pure policy derived from configuration (seed 003 "Pending-job
-coalescing and standing Work", "Lease recovery, retry and cancellation": the retry budget)."""
+"""Work kinds as the kernel sees them: pure policy derived from configuration (the retry budget)."""
 
 from __future__ import annotations
 

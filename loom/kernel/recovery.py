@@ -1,4 +1,4 @@
-"""Lease recovery and adoption (seed 003 "Lease recovery, retry and cancellation").
+"""Lease recovery and adoption.
 
 Expiry is exclusive: at ``now == expires_at`` a lease has lost authority, which makes the same attempt
 recoverable, never a licence to launch another. A recoverer claims the attempt at a higher epoch with a
@@ -21,13 +21,14 @@ from typing import Any
 
 import attrs
 
+from ..records.errors import StaleAuthority
 from ..records.events import DiagnosticKind, Event
-from ..records.notices import WorkChanged
+from ..records.notices import LeaseRecovered, WorkChanged
 from ..records.validation import check_json_value
 from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
 from ._common import require_event, require_work
-from .authority import Authority, authorize, authorize_recovery
+from .authority import Authority, authorize, authorize_recovery, same_token
 from .executions import consume_claimed_inputs_in_tx
 from .intents import stale_open_intents_in_tx
 from .retry import apply_failure_in_tx
@@ -93,6 +94,7 @@ def recover_claim_in_tx(
     else:
         tx.set_execution_state(execution, state, **fence)
     tx.notify(WorkChanged(work_id=work.id))
+    tx.notify(LeaseRecovered(execution_id=execution.id, work_id=work.id, epoch=epoch, relaunch=relaunch))
     inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
     resumed = _resumed_winner(tx, execution)
     trigger = resumed or (require_event(tx, execution.trigger_id) if execution.trigger_id else None)
@@ -120,6 +122,54 @@ def recover_claim_in_tx(
         request=request,
     )
     return Recovery(lease=lease, relaunch=relaunch, metadata=dict(execution.metadata or {}))
+
+
+def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) -> Lease:
+    """The lease of the running attempt ``execution_id`` whose current token is ``token`` (compared in
+    constant time), for a process that holds only the token (an executor's subprocess calling the
+    service's toolbelt). A token that is not the attempt's current one (stale, another attempt's, or an
+    attempt that is not running) is `StaleAuthority`, whether or not the attempt exists."""
+    stored = tx.execution_token(execution_id)
+    if stored is None or not same_token(stored, token):
+        raise StaleAuthority(
+            f"execution {execution_id!r}: the token presented is not its current lease's "
+            "(stale, or another execution's)"
+        )
+    execution = tx.execution(execution_id)
+    assert execution is not None
+    current = authorize(
+        tx,
+        now_ms,
+        Authority(execution_id=execution.id, attempt=execution.attempt, epoch=execution.epoch, token=token),
+    )
+    assert current.owner is not None
+    assert current.expires_at_ms is not None
+    work = require_work(tx, current.work_id)
+    resumed = _resumed_winner(tx, current)
+    trigger = resumed or (require_event(tx, current.trigger_id) if current.trigger_id else None)
+    request = RunRequest(
+        work_id=work.id,
+        execution_id=current.id,
+        attempt=current.attempt,
+        scope=work.scope,
+        kind=work.kind,
+        trigger=trigger,
+        inputs=tuple(require_event(tx, event_id) for event_id in current.inputs),
+        binding=current.binding,
+        config=dict(current.binding_config or {}),
+        executor=current.executor,
+        resumed=resumed is not None,
+    )
+    return Lease(
+        execution_id=current.id,
+        work_id=work.id,
+        attempt=current.attempt,
+        epoch=current.epoch,
+        token=token,
+        owner=current.owner,
+        expires_at_ms=current.expires_at_ms,
+        request=request,
+    )
 
 
 def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:

@@ -1,4 +1,4 @@
-"""The core side of the recurrence contract (seed 000 "Timers": calendar recurrence as a hook).
+"""The core side of the recurrence contract (calendar recurrence as a hook).
 
 A recurrence policy is a plugin's pure function ``(timer, now_ms, spec) -> (Occurrence | Skip,
 Replacement | None)``. Core validates every answer before using it: the occurrence keeps the timer's
@@ -56,18 +56,22 @@ def dry_run(timer: Timer, policies: Mapping[str, RecurrencePolicy]) -> None:
     if policy is None:
         known = ", ".join(sorted(policies)) or "none"
         raise InvalidRequest(
-            f"timer.recurrence: no recurrence policy is registered for {timer.recurrence!r} (known: {known})"
+            f"timer.recurrence: no recurrence policy is registered for {timer.recurrence!r} (known: {known})",
+            field="timer.recurrence",
         )
     try:
         answer, replacement = policy(timer, timer.fire_at_ms, timer.spec or {})
     except InvalidRequest as exc:
         raise InvalidRequest(
-            f"timer.spec: recurrence policy {timer.recurrence!r} refuses it: {exc}"
+            f"timer.spec: recurrence policy {timer.recurrence!r} refuses it: {exc}", field="timer.spec"
         ) from None
     except Exception as exc:
         raise InvalidRequest(
-            f"timer.spec: recurrence policy {timer.recurrence!r} raised {type(exc).__name__}: {exc}"
+            f"timer.spec: recurrence policy {timer.recurrence!r} raised {type(exc).__name__}: {exc}",
+            field="timer.spec",
         ) from None
     problem = check_answer(timer, timer.fire_at_ms, answer, replacement)
     if problem is not None:
-        raise InvalidRequest(f"timer.spec: recurrence policy {timer.recurrence!r}: {problem}")
+        raise InvalidRequest(
+            f"timer.spec: recurrence policy {timer.recurrence!r}: {problem}", field="timer.spec"
+        )

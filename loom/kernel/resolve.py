@@ -1,5 +1,4 @@
-"""Route resolution: pure decisions over configuration, with no transaction (seed 003, "Routing and
-ownership": first match, no broadcast; a drop route or no match needs no handler).
+"""Route resolution: pure decisions over configuration, with no transaction (first match, no broadcast; a drop route or no match needs no handler).
 
 `routing.route_in_tx` applies what these decide; the router actor calls them outside any transaction.
 """

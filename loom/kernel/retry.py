@@ -1,4 +1,4 @@
-"""Retry with backoff (seed 003 "Lease recovery, retry and cancellation").
+"""Retry with backoff.
 
 Failure atomically ends the attempt, leaves the Work ready but not eligible, and arms a durable retry
 timer whose ``core.retry.due`` Event (derived from the failed attempt's authority) makes the Work

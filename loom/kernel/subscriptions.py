@@ -1,6 +1,5 @@
 """Dependency subscriptions: installation with a backscan, bounded fair reconcile passes, and alias
-Events (seed 000 "Subscriptions"; seed 003 "Wait registration, observation and exactly one wake" on
-dependent prerequisites, "Routing and ownership" and "Causal bounds" on cross-scope aliases).
+Events (docs/architecture.md, "Dependency subscriptions and alias Events").
 
 A visit scans the source key's accepted history after the subscription's checkpoint. Each matching
 source Event (its type passes, it is not a ``core.*`` control Event, the pure alias filter says yes)

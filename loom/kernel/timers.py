@@ -1,4 +1,4 @@
-"""Durable timers: arm, revisioned cancel and the fair `due` cursor (seed 000 "Timers", seed 004).
+"""Durable timers: arm, revisioned cancel and the fair `due` cursor.
 
 A timer's firing identity is (id, revision, fire_at): a changed re-arm recreates the timer under a
 new revision, so older firing requests go stale; cancelled and fired timers stay as tombstones.
@@ -58,14 +58,16 @@ def validate_spec(spec: object) -> TimerSpec:
     if spec.interval_ms is not None:
         check_int("timer.interval_ms", spec.interval_ms, 1, MAX_INTERVAL_MS)
         if spec.recurrence is not None:
-            raise InvalidRequest("timer: interval_ms and recurrence are exclusive")
+            raise InvalidRequest("timer: interval_ms and recurrence are exclusive", field="timer.recurrence")
     check_text("timer.delivery_id", spec.delivery_id, optional=True, max_len=MAX_TIMER_ID_LEN)
     if spec.recurrence is not None:
         check_text("timer.recurrence", spec.recurrence)
         if not isinstance(spec.spec, Mapping):
-            raise InvalidRequest("timer.spec must be a table for a recurrence timer")
+            raise InvalidRequest("timer.spec must be a table for a recurrence timer", field="timer.spec")
     elif spec.spec is not None:
-        raise InvalidRequest("timer.spec belongs to a recurrence timer; this timer names no recurrence")
+        raise InvalidRequest(
+            "timer.spec belongs to a recurrence timer; this timer names no recurrence", field="timer.spec"
+        )
     if spec.spec is not None:
         payload_json(spec.spec, field="timer.spec")
     payload_json(spec.payload, field="timer.payload", max_bytes=MAX_PAYLOAD_BYTES - FIRING_RESERVE_BYTES)

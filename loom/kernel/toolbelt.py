@@ -1,5 +1,4 @@
-"""The execution's fenced toolbelt, as procedures: emit, create child Work, arm a timer (seed 003
-"Causal bounds": executors must have trusted causal ancestry).
+"""The execution's fenced toolbelt, as procedures: emit, create child Work, arm a timer (executors must have trusted causal ancestry).
 
 Every call presents the attempt's authority; its parent is the attempt's trigger, so everything an
 execution derives stays on the trigger's causal chain and is charged to its root's budget.

@@ -1,5 +1,4 @@
-"""Waits: registration, arbitration and exactly one wake (seed 003 "Wait registration, observation and
-exactly one wake"; seed 000 "Waits", "Resume and continuation").
+"""Waits: registration, arbitration and exactly one wake.
 
 Registration stores the key/type predicate and the exclusive watermark and scans accepted history in
 the same transaction. A wake is attempted wherever a candidate may have appeared: at registration,

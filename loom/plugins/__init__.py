@@ -1,4 +1,4 @@
-"""Plugins: hook specifications and the built-in plugins (DESIGN section 5)."""
+"""Plugins: hook specifications and the built-in plugins."""
 
 from ._manager import PROJECT_NAME as PROJECT_NAME
 from ._manager import hookimpl as hookimpl

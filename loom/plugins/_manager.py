@@ -15,7 +15,7 @@ __all__ = ["ENTRY_POINT_GROUP", "PROJECT_NAME", "hookimpl", "hookspec", "make_pl
 
 ENTRY_POINT_GROUP = "loom"
 
-BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule")
+BUILTIN_PLUGINS: tuple[str, ...] = ("loom.plugins.handlers", "loom.plugins.schedule", "loom.plugins.shell")
 """Built-in plugins, registered exactly as third-party ones are."""
 
 

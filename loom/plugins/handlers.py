@@ -1,5 +1,5 @@
 """Built-in route handlers: correlate by key (creating Work when the route says so),
-explicit Work id, and fresh Work for an uncorrelated Event (seed 003, "Routing and ownership").
+explicit Work id, and fresh Work for an uncorrelated Event.
 
 Handlers are deterministic over detached snapshots and never do I/O. They are
 registered like any third-party plugin, through ``loom_route_handlers``.

@@ -12,6 +12,8 @@ from typing import Any
 import attrs
 import pluggy
 
+from ..config.model import WorkKindPolicy
+from ..records.errors import ConfigError
 from ..records.executor import Executor
 from ..records.subscriptions import AliasFilter
 from ..records.timers import RecurrencePolicy
@@ -27,28 +29,47 @@ def merged(results: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 @attrs.frozen(kw_only=True)
 class Extensions:
-    """Route handlers, executors, start gates, recurrence policies and alias filters, by name, and the
-    alias authoriser (``loom_authorize_alias``, first answer wins; ``None``: no plugin answers)."""
+    """Route handlers, executors, start and call gates, recurrence policies, Work kinds and alias
+    filters, by name, and the alias authoriser (``loom_authorize_alias``, first answer wins; ``None``: no
+    plugin answers)."""
 
     handlers: Mapping[str, Any] = attrs.field(factory=dict)
     executors: Mapping[str, Executor] = attrs.field(factory=dict)
     start_gates: Mapping[str, Any] = attrs.field(factory=dict)
     call_gates: Mapping[str, Any] = attrs.field(factory=dict)
     recurrence_policies: Mapping[str, RecurrencePolicy] = attrs.field(factory=dict)
+    work_kinds: Mapping[str, WorkKindPolicy] = attrs.field(factory=dict)
     alias_filters: Mapping[str, AliasFilter] = attrs.field(factory=dict)
     authorize_alias: Callable[..., Any] | None = None
 
     @classmethod
     def of(cls, pm: pluggy.PluginManager) -> Extensions:
+        kinds = merged(pm.hook.loom_work_kinds())
+        for name, kind in kinds.items():
+            if not isinstance(kind, WorkKindPolicy):
+                raise ConfigError(
+                    f"a plugin's work kind {name!r} is a {type(kind).__name__}, not a WorkKindPolicy"
+                )
         return cls(
             handlers=merged(pm.hook.loom_route_handlers()),
             executors=merged(pm.hook.loom_executors()),
             start_gates=merged(pm.hook.loom_start_gates()),
             call_gates=merged(pm.hook.loom_call_gates()),
             recurrence_policies=merged(pm.hook.loom_recurrence_policies()),
+            work_kinds=kinds,
             alias_filters=merged(pm.hook.loom_alias_filters()),
             authorize_alias=pm.hook.loom_authorize_alias,
         )
+
+    def standing_handlers(self) -> dict[str, str]:
+        """Route handler -> the standing Work kind it declares (``standing_work_kind``): its Work takes that
+        kind when the route names none, and a route that names one must name a standing kind."""
+        out: dict[str, str] = {}
+        for name, handler in self.handlers.items():
+            kind = getattr(handler, "standing_work_kind", None)
+            if isinstance(kind, str):
+                out[name] = kind
+        return out
 
     def advertised(self) -> dict[str, frozenset[str]]:
         """Executor name -> the capabilities it advertises now (read live: an executor may change them)."""

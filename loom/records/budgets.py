@@ -1,4 +1,4 @@
-"""Budget ledgers as read back (seed 003 "Budgets")."""
+"""Budget ledgers as read back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trusted time: integer Unix milliseconds from a `Clock` (DESIGN section 3, seed 004 "test clock").
+"""Trusted time: integer Unix milliseconds from a `Clock`.
 
 Nothing else in loom reads the wall clock. Kernel procedures receive ``now_ms`` as an
 argument; actors sleep with ``await clock.sleep_until(ms)``.

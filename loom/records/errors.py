@@ -12,7 +12,15 @@ class LoomError(Exception):
 
 
 class InvalidRequest(LoomError, ValueError):
-    """Bad input: a malformed event, a bad argument. Nothing was changed."""
+    """Bad input: a malformed event, a bad argument. Nothing was changed.
+
+    ``field`` names the bad field where the check knew it (``event.source``, ``limit``,
+    ``event.payload.items[3]``), else ``None``; the message names it too.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ConfigError(InvalidRequest):

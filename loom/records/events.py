@@ -1,4 +1,4 @@
-"""Frozen records and enums shared by every layer (DESIGN section 1, "records").
+"""Frozen records and enums shared by every layer.
 
 Records are pure data: ``@attrs.frozen(kw_only=True)``; change one with ``attrs.evolve``.
 Validation of untrusted input lives in `validation`.

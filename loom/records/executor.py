@@ -1,4 +1,4 @@
-"""The executor contract plugins implement (DESIGN section 5, seed 003 "Generic inject acknowledgement").
+"""The executor contract plugins implement.
 
 ``launch`` runs an attempt and returns its outcome; ``inject`` answers ``None`` (accepted
 for delivery, never consumed), raises `NotAccepting` (definitely not delivered), or raises

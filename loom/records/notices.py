@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 
 from .events import Event
+from .timers import FiringResult
 from .work import CheckpointStatus
 
 
@@ -79,6 +80,28 @@ class TimerCancelled:
 
 
 @attrs.frozen(kw_only=True)
+class TimerFired:
+    """A firing was written to a timer's ledger (accepted, skipped, refused or invalid); a repeated
+    request answered from the ledger publishes nothing."""
+
+    timer_id: str
+    revision: int
+    fire_at_ms: int
+    result: FiringResult
+
+
+@attrs.frozen(kw_only=True)
+class LeaseRecovered:
+    """An attempt whose lease expired was claimed at a higher epoch: relaunched (never handed to its
+    executor) or being recovered through its executor."""
+
+    execution_id: str
+    work_id: str
+    epoch: int
+    relaunch: bool
+
+
+@attrs.frozen(kw_only=True)
 class SubscriptionChanged:
     """A subscription was declared, installed or rearmed: a reconcile pass has something to do.
 
@@ -94,10 +117,14 @@ class Committed:
     """A batch committed (the last notice of every batch, even one that changed nothing else).
 
     ``batch`` counts the storage actor's batches since it started; ``at_ms`` is the batch's clock.
+    ``requests`` is how many requests the batch held and ``seconds`` how long its thread hop took,
+    from ``BEGIN`` to ``COMMIT`` (monotonic time, for metrics: never business time).
     """
 
     batch: int
     at_ms: int
+    requests: int = 0
+    seconds: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -114,6 +141,8 @@ Notice = (
     | EventRouted
     | TimerArmed
     | TimerCancelled
+    | TimerFired
+    | LeaseRecovered
     | SubscriptionChanged
     | Committed
     | Lagged

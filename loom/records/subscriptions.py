@@ -1,6 +1,5 @@
-"""Records for dependency subscriptions and their alias Events (seed 000 "Subscriptions"; seed 003
-"Wait registration, observation and exactly one wake" on dependent prerequisites, and "Routing and
-ownership" on cross-scope authorisation).
+"""Records for dependency subscriptions and their alias Events (docs/concepts.md,
+"Subscription"; docs/architecture.md, "Dependency subscriptions and alias Events").
 
 A Work that depends on a key another Work owns never takes that key: it subscribes to it. Each
 accepted source Event on the key becomes an *alias* Event on a key the dependent owns, derived from

@@ -1,4 +1,4 @@
-"""Records for durable timers and the recurrence contract (seed 000 "Timers", seed 004).
+"""Records for durable timers and the recurrence contract.
 
 A timer's firing identity is (timer id, revision, fire_at): a re-armed or recreated timer
 has a new one, so a stale firing request for an older identity does nothing.

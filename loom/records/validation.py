@@ -66,37 +66,41 @@ def check_text(
     if value is None and optional:
         return value  # type: ignore[return-value]
     if not isinstance(value, str):
-        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}")
+        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}", field=field)
     if not value or (strip and value.strip() != value):
-        raise InvalidRequest(f"{field} must be non-empty without surrounding whitespace: {_describe(value)}")
+        raise InvalidRequest(
+            f"{field} must be non-empty without surrounding whitespace: {_describe(value)}", field=field
+        )
     if len(value) > max_len:
-        raise InvalidRequest(f"{field} is longer than {max_len} characters")
+        raise InvalidRequest(f"{field} is longer than {max_len} characters", field=field)
     if not is_valid_unicode(value):
-        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)")
+        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field)
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise InvalidRequest(f"{field} contains control characters: {_describe(value)}")
+        raise InvalidRequest(f"{field} contains control characters: {_describe(value)}", field=field)
     return value
 
 
 def check_reason(field: str, value: object) -> str:
     """A human-readable reason: valid Unicode, not blank, at most `MAX_REASON_LEN` characters."""
     if not isinstance(value, str):
-        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}")
+        raise InvalidRequest(f"{field} must be a string, got {type(value).__name__}", field=field)
     if not value.strip():
-        raise InvalidRequest(f"{field} must be a non-empty string")
+        raise InvalidRequest(f"{field} must be a non-empty string", field=field)
     if len(value) > MAX_REASON_LEN:
-        raise InvalidRequest(f"{field} is longer than {MAX_REASON_LEN} characters")
+        raise InvalidRequest(f"{field} is longer than {MAX_REASON_LEN} characters", field=field)
     if not is_valid_unicode(value):
-        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)")
+        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field)
     return value
 
 
 def check_int(field: str, value: object, low: int, high: int) -> int:
     """An integer (not a bool, float or string) from ``low`` to ``high``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{field} must be an integer, got {type(value).__name__} {_describe(value)}")
+        raise InvalidRequest(
+            f"{field} must be an integer, got {type(value).__name__} {_describe(value)}", field=field
+        )
     if not low <= value <= high:
-        raise InvalidRequest(f"{field} must be from {low} to {high}, got {value}")
+        raise InvalidRequest(f"{field} must be from {low} to {high}, got {value}", field=field)
     return value
 
 
@@ -108,13 +112,15 @@ def check_time(field: str, value: object) -> int:
 def check_keys(field: str, keys: object) -> tuple[str, ...]:
     """A sequence of correlation keys (each `check_text` with `MAX_KEY_LEN`), as a tuple."""
     if isinstance(keys, str) or not isinstance(keys, list | tuple):
-        raise InvalidRequest(f"{field} must be a list of keys, got {type(keys).__name__}")
+        raise InvalidRequest(f"{field} must be a list of keys, got {type(keys).__name__}", field=field)
     return tuple(check_text(f"{field}[{i}]", key, max_len=MAX_KEY_LEN) for i, key in enumerate(keys))
 
 
 def validate_scope(scope: object, *, field: str = "event.scope") -> str:
     if not isinstance(scope, str) or not _SCOPE_RE.match(scope) or len(scope) > MAX_ID_LEN:
-        raise InvalidRequest(f"{field} must be a path like 'org/team/repo', got {_describe(scope)}")
+        raise InvalidRequest(
+            f"{field} must be a path like 'org/team/repo', got {_describe(scope)}", field=field
+        )
     return scope
 
 
@@ -127,44 +133,49 @@ def check_json_value(field: str, value: Any, depth: int = 1) -> None:
         return
     if isinstance(value, str):
         if not is_valid_unicode(value):
-            raise InvalidRequest(f"{field} holds a string that is not valid Unicode (a lone surrogate)")
+            raise InvalidRequest(
+                f"{field} holds a string that is not valid Unicode (a lone surrogate)", field=field
+            )
         return
     if isinstance(value, int):
         if not MIN_INT <= value <= MAX_INT:
-            raise InvalidRequest(f"{field} holds an integer outside 64 bits: {_describe(value)}")
+            raise InvalidRequest(f"{field} holds an integer outside 64 bits: {_describe(value)}", field=field)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidRequest(f"{field} holds a number JSON cannot carry: {value!r}")
+            raise InvalidRequest(f"{field} holds a number JSON cannot carry: {value!r}", field=field)
         return
     if isinstance(value, dict | list | tuple):
         if depth > MAX_PAYLOAD_DEPTH:
-            raise InvalidRequest(f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep")
+            raise InvalidRequest(f"{field} is nested more than {MAX_PAYLOAD_DEPTH} levels deep", field=field)
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
                     raise InvalidRequest(
-                        f"{field} has a {type(key).__name__} key {_describe(key)}: JSON object keys are strings"
+                        f"{field} has a {type(key).__name__} key {_describe(key)}: JSON object keys are strings",
+                        field=field,
                     )
                 if not is_valid_unicode(key):
-                    raise InvalidRequest(f"{field} has a key that is not valid Unicode (a lone surrogate)")
+                    raise InvalidRequest(
+                        f"{field} has a key that is not valid Unicode (a lone surrogate)", field=field
+                    )
                 check_json_value(f"{field}.{key}" if len(field) < 200 else field, item, depth + 1)
         else:
             for i, item in enumerate(value):
                 check_json_value(f"{field}[{i}]" if len(field) < 200 else field, item, depth + 1)
         return
-    raise InvalidRequest(f"{field} holds a {type(value).__name__}, which is not JSON data")
+    raise InvalidRequest(f"{field} holds a {type(value).__name__}, which is not JSON data", field=field)
 
 
 def payload_json(payload: object, *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """Check a JSON object (see `check_json_value`) and return its canonical JSON text, at most
     ``max_bytes`` long."""
     if not isinstance(payload, dict):
-        raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}")
+        raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}", field=field)
     check_json_value(field, payload)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
     if len(text) > max_bytes:  # ASCII-only text (non-ASCII is escaped): one byte per character
-        raise InvalidRequest(f"{field} is larger than {max_bytes} bytes as JSON ({len(text)})")
+        raise InvalidRequest(f"{field} is larger than {max_bytes} bytes as JSON ({len(text)})", field=field)
     return text
 
 
@@ -187,10 +198,13 @@ def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int
     check_text("event.delivery_id", event.delivery_id)
     if not isinstance(event.type, str) or not _TYPE_RE.match(event.type) or len(event.type) > MAX_ID_LEN:
         raise InvalidRequest(
-            f"event.type must be a dotted name like 'pr.opened', got {_describe(event.type)}"
+            f"event.type must be a dotted name like 'pr.opened', got {_describe(event.type)}",
+            field="event.type",
         )
     if event.type.startswith(CORE_PREFIX) and not allow_core:
-        raise InvalidRequest(f"event.type {event.type!r} is in the privileged core.* family")
+        raise InvalidRequest(
+            f"event.type {event.type!r} is in the privileged core.* family", field="event.type"
+        )
     validate_scope(event.scope)
     check_text("event.key", event.key, max_len=MAX_KEY_LEN, optional=True)
     check_text("event.work_id", event.work_id, optional=True)
@@ -210,13 +224,16 @@ def check_lease(field: str, lease: object) -> Lease:
     """A `Lease` whose fenced identity (execution, attempt, epoch, token) is well formed; whether it is
     still current is for the store to say (`StaleAuthority`)."""
     if not isinstance(lease, Lease):
-        raise InvalidRequest(f"{field} must be a Lease, got {type(lease).__name__}")
+        raise InvalidRequest(f"{field} must be a Lease, got {type(lease).__name__}", field=field)
     check_text(f"{field}.execution_id", lease.execution_id)
     check_int(f"{field}.attempt", lease.attempt, 1, MAX_INT)
     check_int(f"{field}.epoch", lease.epoch, 1, MAX_INT)
     check_text(f"{field}.token", lease.token, max_len=MAX_KEY_LEN)
     if not isinstance(lease.request, RunRequest):
-        raise InvalidRequest(f"{field}.request must be a RunRequest, got {type(lease.request).__name__}")
+        raise InvalidRequest(
+            f"{field}.request must be a RunRequest, got {type(lease.request).__name__}",
+            field=f"{field}.request",
+        )
     check_text(f"{field}.request.kind", lease.request.kind, optional=True)
     return lease
 
@@ -228,38 +245,51 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
     if not isinstance(outcome, Completed | Handoff | Failed | Waiting):
         raise InvalidRequest(
             f"{field} must be a Completed, Handoff, Failed or Waiting outcome, got {type(outcome).__name__} "
-            f"{_describe(outcome)}"
+            f"{_describe(outcome)}",
+            field=field,
         )
     consumed: object = outcome.consumed_inputs
     if isinstance(consumed, str) or not isinstance(consumed, list | tuple):
         raise InvalidRequest(
-            f"{field}.consumed_inputs must be a list of event ids, got {type(consumed).__name__}"
+            f"{field}.consumed_inputs must be a list of event ids, got {type(consumed).__name__}",
+            field=f"{field}.consumed_inputs",
         )
     for i, event_id in enumerate(consumed):
         check_text(f"{field}.consumed_inputs[{i}]", event_id)
     usage: object = outcome.usage
     if not isinstance(usage, Mapping):
         raise InvalidRequest(
-            f"{field}.usage must be a table of named amounts, got {type(outcome.usage).__name__}"
+            f"{field}.usage must be a table of named amounts, got {type(outcome.usage).__name__}",
+            field=f"{field}.usage",
         )
     for unit, amount in usage.items():
         check_text(f"{field}.usage key", unit)
         if isinstance(amount, bool) or not isinstance(amount, int | float) or not math.isfinite(amount):
-            raise InvalidRequest(f"{field}.usage[{unit!r}] must be a finite number, got {_describe(amount)}")
+            raise InvalidRequest(
+                f"{field}.usage[{unit!r}] must be a finite number, got {_describe(amount)}",
+                field=f"{field}.usage[{unit!r}]",
+            )
         if isinstance(amount, int) and not MIN_INT <= amount <= MAX_INT:
-            raise InvalidRequest(f"{field}.usage[{unit!r}] is outside 64 bits")
+            raise InvalidRequest(
+                f"{field}.usage[{unit!r}] is outside 64 bits", field=f"{field}.usage[{unit!r}]"
+            )
         if amount < 0:
-            raise InvalidRequest(f"{field}.usage[{unit!r}] must not be negative, got {amount!r}")
+            raise InvalidRequest(
+                f"{field}.usage[{unit!r}] must not be negative, got {amount!r}",
+                field=f"{field}.usage[{unit!r}]",
+            )
         if unit in CORE_UNITS:
             raise InvalidRequest(
-                f"{field}.usage[{unit!r}]: {unit!r} is counted by the runtime itself, not reported"
+                f"{field}.usage[{unit!r}]: {unit!r} is counted by the runtime itself, not reported",
+                field=f"{field}.usage[{unit!r}]",
             )
     if isinstance(outcome, Waiting):
         check_wait_spec(f"{field}.wait", outcome.wait)
         artifacts: object = outcome.artifacts
         if isinstance(artifacts, str) or not isinstance(artifacts, list | tuple):
             raise InvalidRequest(
-                f"{field}.artifacts must be a list of references, got {type(artifacts).__name__}"
+                f"{field}.artifacts must be a list of references, got {type(artifacts).__name__}",
+                field=f"{field}.artifacts",
             )
         for i, ref in enumerate(artifacts):
             check_text(f"{field}.artifacts[{i}]", ref, max_len=MAX_REASON_LEN)
@@ -269,7 +299,8 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
             check_int(f"{field}.retry_after_ms", outcome.retry_after_ms, 0, MAX_RETRY_AFTER_MS)
         if not isinstance(outcome.rate_limited, bool):
             raise InvalidRequest(
-                f"{field}.rate_limited must be true or false, got {_describe(outcome.rate_limited)}"
+                f"{field}.rate_limited must be true or false, got {_describe(outcome.rate_limited)}",
+                field=f"{field}.rate_limited",
             )
     return outcome
 
@@ -277,11 +308,14 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
 def check_wait_spec(field: str, spec: object) -> WaitSpec:
     """A well-formed `WaitSpec` (whether its keys belong to the Work is checked at registration)."""
     if not isinstance(spec, WaitSpec):
-        raise InvalidRequest(f"{field} must be a WaitSpec, got {type(spec).__name__}")
+        raise InvalidRequest(f"{field} must be a WaitSpec, got {type(spec).__name__}", field=field)
     check_keys(f"{field}.keys", spec.keys)
     types: object = spec.types
     if isinstance(types, str) or not isinstance(types, list | tuple):
-        raise InvalidRequest(f"{field}.types must be a list of type patterns, got {type(types).__name__}")
+        raise InvalidRequest(
+            f"{field}.types must be a list of type patterns, got {type(types).__name__}",
+            field=f"{field}.types",
+        )
     for i, pattern in enumerate(types):
         check_text(f"{field}.types[{i}]", pattern)
     if spec.after_seq is not None:

@@ -1,5 +1,4 @@
-"""Records for event waits (seed 003 "Wait registration, observation and exactly one wake"; seed 000
-"Waits", "Resume and continuation").
+"""Records for event waits.
 
 A Wait is a durable subscription of one attempt on its Work's keys: a type allowlist (empty: any
 type), an exclusive watermark (``after_seq``) and an optional timeout. Exactly one accepted Event wakes

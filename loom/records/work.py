@@ -1,5 +1,4 @@
-"""Records for Work, routing decisions, executions, leases and outcomes (seed 003:
-"Routing and ownership", "Active-event policies", "Lease recovery").
+"""Records for Work, routing decisions, executions, leases and outcomes.
 
 States are `StrEnum`s with explicit transition tables; an illegal transition raises.
 """
@@ -114,6 +113,7 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
     {
         ExecutionState.RUNNING: frozenset(
             {
+                ExecutionState.RUNNING,  # relaunched at a higher epoch: its lease expired before it was handed
                 ExecutionState.STOPPING,
                 ExecutionState.COMPLETED,
                 ExecutionState.HANDOFF,
@@ -144,8 +144,7 @@ EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
 
 
 class RetryState(enum.StrEnum):
-    """Why a ready Work may not start its next attempt yet (seed 003 "Lease recovery, retry and
-    cancellation": eligibility)."""
+    """Why a ready Work may not start its next attempt yet (eligibility)."""
 
     BACKOFF = "backoff"
     EXHAUSTED = "exhausted"

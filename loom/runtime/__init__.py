@@ -1,5 +1,5 @@
 """The runtime: `open_runtime` composes the store and the actors in one nursery and yields the
-`Runtime` handle, the public trusted host API (DESIGN section 1, "runtime")."""
+`Runtime` handle, the public trusted host API."""
 
 from ..store import as_store as as_store
 from ._base import DEFAULT_LEASE_MS as DEFAULT_LEASE_MS

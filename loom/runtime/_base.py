@@ -84,4 +84,4 @@ def member(field: str, cls: type[E], value: object) -> E | None:
         return cls(value)
     except ValueError:
         choices = ", ".join(str(m.value) for m in cls)
-        raise InvalidRequest(f"{field} must be one of {choices}, got {value!r}") from None
+        raise InvalidRequest(f"{field} must be one of {choices}, got {value!r}", field=field) from None

@@ -1,5 +1,5 @@
 """The trusted host API of the `Runtime` handle: executions for hosts that run their own executors,
-operator controls, timers, and the bounded host pass `poll` (DESIGN sections 1 and 4).
+operator controls, timers, and the bounded host pass `poll`.
 """
 
 from __future__ import annotations
@@ -29,15 +29,23 @@ from ..kernel.executions import (
     renew_in_tx,
 )
 from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
-from ..kernel.recovery import adopt_in_tx, expired_in_tx, not_adoptable_in_tx, recover_claim_in_tx
+from ..kernel.recovery import (
+    adopt_in_tx,
+    expired_in_tx,
+    not_adoptable_in_tx,
+    presented_lease_in_tx,
+    recover_claim_in_tx,
+)
 from ..kernel.replay import replay_in_tx
 from ..kernel.retry import retry_in_tx
+from ..kernel.time_floor import mark_time_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import DiagnosticKind, Event
 from ..records.timers import FireRequest, Firing, Timer, TimerSpec
 from ..records.validation import (
     MAX_INT,
+    MAX_KEY_LEN,
     MAX_LEASE_MS,
     check_int,
     check_lease,
@@ -195,6 +203,16 @@ class Host(RuntimeBase):
         )
         return execution
 
+    async def lease_for(self, execution_id: str, token: str) -> Lease:
+        """The lease of the running attempt ``execution_id``, for a caller that presents only its current
+        token (an executor's subprocess calling the service's toolbelt). The token is compared in
+        constant time; one that is not the attempt's current token (stale, another attempt's, or an
+        attempt that is not running or does not exist) is `StaleAuthority`."""
+        lookup("execution_id", execution_id)
+        check_text("token", token, max_len=MAX_KEY_LEN)
+        lease: Lease = await self._submit(presented_lease_in_tx, execution_id, token)
+        return lease
+
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
         """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""
         check_lease("lease", lease)
@@ -350,6 +368,13 @@ class Host(RuntimeBase):
             fire_timer_in_tx, request, self._p.config().causal, self._p.extensions.recurrence_policies
         )
         return firing
+
+    async def mark_time(self) -> int:
+        """Record the clock's current reading as the store's time floor (it never goes down) and return
+        the floor. A host whose clock moves only when told (``loom serve --test-clock``) records each
+        move, and starts its clock at `time_floor` after a restart, so time never runs backwards."""
+        floor: int = await self._submit(mark_time_in_tx)
+        return floor
 
     # -- the bounded host pass ------------------------------------------------------
 

@@ -67,6 +67,8 @@ async def open_runtime(
         executors=LiveCapabilities(extensions.executors),
         handlers=frozenset(extensions.handlers),
         triggers=frozenset(TRIGGER_SELECTORS),
+        kinds=extensions.work_kinds,
+        standing_handlers=extensions.standing_handlers(),
     )
     readers: list[Reader] = []
     try:

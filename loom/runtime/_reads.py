@@ -9,12 +9,13 @@ from __future__ import annotations
 import attrs
 
 from ..kernel.causal import REJECTIONS_NAMESPACE
+from ..kernel.time_floor import FLOOR, TIME_NAMESPACE
 from ..records.budgets import BudgetLedger
 from ..records.errors import NotFound
 from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
 from ..records.serde import structure
 from ..records.timers import Firing, Timer, TimerState
-from ..records.validation import MAX_SEQ, check_int
+from ..records.validation import MAX_SEQ, check_int, validate_scope
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
 from ._base import RuntimeBase, after, check_limit, lookup, member
@@ -46,15 +47,17 @@ class Reads(RuntimeBase):
         return found
 
     async def events(
-        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None
+        self, *, after_seq: int = 0, limit: int = 1000, root_id: str | None = None, type: str | None = None
     ) -> list[Event]:
-        """Accepted Events in sequence order (optionally those of one causal root)."""
+        """Accepted Events in sequence order (optionally those of one causal root, or of one type)."""
         check_limit(limit)
         check_int("after_seq", after_seq, 0, MAX_SEQ)
+        if type is not None:
+            lookup("type", type)
         if root_id is not None:
             lookup("root_id", root_id)
-            return await self._p.reader.events_of_root(root_id, after_seq, limit)
-        return await self._p.reader.events_after(after_seq, limit)
+            return await self._p.reader.events_of_root(root_id, after_seq, limit, type)
+        return await self._p.reader.events_after(after_seq, limit, type)
 
     async def checkpoint(self, event_id: str) -> Checkpoint | None:
         """The Event's routing checkpoint (``None``: not routed yet)."""
@@ -76,12 +79,23 @@ class Reads(RuntimeBase):
         return await self.work(owner)
 
     async def works(
-        self, *, state: WorkState | None = None, after_id: str = "", limit: int = 100
+        self,
+        *,
+        state: WorkState | None = None,
+        scope: str | None = None,
+        after_id: str = "",
+        limit: int = 100,
     ) -> list[Work]:
+        """Works in id order after ``after_id``; ``scope`` keeps that scope and the scopes below it."""
         check_limit(limit)
         chosen = member("state", WorkState, state)
+        if scope is not None:
+            validate_scope(scope, field="scope")
         return await self._p.reader.works(
-            state=chosen.value if chosen else None, after_id=after("after_id", after_id), limit=limit
+            state=chosen.value if chosen else None,
+            after_id=after("after_id", after_id),
+            limit=limit,
+            scope=scope,
         )
 
     async def history(self, work_id: str) -> WorkHistory:
@@ -151,13 +165,30 @@ class Reads(RuntimeBase):
         return found
 
     async def timers(
-        self, *, state: TimerState | None = None, after_id: str = "", limit: int = 100
+        self,
+        *,
+        state: TimerState | None = None,
+        work_id: str | None = None,
+        after_id: str = "",
+        limit: int = 100,
     ) -> list[Timer]:
+        """Timers in id order after ``after_id``; ``work_id`` keeps those that name the Work or that its
+        attempts armed (deadlines, derived timers)."""
         check_limit(limit)
         chosen = member("state", TimerState, state)
+        if work_id is not None:
+            lookup("work_id", work_id)
         return await self._p.reader.timers(
-            state=chosen.value if chosen else None, after_id=after("after_id", after_id), limit=limit
+            state=chosen.value if chosen else None,
+            after_id=after("after_id", after_id),
+            limit=limit,
+            work_id=work_id,
         )
+
+    async def time_floor(self) -> int | None:
+        """The latest clock reading recorded with `Runtime.mark_time` (``None``: none was)."""
+        entry = await self._p.reader.kv_get(TIME_NAMESPACE, FLOOR)
+        return int(entry.value["now_ms"]) if entry is not None else None
 
     async def firings(self, timer_id: str) -> list[Firing]:
         """The timer's firing ledger, in commit order."""

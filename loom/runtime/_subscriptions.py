@@ -1,5 +1,5 @@
 """The subscription part of the `Runtime` handle: subscribing a Work to another Work's key, the bounded
-host pass `reconcile_subscriptions`, and reads (seed 000 "Subscriptions"; DESIGN section 4).
+host pass `reconcile_subscriptions`, and reads (docs/concepts.md, "Subscription").
 
 The alias authoriser is asked here, outside storage, about the subscription as it will be stored; the
 kernel installs and backscans under that answer only if nothing changed in between.

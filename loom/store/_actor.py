@@ -1,4 +1,4 @@
-"""The storage actor: one write connection, group commit (DESIGN section 2).
+"""The storage actor: one write connection, group commit.
 
 Callers ``await storage.submit(procedure, *args)``. The actor drains its mailbox into
 a batch and runs the whole batch in one worker-thread hop::
@@ -245,6 +245,7 @@ class StorageActor:
 
     async def _run_batch(self, batch: list[_Request], batch_no: int) -> None:
         now_ms = self._clock.now_ms()
+        started = trio.current_time()
         try:
             notices = await anyio.to_thread.run_sync(
                 self._execute_until_settled, batch, now_ms, batch_no, limiter=self._limiter
@@ -284,7 +285,11 @@ class StorageActor:
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         for request in batch:
             request.done.set()
-        with_commit = [*notices, Committed(batch=batch_no, at_ms=now_ms)]
+        seconds = trio.current_time() - started
+        with_commit = [
+            *notices,
+            Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds),
+        ]
         for feed in list(self._feeds):
             if feed.commits:
                 feed._offer(with_commit)

@@ -28,7 +28,7 @@ import psycopg
 from psycopg import conninfo
 from psycopg.pq import TransactionStatus
 
-from ..records.errors import SchemaTooNew, StorageClosed, StorageError, StorageUnavailable
+from ..records.errors import InvalidRequest, SchemaTooNew, StorageClosed, StorageError, StorageUnavailable
 from ._dialect import Dialect
 from ._reader import Reader, Rows
 from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
@@ -128,6 +128,22 @@ class PostgresConnection:
         self.raw.close()
 
 
+def check_url(url: str) -> dict[str, str]:
+    """The parts of a PostgreSQL URL (or libpq conninfo); a malformed one is refused naming what is
+    wrong (the password is never repeated)."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRequest(f"a PostgreSQL store needs a postgresql:// URL, got {url!r}")
+    try:
+        parts = {k: str(v) for k, v in conninfo.conninfo_to_dict(url).items() if v is not None}
+    except psycopg.ProgrammingError as exc:
+        reason = " ".join(str(exc).replace(url, "<the URL>").split())
+        raise InvalidRequest(f"malformed PostgreSQL URL: {reason}") from None
+    port = parts.get("port", "5432")
+    if not all(p.isdigit() and 0 < int(p) < 65536 for p in port.split(",")):
+        raise InvalidRequest(f"malformed PostgreSQL URL: port must be a number from 1 to 65535, got {port!r}")
+    return parts
+
+
 @attrs.frozen(kw_only=True)
 class PostgresStore:
     """Where and how to reach a PostgreSQL database (a ``postgresql://`` URL or libpq conninfo).
@@ -138,6 +154,9 @@ class PostgresStore:
     url: str
     connect_timeout_s: int = 10
     reconnect_delays_s: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+    def __attrs_post_init__(self) -> None:
+        check_url(self.url)
 
     @property
     def in_memory(self) -> bool:

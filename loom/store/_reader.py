@@ -84,11 +84,16 @@ class Reader:
         rows = await self._all(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(rows[0]) if rows else None
 
-    async def events_after(self, seq: int, limit: int) -> list[Event]:
+    async def events_after(self, seq: int, limit: int, type: str | None = None) -> list[Event]:
+        if type is not None:
+            rows = await self._all(_sql.EVENTS_OF_TYPE_AFTER, (type, seq, limit))
+            return [_sql.event_from_row(r) for r in rows]
         return [_sql.event_from_row(r) for r in await self._all(_sql.EVENTS_AFTER, (seq, limit))]
 
-    async def events_of_root(self, root_id: str, after_seq: int, limit: int) -> list[Event]:
-        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, after_seq, limit))
+    async def events_of_root(
+        self, root_id: str, after_seq: int, limit: int, type: str | None = None
+    ) -> list[Event]:
+        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, type, type, after_seq, limit))
         return [_sql.event_from_row(r) for r in rows]
 
     async def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
@@ -133,19 +138,48 @@ class Reader:
             wait[0][0] if wait else None,
         )
 
-    async def works(self, *, state: str | None, after_id: str, limit: int) -> list[Work]:
-        if state is None:
-            rows = await self._all(f"{_sql.WORK_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
-        else:
-            rows = await self._all(
-                f"{_sql.WORK_SELECT} WHERE state = ? AND id > ? ORDER BY id LIMIT ?", (state, after_id, limit)
+    async def works(
+        self, *, state: str | None, after_id: str, limit: int, scope: str | None = None
+    ) -> list[Work]:
+        """Works in id order after ``after_id``; ``scope``: that scope and the scopes below it."""
+        where = "id > ?"
+        params: tuple[Any, ...] = (after_id,)
+        if state is not None:
+            where += " AND state = ?"
+            params += (state,)
+        if scope is not None:
+            where += " AND (scope = ? OR substr(scope, 1, ?) = ?)"
+            params += (scope, len(scope) + 1, scope + "/")
+        # one snapshot of five queries for the whole page, however long it is
+        page = f"SELECT id FROM works WHERE {where} ORDER BY id LIMIT ?"
+        args = (*params, limit)
+        rows, keys, pending, live, waits = await self._snapshot(
+            [
+                (f"{_sql.WORK_SELECT} WHERE {where} ORDER BY id LIMIT ?", args),
+                (_sql.PAGE_KEYS.format(page=page), args),
+                (_sql.PAGE_PENDING.format(page=page), args),
+                (_sql.PAGE_LIVE_EXECUTIONS.format(page=page), args),
+                (_sql.PAGE_OPEN_WAITS.format(page=page), args),
+            ]
+        )
+        keys_of: dict[str, list[str]] = {}
+        for work_id, key in keys:
+            keys_of.setdefault(work_id, []).append(key)
+        pending_of: dict[str, list[str]] = {}
+        for work_id, event_id in pending:
+            pending_of.setdefault(work_id, []).append(event_id)
+        live_of = {row[0]: row[1:] for row in live}
+        wait_of = {work_id: wait_id for work_id, wait_id in waits}
+        return [
+            _sql.work_from_row(
+                row,
+                tuple(keys_of.get(row[0], ())),
+                tuple(pending_of.get(row[0], ())),
+                live_of.get(row[0]),
+                wait_of.get(row[0]),
             )
-        out = []
-        for row in rows:
-            work = await self.work(row[0])
-            if work is not None:
-                out.append(work)
-        return out
+            for row in rows
+        ]
 
     async def key_owner(self, key: str) -> str | None:
         rows = await self._all(_sql.KEY_OWNER, (key,))
@@ -186,10 +220,16 @@ class Reader:
         rows = await self._all(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(rows[0]) if rows else None
 
-    async def timers(self, *, state: str | None, after_id: str, limit: int) -> list[Timer]:
+    async def timers(
+        self, *, state: str | None, after_id: str, limit: int, work_id: str | None = None
+    ) -> list[Timer]:
+        """Timers in id order after ``after_id``; ``work_id``: those that name the Work or that its
+        attempts armed (deadlines, derived timers)."""
         rows = await self._all(
-            f"{_sql.TIMER_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND id > ? ORDER BY id LIMIT ?",
-            (state, state, after_id, limit),
+            f"{_sql.TIMER_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND id > ?"
+            " AND (CAST(? AS TEXT) IS NULL OR work_id = ?"
+            " OR execution_id IN (SELECT id FROM executions WHERE work_id = ?)) ORDER BY id LIMIT ?",
+            (state, state, after_id, work_id, work_id, work_id, limit),
         )
         return [_sql.timer_from_row(r) for r in rows]
 

@@ -32,7 +32,11 @@ EVENT_COLUMNS = (
 EVENT_BY_ID = f"SELECT {EVENT_COLUMNS} FROM events WHERE id = ?"
 EVENT_BY_DELIVERY = f"SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND delivery_id = ?"
 EVENTS_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
-EVENTS_OF_ROOT = f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+EVENTS_OF_TYPE_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE type = ? AND seq > ? ORDER BY seq LIMIT ?"
+EVENTS_OF_ROOT = (
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
+    " ORDER BY seq LIMIT ?"
+)
 EVENT_COUNT = "SELECT count(*) FROM events"
 KV_GET = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? AND key = ?"
 KV_LIST = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? ORDER BY key LIMIT ?"
@@ -84,6 +88,16 @@ OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
 WORK_PENDING = f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
 WORK_LIVE_EXECUTION = f"SELECT id, state FROM executions WHERE work_id = ? AND state IN {LIVE}"
 WORK_OPEN_WAIT = "SELECT id FROM waits WHERE work_id = ? AND state IN ('active', 'blocked')"
+# the same, for every Work of a page (``{page}``: a query of the page's ids, which the caller fills in)
+PAGE_KEYS = "SELECT work_id, key FROM work_keys WHERE work_id IN ({page}) ORDER BY work_id, attached_seq, key"
+PAGE_PENDING = (
+    f"SELECT work_id, event_id FROM work_inputs WHERE state = '{InputState.PENDING.value}'"
+    " AND work_id IN ({page}) ORDER BY work_id, seq"
+)
+PAGE_LIVE_EXECUTIONS = (
+    f"SELECT work_id, id, state FROM executions WHERE state IN {LIVE} AND work_id IN ({{page}})"
+)
+PAGE_OPEN_WAITS = "SELECT work_id, id FROM waits WHERE state IN ('active', 'blocked') AND work_id IN ({page})"
 CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
     " generation, at_ms"

@@ -1,4 +1,4 @@
-"""Cron and calendar recurrence: the built-in ``schedule`` plugin (DESIGN section 5; seed 000 "Timers").
+"""Cron and calendar recurrence: the built-in ``schedule`` plugin.
 
 Core supplies calendar recurrence as a hook: a recurring timer stores an opaque spec, and when it
 fires, core asks the policy registered for its kind what to do. This package is that policy, as
@@ -24,8 +24,9 @@ Defaults, and what they mean:
   always in the future, however far the clock jumped.
 * ``overlap="skip"``: an occurrence due while the previous run is still going is skipped;
   ``"buffer_one"`` keeps one to start when the run ends; ``"allow_all"`` keeps every one. (On a
-  runtime, the ``schedule`` route handler runs a schedule as one standing Work, which runs one
-  attempt at a time: kept occurrences wait as its input, and the next attempt takes them all.)
+  runtime, the ``schedule`` route handler runs a schedule as one standing Work, of the built-in
+  standing kind ``schedule`` unless the route names another standing kind, which runs one attempt
+  at a time: kept occurrences wait as its input, and the next attempt takes them all.)
 
 Occurrence identity is deterministic: ``occurrence_id(schedule_id, occurrence_ms)`` is
 ``f"{schedule_id}@{occurrence_ms}"``, so a replayed or duplicated firing names the same occurrence.
@@ -50,6 +51,7 @@ from .instants import occurrence_id as occurrence_id
 from .instants import occurrences as occurrences
 from .instants import previous_occurrence as previous_occurrence
 from .policy import MAX_COUNTED_SKIPS as MAX_COUNTED_SKIPS
+from .policy import SCHEDULE_KIND as SCHEDULE_KIND
 from .policy import FiringPlan as FiringPlan
 from .policy import OverlapAction as OverlapAction
 from .policy import PlanPolicy as PlanPolicy
@@ -57,6 +59,7 @@ from .policy import calendar_policy as calendar_policy
 from .policy import cron_policy as cron_policy
 from .policy import loom_recurrence_policies as loom_recurrence_policies
 from .policy import loom_route_handlers as loom_route_handlers
+from .policy import loom_work_kinds as loom_work_kinds
 from .policy import overlap_decision as overlap_decision
 from .policy import plan_firing as plan_firing
 from .policy import schedule_handler as schedule_handler

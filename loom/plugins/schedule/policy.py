@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 
+from ...config.model import WorkKindPolicy
 from ...records.errors import InvalidRequest
 from ...records.events import Event
 from ...records.ids import stable_id
@@ -186,8 +187,16 @@ def loom_recurrence_policies() -> Mapping[str, RecurrencePolicy]:
     return {"cron": _core_policy(cron_policy), "calendar": _core_policy(calendar_policy)}
 
 
+SCHEDULE_KIND = "schedule"
+"""The standing Work kind a ``schedule`` route's Work takes when the route names none."""
+
+
 def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) -> Decision:
     """Route handler ``schedule``: one standing Work per schedule, with the overlap policy.
+
+    Each occurrence is a run: the Work is standing (a completed run leaves it ready for the next
+    occurrence). A route without ``work_kind`` uses the built-in standing kind ``schedule``; a route
+    that names a kind must name a standing one, or the configuration is refused.
 
     An occurrence for a schedule whose previous run is still going is delivered (allow all),
     delivered as the one buffered run (buffer one), or dropped (skip). A delivered occurrence gets
@@ -210,13 +219,24 @@ def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) ->
     if work is not None:
         return Deliver(work_id=work.id, attach_keys=(key,))
     return Deliver(
-        work_id=stable_id("wk", scope, key), create=True, attach_keys=(key,), kind=route.route.work_kind
+        work_id=stable_id("wk", scope, key),
+        create=True,
+        attach_keys=(key,),
+        kind=route.route.work_kind or SCHEDULE_KIND,
     )
+
+
+schedule_handler.standing_work_kind = SCHEDULE_KIND  # type: ignore[attr-defined]
 
 
 @hookimpl
 def loom_route_handlers() -> Mapping[str, Any]:
     return {"schedule": schedule_handler}
+
+
+@hookimpl
+def loom_work_kinds() -> Mapping[str, WorkKindPolicy]:
+    return {SCHEDULE_KIND: WorkKindPolicy(standing=True)}
 
 
 def schedule_key(schedule_id: str) -> str:

@@ -1,5 +1,4 @@
-"""Causal bounds: depth, per-root per-minute rate, replay and the clock (seed 003, "Causal bounds and
-rejection evidence")."""
+"""Causal bounds: depth, per-root per-minute rate, replay and the clock."""
 
 from __future__ import annotations
 

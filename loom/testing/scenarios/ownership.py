@@ -1,5 +1,5 @@
 """Work identity and scopes: uncorrelated Events, terminal Work and successors, scope inheritance,
-unmatched and contradictory targets (seed 003, "Routing and ownership")."""
+unmatched and contradictory targets."""
 
 from __future__ import annotations
 

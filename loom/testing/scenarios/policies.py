@@ -1,5 +1,5 @@
 """Active-event policies: explicit fallbacks for unsupported controls, and completion against
-injection (seed 003, "Active-event policies and acknowledgements", "Generic inject acknowledgement")."""
+injection."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Lease recovery and adoption, retry with backoff, and the cancellation orders of retry and recovery
-(seed 003 "Lease recovery, retry and cancellation").
+.
 
 Work runs under the test executor ``fake``. A lease is lost by moving the clock to its expiry (the
 runtime's own renewal then fails too: expiry is exclusive); the recovery actor takes the attempt from

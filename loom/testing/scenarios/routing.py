@@ -1,5 +1,5 @@
 """Routing and ownership: concurrent correlation, independent progress, first match and drop audit,
-multi-key attachment and per-Work order (seed 003, "Routing and ownership")."""
+multi-key attachment and per-Work order."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Dependency subscriptions and alias Events (seed 003 "Wait registration, observation and exactly one
-wake" on dependent prerequisites, "Routing and ownership" on cross-scope authorisation; seed 000
-"Subscriptions").
+"""Dependency subscriptions and alias Events (docs/concepts.md, "Subscription").
 
 Work runs under the test executor ``fake``. The scenario reads aliases back as the Events whose source
 is the subscription's ``namespace/id``. Its cross-scope step expects no authorisation: run it with no

@@ -1,5 +1,5 @@
 """Event waits: registration in both orders, the timeout tie, cancellation orders, watermarks, and
-resume against attempt N+1 (seed 003 "Wait registration, observation and exactly one wake").
+resume against attempt N+1.
 
 Work runs under the test executor ``fake``: a scenario finishes a launch with a `Waiting` outcome to
 park it (or end it, without the resume capability), and observes the continuation as the fake's next

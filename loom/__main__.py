@@ -1,0 +1,5 @@
+"""``python -m loom``: the ``loom`` command line."""
+
+from .service.cli import main
+
+main()

@@ -1,0 +1,125 @@
+"""The shell executor's process plumbing: a process as /proc shows it (start time, boot id), the
+wrapper's status and output files, and waiting for an exit through a pidfd (docs/plugins.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..records.work import Completed, Failed, Outcome
+
+TAIL_BYTES = 2000
+"""How much of the end of stderr a failure reports."""
+
+
+# -- the process, as /proc shows it ---------------------------------------------------------------
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), or ``None``
+    when there is no such process. With the boot id it names one process for good: a pid is reused,
+    a (pid, start time) pair is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces or parentheses itself
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(0, os.SEEK_END)
+            size = file.tell()
+            file.seek(max(size - TAIL_BYTES, 0))
+            data = file.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").strip()
+    return ("..." + text) if size > TAIL_BYTES else text
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except OSError:
+        return []
+
+
+def _read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        status = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return status if isinstance(status, dict) and isinstance(status.get("exit"), int) else None
+
+
+def _outcome(directory: Path, status: dict[str, Any] | None, acked: list[str], interrupted: bool) -> Outcome:
+    """The attempt's outcome from the wrapper's status file (``None``: the wrapper itself was killed)."""
+    if status is not None and status["exit"] == 0 and not interrupted:
+        return Completed(consumed_inputs=tuple(acked))
+    if status is None:
+        how = "it was killed before it recorded an exit status"
+    elif "error" in status:
+        how = str(status["error"])
+    elif isinstance(status.get("signal"), int):
+        how = f"killed by signal {status['signal']}"
+    else:
+        how = f"exit status {status['exit']}"
+    stderr = _tail(directory / "stderr")
+    error = f"{'interrupted; ' if interrupted else ''}{how}" + (f"; stderr: {stderr}" if stderr else "")
+    return Failed(error=error, consumed_inputs=tuple(acked))
+
+
+def _write_new(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def _inbox_ids(folder: Path) -> list[str]:
+    ids = []
+    for line in _read_lines(folder / "inbox.jsonl"):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            ids.append(entry["id"])
+    return ids
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid`` (it stays bound to that process, so the start time read after it is the
+    process it watches), or ``None`` when there is no such process."""
+    if pid <= 0 or not hasattr(os, "pidfd_open"):
+        return None
+    try:
+        return os.pidfd_open(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+async def _wait_exit(pidfd: int) -> None:
+    await trio.lowlevel.wait_readable(pidfd)  # readable once the process has exited
+
+
+def _reap(pid: int) -> None:
+    """Reap the process if it is this process's own child (a runtime reopened in the same program)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

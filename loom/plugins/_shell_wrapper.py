@@ -1,0 +1,57 @@
+"""The shell executor's wrapper: runs one command and records how it ended.
+
+Run as ``python _shell_wrapper.py STATUS_FILE CWD ARGV...`` (by path, so it imports nothing of loom;
+an empty CWD keeps the current directory). It starts the command, forwards SIGTERM, SIGINT and SIGHUP to it, waits for it, and writes
+``{"exit": N}`` (or ``{"exit": 128 + S, "signal": S}``, or ``{"exit": 127, "error": ...}`` when the
+command cannot start) to STATUS_FILE atomically before it exits with the same status. A loom that
+restarted while the command ran is not its parent and cannot wait for it, so it reads this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+
+def _write(path: str, status: dict[str, Any]) -> None:
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as file:
+        json.dump(status, file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(partial, path)
+
+
+def main(argv: list[str]) -> int:
+    status_path, cwd, command = argv[0], argv[1] or None, argv[2:]
+    try:
+        child = subprocess.Popen(command, cwd=cwd)
+    except OSError as exc:
+        where = f" in {cwd!r}" if cwd else ""
+        _write(
+            status_path, {"exit": 127, "error": f"cannot run {command[0]!r}{where}: {exc.strerror or exc}"}
+        )
+        return 127
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+    code = child.wait()
+    if code < 0:
+        _write(status_path, {"exit": 128 - code, "signal": -code})
+        return 128 - code
+    _write(status_path, {"exit": code})
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

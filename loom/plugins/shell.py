@@ -1,0 +1,410 @@
+"""The shell executor: runs each attempt as a subprocess.
+
+A binding names the command and, optionally, its environment, working directory and timings::
+
+    [scopes.ops.bindings.build]
+    executor = "shell"
+    capabilities = ["inject", "interrupt", "adopt"]
+    config = { command = ["make", "release"], env = { CI = "1" }, cwd = "/srv/app", grace_s = 10 }
+
+Each attempt gets a directory of its own under the executor's ``state_dir`` holding ``request.json``
+(the attempt, its trigger and inputs), ``inbox.jsonl`` (injected input), ``ack`` (the process
+acknowledges), ``token`` (its current bearer token), ``stdout``, ``stderr`` and ``status.json``. The
+process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION_ID`` and
+``LOOM_TOKEN`` for calling the toolbelt over HTTP (see `environment`).
+
+* Exit status 0 completes the attempt (the injected inputs the process acknowledged count as
+  consumed); any other status fails it, with the status and the tail of its stderr.
+* ``inject`` appends ``{"id": <event id>, "event": {...}}`` as one JSON line to the inbox and waits
+  until the process writes that id as a line of the ack file: then it is accepted. A process that has
+  exited does not accept; one that stays silent past ``ack_timeout_s`` leaves the answer ambiguous
+  (the runtime tries the same Event again, so a process should ignore an id it has seen).
+* ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the process group, and
+  returns once the process is gone.
+* The process runs in a session of its own, through a small wrapper that records its exit status.
+  When the runtime closes or dies while it runs, it goes on: the runtime's next open recovers the
+  attempt, and `ShellExecutor.recover` adopts the process by its pinned pid and start time (read from
+  ``/proc/<pid>/stat``, so a recycled pid is never mistaken for it), or says it cannot
+  (`NotAdoptable`): the attempt then fails and its retry policy applies. ``on_close = "stop"`` in the
+  binding config stops the process instead when the runtime closes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from ..records.errors import InvalidRequest, NotAccepting, NotAdoptable
+from ..records.events import Event
+from ..records.executor import Toolbelt
+from ..records.serde import unstructure
+from ..records.work import Failed, Outcome, RunRequest
+from ._manager import hookimpl
+from ._shell_process import (
+    _inbox_ids,
+    _open_pidfd,
+    _outcome,
+    _read_lines,
+    _read_status,
+    _reap,
+    _wait_exit,
+    _write_new,
+    boot_id,
+    process_start_time,
+)
+
+WRAPPER = str(Path(__file__).with_name("_shell_wrapper.py"))
+DEFAULT_GRACE_S = 10.0
+DEFAULT_ACK_TIMEOUT_S = 30.0
+MAX_SECONDS = 24 * 3600.0
+POLL_S = 0.02
+"""How often the ack file is read while an inject waits (a file has no readiness to wait on)."""
+
+_CONFIG_KEYS = ("command", "env", "cwd", "grace_s", "ack_timeout_s", "on_close")
+
+
+@attrs.frozen(kw_only=True)
+class ShellConfig:
+    """A binding's config, checked: `read_config` names the bad key."""
+
+    command: tuple[str, ...]
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cwd: str | None = None
+    grace_s: float = DEFAULT_GRACE_S
+    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
+    stop_on_close: bool = False
+
+
+def _seconds(config: Mapping[str, Any], key: str, default: float) -> float:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SECONDS:
+        raise InvalidRequest(f"shell executor: config.{key} must be seconds from 0 to {MAX_SECONDS:g}")
+    return float(value)
+
+
+def read_config(config: Mapping[str, Any]) -> ShellConfig:
+    """The binding's config as a `ShellConfig`, or `InvalidRequest` naming the key that is wrong."""
+    unknown = sorted(set(config) - set(_CONFIG_KEYS))
+    if unknown:
+        raise InvalidRequest(
+            f"shell executor: unknown config key {unknown[0]!r}; expected some of: {', '.join(_CONFIG_KEYS)}"
+        )
+    command = config.get("command")
+    if (
+        not isinstance(command, list | tuple)
+        or not command
+        or not all(isinstance(part, str) and part for part in command)
+    ):
+        raise InvalidRequest(
+            'shell executor: config.command must be a non-empty list of strings, e.g. ["make", "test"]'
+        )
+    env = config.get("env", {})
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+    ):
+        raise InvalidRequest("shell executor: config.env must be a table of names to strings")
+    cwd = config.get("cwd")
+    if cwd is not None and (not isinstance(cwd, str) or not cwd):
+        raise InvalidRequest("shell executor: config.cwd must be a directory path")
+    on_close = config.get("on_close", "leave")
+    if on_close not in ("leave", "stop"):
+        raise InvalidRequest('shell executor: config.on_close must be "leave" or "stop"')
+    return ShellConfig(
+        command=tuple(command),
+        env=dict(env),
+        cwd=cwd,
+        grace_s=_seconds(config, "grace_s", DEFAULT_GRACE_S),
+        ack_timeout_s=_seconds(config, "ack_timeout_s", DEFAULT_ACK_TIMEOUT_S),
+        stop_on_close=on_close == "stop",
+    )
+
+
+def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
+    """Start the wrapper (which starts the command) in a session of its own; its pid."""
+    create = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    return os.posix_spawn(
+        sys.executable,
+        [sys.executable, WRAPPER, str(directory / "status.json"), config.cwd or "", *config.command],
+        env,
+        file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, str(directory / "stdout"), create, 0o600),
+            (os.POSIX_SPAWN_OPEN, 2, str(directory / "stderr"), create, 0o600),
+        ],
+        setsid=True,
+    )
+
+
+@attrs.define(eq=False)
+class _Running:
+    directory: Path
+    pid: int
+    config: ShellConfig
+    exited: trio.Event = attrs.Factory(trio.Event)
+    interrupted: bool = False
+    written: set[str] = attrs.Factory(set)
+    acked: list[str] = attrs.Factory(list)
+
+    def read_acks(self) -> None:
+        for line in _read_lines(self.directory / "ack"):
+            if line and line in self.written and line not in self.acked:
+                self.acked.append(line)
+
+
+def environment(directory: Path, request: RunRequest, token: str, url: str | None) -> dict[str, str]:
+    """What the process finds in its environment besides the binding's ``env``."""
+    env = {
+        "LOOM_EXECUTION_ID": request.execution_id,
+        "LOOM_WORK_ID": request.work_id,
+        "LOOM_ATTEMPT": str(request.attempt),
+        "LOOM_TOKEN": token,
+        "LOOM_TOKEN_FILE": str(directory / "token"),
+        "LOOM_REQUEST": str(directory / "request.json"),
+        "LOOM_INBOX": str(directory / "inbox.jsonl"),
+        "LOOM_ACK": str(directory / "ack"),
+        "LOOM_DIR": str(directory),
+    }
+    if url:
+        env["LOOM_URL"] = url
+    return env
+
+
+def _request_json(request: RunRequest) -> str:
+    data = {
+        "execution_id": request.execution_id,
+        "work_id": request.work_id,
+        "attempt": request.attempt,
+        "scope": request.scope,
+        "kind": request.kind,
+        "binding": request.binding,
+        "resumed": request.resumed,
+        "trigger": _event_json(request.trigger) if request.trigger is not None else None,
+        "inputs": [_event_json(event) for event in request.inputs],
+    }
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def _event_json(event: Event) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(json.dumps(unstructure(event), default=_plain))
+    return data
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple | list):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+class ShellExecutor:
+    """Executor ``shell`` (built in). Register another instance with ``plugins=[ShellExecutor(...)]``
+    to choose its ``state_dir`` or ``url``; one registered later under the same name replaces it."""
+
+    capabilities = frozenset({"inject", "interrupt", "adopt"})
+
+    def __init__(self, name: str = "shell", *, state_dir: str | Path | None = None, url: str | None = None):
+        self.name = name
+        self.state_dir = Path(state_dir) if state_dir is not None else None
+        self.url = url
+        """The HTTP address the process is given as ``LOOM_URL`` (default: this process's ``LOOM_URL``)."""
+        self._running: dict[str, _Running] = {}
+
+    @hookimpl
+    def loom_executors(self) -> Mapping[str, Any]:
+        return {self.name: self}
+
+    def _root(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        return Path(tempfile.gettempdir()) / f"loom-shell-{os.getuid()}"
+
+    # -- launch ---------------------------------------------------------------------------------------
+
+    async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        try:
+            config = read_config(request.config)
+        except InvalidRequest as exc:
+            return Failed(error=str(exc))
+        token = toolbelt.lease.token
+        url = self.url or os.environ.get("LOOM_URL")
+        directory = await trio.to_thread.run_sync(self._prepare, request, token)
+        env = {**os.environ, **config.env, **environment(directory, request, token, url)}
+        try:
+            pid = _spawn(directory, config, env)
+        except OSError as exc:
+            return Failed(error=f"shell executor: cannot start {config.command[0]!r}: {exc}")
+        pidfd = os.pidfd_open(pid)
+        running = _Running(directory, pid, config)
+        self._running[request.execution_id] = running
+        try:
+            try:
+                await toolbelt.pin(
+                    {
+                        "pid": pid,
+                        "start_time": process_start_time(pid),
+                        "boot_id": boot_id(),
+                        "dir": str(directory),
+                    }
+                )
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._stop(running, pidfd)
+                    _reap(pid)
+                raise
+            try:
+                await _wait_exit(pidfd)
+            except trio.Cancelled:
+                if config.stop_on_close:
+                    with trio.CancelScope(shield=True):
+                        await self._stop(running, pidfd)
+                        _reap(pid)
+                raise  # otherwise it goes on; the next open adopts it
+            _reap(pid)
+            return await self._finish(running)
+        finally:
+            os.close(pidfd)
+            running.exited.set()
+            self._running.pop(request.execution_id, None)
+
+    def _prepare(self, request: RunRequest, token: str) -> Path:
+        root = self._root()
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix=f"{request.execution_id}-", dir=root))
+        (directory / "request.json").write_text(_request_json(request), encoding="utf-8")
+        (directory / "inbox.jsonl").touch()
+        (directory / "ack").touch()
+        _write_new(directory / "token", token)
+        return directory
+
+    async def _finish(self, running: _Running) -> Outcome:
+        running.read_acks()
+        status = _read_status(running.directory / "status.json")
+        return _outcome(running.directory, status, running.acked, running.interrupted)
+
+    # -- inject ---------------------------------------------------------------------------------------
+
+    async def inject(self, execution_id: str, event: Event) -> None:
+        """Accepted once the process acknowledges the id; `NotAccepting` if it is not running here or
+        exits first; ambiguous (`TimeoutError`) if it stays silent for ``ack_timeout_s``."""
+        running = self._running.get(execution_id)
+        if running is None or running.exited.is_set():
+            raise NotAccepting(f"execution {execution_id} is not running in the shell executor")
+        running.read_acks()
+        if event.id in running.acked:
+            return
+        if event.id not in running.written:
+            line = json.dumps({"id": event.id, "event": _event_json(event)}, sort_keys=True) + "\n"
+            with (running.directory / "inbox.jsonl").open("a", encoding="utf-8") as inbox:
+                inbox.write(line)
+            running.written.add(event.id)
+        with trio.move_on_after(running.config.ack_timeout_s):
+            while True:
+                running.read_acks()
+                if event.id in running.acked:
+                    return
+                if running.exited.is_set():
+                    raise NotAccepting(f"execution {execution_id} exited before it acknowledged {event.id}")
+                with trio.move_on_after(POLL_S):
+                    await running.exited.wait()
+        raise TimeoutError(
+            f"execution {execution_id} did not acknowledge {event.id} within {running.config.ack_timeout_s:g}s"
+        )
+
+    # -- interrupt ------------------------------------------------------------------------------------
+
+    async def interrupt(self, execution_id: str) -> None:
+        """SIGTERM, then SIGKILL after the grace period; returns once the process has exited."""
+        running = self._running.get(execution_id)
+        if running is None:
+            return
+        running.interrupted = True
+        await self._stop(running, None)
+
+    async def _stop(self, running: _Running, pidfd: int | None) -> None:
+        """SIGTERM to the wrapper (it passes it on and records the status), SIGKILL to the whole group
+        after the grace period; until it has exited (watched on ``pidfd`` by the caller's own task, or
+        through the task watching it)."""
+        try:
+            os.kill(running.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        with trio.move_on_after(running.config.grace_s):
+            await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
+            return
+        try:
+            os.killpg(running.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
+
+    # -- recover --------------------------------------------------------------------------------------
+
+    async def recover(self, request: RunRequest, toolbelt: Toolbelt, metadata: Mapping[str, Any]) -> Outcome:
+        """Adopt the attempt's process after a restart: verified by pid, start time and boot id, then
+        watched to its exit; one that already ended is read from its status file. `NotAdoptable` when
+        neither can be verified."""
+        pid, start_time, directory = metadata.get("pid"), metadata.get("start_time"), metadata.get("dir")
+        if not isinstance(pid, int) or not isinstance(start_time, int) or not isinstance(directory, str):
+            raise NotAdoptable(
+                "the shell executor pinned no process for this attempt (no pid, start time or dir)"
+            )
+        try:
+            config = read_config(request.config)
+        except InvalidRequest as exc:
+            raise NotAdoptable(str(exc)) from None
+        folder = Path(directory)
+        same_boot = metadata.get("boot_id") in (None, "", boot_id())
+        running = _Running(folder, pid, config)
+        running.written.update(_inbox_ids(folder))
+        pidfd = _open_pidfd(pid) if same_boot else None
+        try:
+            if pidfd is None or process_start_time(pid) != start_time:
+                status = _read_status(folder / "status.json")
+                if status is None:
+                    why = "the machine restarted since" if not same_boot else f"process {pid} is gone"
+                    raise NotAdoptable(f"{why} and left no exit status in {folder}")
+                await toolbelt.adopt()
+                running.read_acks()
+                return _outcome(folder, status, running.acked, interrupted=False)
+            await toolbelt.adopt()
+            _write_new(folder / "token", toolbelt.lease.token)
+            self._running[request.execution_id] = running
+            try:
+                await _wait_exit(pidfd)
+                _reap(pid)
+                return await self._finish(running)
+            except trio.Cancelled:
+                if config.stop_on_close:
+                    with trio.CancelScope(shield=True):
+                        await self._stop(running, pidfd)
+                        _reap(pid)
+                raise
+            finally:
+                running.exited.set()
+                self._running.pop(request.execution_id, None)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+
+def default_executor() -> ShellExecutor:
+    """The built-in ``shell`` executor (set its ``url`` or ``state_dir`` before opening a runtime)."""
+    return _DEFAULT
+
+
+_DEFAULT = ShellExecutor()
+
+
+@hookimpl
+def loom_executors() -> Mapping[str, Any]:
+    return {_DEFAULT.name: _DEFAULT}

@@ -1,0 +1,226 @@
+"""The HTTP JSON API of ``loom serve`` (Starlette): a table of operations over the `Runtime` host API
+(docs/http-api.md). The service has no semantics of its own: each operation parses, calls the runtime
+and renders; the OpenAPI document (`_openapi`) is generated from the same table."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from ..records.clock import ManualClock
+from ..records.validation import MAX_LEASE_MS, MAX_RETRY_AFTER_MS, MAX_SEQ, MAX_TIME_MS
+from ..runtime import Runtime
+from . import _handlers as handlers
+from . import _tool_handlers as tools
+from . import _web
+from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, work_view
+from ._metrics import Metrics
+from ._openapi import document
+from ._ops import Call, Op, Query, Service, bearer_token, read_body
+from ._tool_handlers import CLOCK_FIELDS, OUTCOMES
+from ._wire import (
+    CAUSAL,
+    CONFLICT,
+    LOOKUP,
+    MAX_BODY_BYTES,
+    METHOD,
+    NOT_FOUND,
+    REASON_TEXT,
+    SCOPE,
+    TEXT,
+    UNAVAILABLE,
+    Field,
+    HTTPError,
+    classify,
+    error_body,
+    error_response,
+    json_response,
+    parse_body,
+)
+from ._wire import INTERNAL as INTERNAL
+
+log = logging.getLogger("loom.service")
+
+
+async def openapi(s: Service, call: Call) -> Response:
+
+    return json_response(document(OPS, test_clock=s.clock is not None))
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+_WORK_STATES = ("ready", "running", "waiting", "completed", "cancelled", "failed")
+_TIMER_STATES = ("armed", "fired", "cancelled", "disabled", "invalid")
+LIMIT = Query(
+    name="limit",
+    kind="integer",
+    doc="page size, 1 to 1000 (default 100)",
+    schema={"minimum": 1, "maximum": 1000},
+)
+_TOOL_ERRORS = (NOT_FOUND, CONFLICT)
+
+OPS: tuple[Op, ...] = (
+    Op(method="GET", path="/healthz", handler=tools.healthz, summary="Liveness: the store answers", tag="service",
+       errors=(UNAVAILABLE,)),
+    Op(method="GET", path="/metrics", handler=tools.metrics, summary="Prometheus metrics", tag="service",
+       media="text/plain"),
+    Op(method="GET", path="/openapi.json", handler=openapi, summary="This document", tag="service"),
+    Op(method="POST", path="/events", handler=handlers.post_event, summary="Accept an Event (exactly once)",
+       tag="events", body=EVENT_FIELDS, prefixes=("event.",), ok=(201, 200)),
+    Op(method="GET", path="/events", handler=handlers.list_events, summary="Accepted Events in sequence order",
+       tag="events", query=(
+           Query(name="after", kind="integer", doc="only Events after this sequence",
+                 schema={"minimum": 0, "maximum": MAX_SEQ}),
+           LIMIT,
+           Query(name="type", kind="string", doc="only Events of this type"),
+       )),
+    Op(method="GET", path="/events/{event_id:path}", handler=handlers.get_event,
+       summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
+    Op(method="GET", path="/work", handler=handlers.list_work, summary="Work, by id", tag="work",
+       renames={"after_id": "after"}, query=(
+        Query(name="scope", kind="string", doc="only this scope and the scopes below it", schema=SCOPE),
+        Query(name="state", kind="string", doc="only Work in this state", choices=_WORK_STATES),
+        Query(name="after", kind="string", doc="only Work whose id sorts after this"),
+        LIMIT,
+    )),
+    Op(method="GET", path="/work/by-key/{key:path}", handler=handlers.work_by_key,
+       summary="The Work that owns a key, with its history", tag="work", errors=(NOT_FOUND,)),
+    Op(method="POST", path="/work/{work_id:path}/hold", handler=handlers.hold, summary="Hold: no attempt starts",
+       tag="controls", body=(attrs.evolve(REASON, required=True),), errors=(NOT_FOUND, CONFLICT)),
+    Op(method="POST", path="/work/{work_id:path}/release", handler=handlers.release, summary="Release a hold",
+       tag="controls", body=(), body_required=False, errors=(NOT_FOUND, CONFLICT)),
+    Op(method="POST", path="/work/{work_id:path}/cancel", handler=handlers.cancel, summary="Cancel (terminal)",
+       tag="controls", body=(), body_required=False, errors=(NOT_FOUND, CONFLICT)),
+    Op(method="POST", path="/work/{work_id:path}/interrupt", handler=handlers.interrupt,
+       summary="Interrupt the running attempt", tag="controls", body=(REASON, REQUEST_ID),
+       body_required=False, errors=(NOT_FOUND, CONFLICT)),
+    Op(method="POST", path="/work/{work_id:path}/retry", handler=handlers.retry, summary="Start the next attempt now",
+       tag="controls", body=(REASON, REQUEST_ID), body_required=False, errors=(NOT_FOUND, CONFLICT)),
+    Op(method="POST", path="/work/{work_id:path}/replay", handler=handlers.replay,
+       summary="Route again one of the Work's Events that stayed unrouted", tag="controls",
+       body=(Field("event_id", "string", required=True, schema=LOOKUP), REASON, REQUEST_ID),
+       errors=(NOT_FOUND, CONFLICT)),
+    Op(method="GET", path="/work/{work_id:path}", handler=handlers.get_work,
+       summary="One Work: state, hold, keys, attempts, wait, pending input, timers, history", tag="work",
+       errors=(NOT_FOUND,)),
+    Op(method="GET", path="/timers", handler=handlers.list_timers, summary="Timers, by id", tag="timers",
+       renames={"after_id": "after", "work_id": "work"}, query=(
+        Query(name="state", kind="string", doc="only timers in this state", choices=_TIMER_STATES),
+        Query(name="work", kind="string", doc="only timers of this Work"),
+        Query(name="after", kind="string", doc="only timers whose id sorts after this"),
+        LIMIT,
+    )),
+    Op(method="POST", path="/timers", handler=handlers.arm_timer, summary="Arm a root timer (a schedule, a reminder)",
+       tag="timers", body=TIMER_FIELDS, prefixes=("timer.", "event."), ok=(201,), errors=(CONFLICT,)),
+    Op(method="POST", path="/timers/{timer_id:path}/cancel", handler=handlers.cancel_timer,
+       summary="Cancel a timer at its revision", tag="timers",
+       body=(Field("revision", "integer", required=True, schema={"minimum": 1}),),
+       errors=(NOT_FOUND, CONFLICT)),
+    Op(method="GET", path="/timers/{timer_id:path}", handler=handlers.get_timer,
+       summary="One timer and its firing ledger", tag="timers", errors=(NOT_FOUND,)),
+    Op(method="GET", path="/diagnostics", handler=handlers.list_diagnostics, summary="Durable diagnostics",
+       tag="service", query=(
+           Query(name="kind", kind="string", doc="only this kind (handler_error, ...)"),
+           Query(name="subject", kind="string", doc="only about this subject"),
+           LIMIT,
+       )),
+    Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tools.tool_emit,
+       summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
+       body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause", schema=LOOKUP)),
+       prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL)),
+    Op(method="POST", path="/executions/{execution_id:path}/child", handler=tools.tool_child,
+       summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
+       body=(Field("name", "string", required=True, schema=TEXT), Field("keys", "strings"),
+             Field("kind", "string", nullable=True, schema=TEXT)),
+       prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL)),
+    Op(method="POST", path="/executions/{execution_id:path}/timer", handler=tools.tool_timer,
+       summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
+       prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
+    Op(method="POST", path="/executions/{execution_id:path}/wait", handler=tools.tool_wait,
+       summary="Park the attempt on a wait", tag="toolbelt", auth=True,
+       body=(Field("keys", "strings"), Field("types", "strings"),
+             Field("after_seq", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_SEQ}),
+             Field("timeout_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_TIME_MS}),
+             Field("consumed_inputs", "strings"),
+             Field("usage", "amounts"), Field("artifacts", "strings")),
+       prefixes=("outcome.wait.", "outcome."), errors=_TOOL_ERRORS),
+    Op(method="POST", path="/executions/{execution_id:path}/heartbeat", handler=tools.tool_heartbeat,
+       summary="Renew the attempt's lease", tag="toolbelt", auth=True,
+       body=(Field("lease_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_LEASE_MS}),),
+       body_required=False, errors=_TOOL_ERRORS),
+    Op(method="POST", path="/executions/{execution_id:path}/complete", handler=tools.tool_complete,
+       summary="End the attempt: completed, handoff or failed", tag="toolbelt", auth=True,
+       body=(Field("outcome", "string", required=True, doc="completed, handoff or failed",
+                   schema={"enum": list(OUTCOMES)}),
+             Field("consumed_inputs", "strings"), Field("usage", "amounts"),
+             Field("error", "string", schema=REASON_TEXT),
+             Field("retry_after_ms", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_RETRY_AFTER_MS}),
+             Field("rate_limited", "boolean")),
+       prefixes=("outcome.",), errors=_TOOL_ERRORS),
+    Op(method="GET", path="/debug/clock", handler=tools.get_clock, summary="The test clock", tag="debug",
+       test_clock_only=True),
+    Op(method="POST", path="/debug/clock", handler=tools.post_clock, summary="Move the test clock forward",
+       tag="debug", body=CLOCK_FIELDS, body_schema={"minProperties": 1, "maxProperties": 1},
+       test_clock_only=True),
+)  # fmt: skip
+
+
+def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            if op.test_clock_only and service.clock is None:
+                raise HTTPError(NOT_FOUND, f"{op.openapi_path} exists only under loom serve --test-clock")
+            lease = None
+            if op.auth:
+                token = bearer_token(request)
+                lease = await service.rt.lease_for(str(request.path_params["execution_id"]), token)
+            body: dict[str, Any] = {}
+            if op.body is not None:
+                raw = await read_body(request, service.max_body)
+                body = parse_body(raw, op.body, empty_ok=not op.body_required)
+            return await op.handler(service, Call(request=request, body=body, lease=lease))
+        except Exception as exc:
+            kind, _ = classify(exc, op.prefixes, op.renames)
+            if kind is INTERNAL:
+                log.exception("%s %s failed", op.method, op.openapi_path)
+            return error_response(exc, op.prefixes, op.renames)
+
+    return endpoint
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, HTTPException) and exc.status_code == 405:
+        return json_response(
+            error_body(METHOD, f"{request.method} is not allowed on {request.url.path}", None), 405
+        )
+    return json_response(error_body(NOT_FOUND, f"no route for {request.url.path}", None), 404)
+
+
+def make_app(
+    rt: Runtime,
+    *,
+    metrics: Metrics | None = None,
+    clock: ManualClock | None = None,
+    max_body: int = MAX_BODY_BYTES,
+) -> Starlette:
+    """The service's ASGI app over ``rt``: the JSON API, the web view and ``/metrics``.
+
+    ``clock`` is the test clock ``POST /debug/clock`` moves (``None``: ``/debug/clock`` is 404).
+    ``metrics`` are counted by the caller (`Metrics.run`); without them ``/metrics`` shows zeros.
+    """
+    service = Service(rt=rt, metrics=metrics or Metrics(), clock=clock, max_body=max_body)
+    routes: list[Route] = [
+        Route(op.path, _endpoint(service, op), methods=[op.method], name=f"{op.method} {op.path}")
+        for op in OPS
+    ]
+    routes += _web.routes(rt, work_view)
+    routes.append(Route("/", lambda request: RedirectResponse("/ui/work"), methods=["GET"]))
+    return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})

@@ -1,0 +1,157 @@
+"""The HTTP service's operations: what every handler receives (`Service`, `Call`) and how an
+operation is described (`Op`, `Query`), with the request checks they share (docs/http-api.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from typing import Any
+
+import attrs
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..records.clock import ManualClock
+from ..records.validation import MAX_KEY_LEN
+from ..records.work import Lease
+from ..runtime import Runtime
+from ._metrics import Metrics
+from ._wire import (
+    BAD_REQUEST,
+    MAX_BODY_BYTES,
+    NOT_FOUND,
+    STALE,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    ErrorKind,
+    Field,
+    HTTPError,
+)
+from ._wire import INTERNAL as INTERNAL
+
+
+@attrs.define(kw_only=True)
+class Service:
+    """What every operation reaches: the runtime, the test clock (``None``: the wall clock), metrics."""
+
+    rt: Runtime
+    metrics: Metrics
+    clock: ManualClock | None = None
+    max_body: int = MAX_BODY_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    request: Request
+    body: dict[str, Any]
+    lease: Lease | None = None
+
+    def path(self, name: str) -> str:
+        return str(self.request.path_params[name])
+
+    @property
+    def query(self) -> Any:
+        return self.request.query_params
+
+
+Handler = Callable[[Service, Call], Awaitable[Response]]
+
+
+@attrs.frozen(kw_only=True)
+class Query:
+    name: str
+    kind: str
+    doc: str
+    choices: tuple[str, ...] = ()
+    schema: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class Op:
+    """One operation: its route, its inputs and the answers it documents."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    query: tuple[Query, ...] = ()
+    body: tuple[Field, ...] | None = None
+    body_required: bool = True
+    body_schema: dict[str, Any] = attrs.field(factory=dict)
+    """More of the body's JSON Schema, for the OpenAPI document (rules across fields)."""
+    prefixes: tuple[str, ...] = ()
+    renames: dict[str, str] = attrs.field(factory=dict)
+    """The runtime's argument names that the API calls otherwise (``after_id`` is ``after``)."""
+    ok: tuple[int, ...] = (200,)
+    errors: tuple[ErrorKind, ...] = ()
+    auth: bool = False
+    media: str = "application/json"
+    test_clock_only: bool = False
+
+    @property
+    def openapi_path(self) -> str:
+        return re.sub(r"\{(\w+):\w+\}", r"{\1}", self.path)
+
+    @property
+    def path_params(self) -> list[str]:
+        return re.findall(r"\{(\w+)(?::\w+)?\}", self.path)
+
+    @property
+    def documented_errors(self) -> list[ErrorKind]:
+        kinds = list(self.errors)
+        if self.body is not None or self.query or self.path_params:
+            kinds.append(BAD_REQUEST)
+        if self.body is not None:
+            kinds.append(TOO_LARGE)
+        if self.auth:
+            kinds += [UNAUTHORIZED, STALE]
+        if self.test_clock_only:
+            kinds.append(NOT_FOUND)
+        return kinds
+
+
+# -- shared parsing ---------------------------------------------------------------------------------
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to be longer than ``limit``."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise HTTPError(TOO_LARGE, f"the body is {int(length)} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async with aclosing(request.stream()) as stream:
+        async for chunk in stream:
+            size += len(chunk)
+            if size > limit:
+                raise HTTPError(TOO_LARGE, f"the body is larger than the limit of {limit} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+_TOKEN = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LEN}}}\Z")
+
+
+def bearer_token(request: Request) -> str:
+    """The bearer token of the ``Authorization`` header (never logged, never echoed)."""
+    header = request.headers.get("authorization")
+    if header is None:
+        raise HTTPError(
+            UNAUTHORIZED, "an Authorization: Bearer <token> header is required", field="Authorization"
+        )
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not _TOKEN.match(token):
+        raise HTTPError(
+            UNAUTHORIZED,
+            "the Authorization header must be 'Bearer <token>' with the execution's token",
+            field="Authorization",
+        )
+    return token
+
+
+def next_cursor(items: Sequence[Any], limit: int, cursor: Callable[[Any], object]) -> object:
+    """The cursor of the next page: the last item's, when this page is full (there may be more)."""
+    return cursor(items[-1]) if items and len(items) == limit else None

@@ -1,0 +1,153 @@
+"""Rendering for the command line: times as ISO 8601 UTC, records as aligned lines and tables.
+
+The server's JSON is shown as it comes, with every instant (a key ending in ``at_ms``, such as
+``fire_at_ms`` or ``accepted_at_ms``) written as ISO 8601 UTC instead of Unix milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+def iso(ms: int) -> str:
+    """Unix milliseconds as ISO 8601 UTC (``2026-01-01T09:00:00Z``; milliseconds only when there are)."""
+    when = datetime.fromtimestamp(ms / 1000, UTC)
+    text = when.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def is_instant_key(key: str) -> bool:
+    return key.endswith("at_ms")
+
+
+def humanize(value: Any, key: str = "") -> Any:
+    """``value`` with every instant under an ``*at_ms`` key as ISO 8601 (the key loses ``_ms``)."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for name, item in value.items():
+            name = str(name)
+            if is_instant_key(name) and _is_ms(item):
+                out[name.removesuffix("_ms")] = iso(item)
+            else:
+                out[name] = humanize(item, name)
+        return out
+    if isinstance(value, list | tuple):
+        return [humanize(item, key) for item in value]
+    return value
+
+
+def _is_ms(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_MS
+
+
+def items_of(answer: Any, *names: str) -> list[Any]:
+    """The list in an answer: the answer itself, or its first list under one of ``names``."""
+    if isinstance(answer, list):
+        return answer
+    if isinstance(answer, Mapping):
+        for name in names:
+            if isinstance(answer.get(name), list):
+                return list(answer[name])
+        for value in answer.values():
+            if isinstance(value, list):
+                return list(value)
+    return []
+
+
+def scalar(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(scalar(item) for item in value) or "-"
+    if isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True) if value else "-"
+    return str(value)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
+    """Aligned columns (``(heading, key)`` pairs) over already humanized rows."""
+    cells = [[heading.upper() for heading, _ in columns]]
+    cells += [[scalar(row.get(key)) for _, key in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+                     for line in cells)  # fmt: skip
+
+
+def block(record: Mapping[str, Any], indent: str = "") -> str:
+    """A humanized record as ``key  value`` lines; nested records and lists of records indented."""
+    width = max((len(str(key)) for key in record), default=0)
+    lines: list[str] = []
+    for key, value in record.items():
+        if isinstance(value, Mapping) and value:
+            lines.append(f"{indent}{key}:")
+            lines.append(block(value, indent + "  "))
+        elif isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
+            lines.append(f"{indent}{key}:")
+            for item in value:
+                lines.append(f"{indent}  - " + "  ".join(f"{k}={scalar(v)}" for k, v in item.items()))
+        else:
+            lines.append(f"{indent}{str(key).ljust(width)}  {scalar(value)}")
+    return "\n".join(lines)
+
+
+def work_view(answer: Mapping[str, Any]) -> str:
+    """``GET /work/{id}`` for a person: the Work, its wait, pending input, timers and history."""
+    view = humanize(answer)
+    work = view.get("work")
+    if not isinstance(work, Mapping):
+        return block(view)
+    held = f"yes: {work.get('hold_reason') or '-'}" if work.get("held") else "no"
+    fields = {
+        "state": work.get("state"),
+        "scope": work.get("scope"),
+        "kind": work.get("kind"),
+        "keys": work.get("keys"),
+        "held": held,
+        "attempts": work.get("attempts"),
+        "retry": work.get("retry"),
+        "created": work.get("created_at"),
+    }
+    lines = [f"work {work.get('id')}", block(fields, "  ")]
+    wait = view.get("wait")
+    if isinstance(wait, Mapping):
+        types = scalar(wait.get("types")) if wait.get("types") else "any type"
+        timeout = f", times out at {wait['timeout_at']}" if wait.get("timeout_at") else ""
+        lines.append(f"  wait      {wait.get('id')}: {wait.get('state')}, for {types}{timeout}")
+    pending = [e for e in view.get("pending_inputs") or () if isinstance(e, Mapping)]
+    if pending:
+        lines.append("pending input:")
+        lines += [
+            f"  {e.get('accepted_at', '-')}  {e.get('id')}  {e.get('type')}  seq {e.get('seq')}"
+            for e in pending
+        ]
+    timers = [t for t in view.get("timers") or () if isinstance(t, Mapping)]
+    if timers:
+        lines.append("timers:")
+        lines += [f"  {t.get('id')}  {t.get('state')}  fires at {t.get('fire_at', '-')}" for t in timers]
+    history = view.get("history")
+    if isinstance(history, Mapping):
+        checkpoints = [c for c in history.get("checkpoints") or () if isinstance(c, Mapping)]
+        executions = [x for x in history.get("executions") or () if isinstance(x, Mapping)]
+        if checkpoints:
+            lines.append("routed events:")
+            for c in checkpoints:
+                route = f" by route {c['route']}" if c.get("route") else ""
+                reason = f": {c['reason']}" if c.get("reason") else ""
+                lines.append(f"  {c.get('at', '-')}  {c.get('event_id')}  {c.get('status')}{route}{reason}")
+        if executions:
+            lines.append("attempts:")
+            for x in executions:
+                outcome = x.get("outcome") if isinstance(x.get("outcome"), Mapping) else {}
+                error = f": {outcome['error']}" if outcome and outcome.get("error") else ""
+                ended = f" -> {x['ended_at']}" if x.get("ended_at") else ""
+                lines.append(
+                    f"  {x.get('attempt')}  {x.get('id')}  {x.get('state')}  {x.get('created_at', '-')}{ended}{error}"
+                )
+    return "\n".join(lines)

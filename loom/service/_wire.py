@@ -1,0 +1,318 @@
+"""The HTTP service's wire format: request bodies and query strings parsed into loom's records, records
+rendered as JSON, and every refusal as one error shape (docs/http-api.md).
+
+Parsing here checks only the shape (a JSON object, known fields, JSON types); the rules for values are
+the runtime's, which names the bad field (`InvalidRequest.field`). A refusal is
+``{"error": <kind>, "field": <name or null>, "message": <text>}`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+from starlette.responses import Response
+
+from ..records.errors import (
+    CausalRefused,
+    Conflict,
+    InvalidRequest,
+    LoomError,
+    NotAccepting,
+    NotAdoptable,
+    NotFound,
+    StaleAuthority,
+    StorageError,
+)
+from ..records.serde import unstructure
+from ..records.validation import MAX_ID_LEN, MAX_KEY_LEN, MAX_REASON_LEN, MAX_TIME_MS
+
+MAX_BODY_BYTES = 2 * 1024 * 1024
+"""The largest request body: a payload may be 1 MiB as canonical JSON, and a body carries it as
+the client wrote it (with spaces or escapes) among the other fields."""
+
+MAX_PAGE = 1000
+"""The largest page a list endpoint answers."""
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ErrorKind:
+    status: int
+    name: str
+    meaning: str
+
+
+BAD_REQUEST = ErrorKind(400, "invalid_request", "bad input: the field and the reason are named")
+UNAUTHORIZED = ErrorKind(401, "unauthorized", "no bearer token, or one that cannot be a token")
+STALE = ErrorKind(403, "stale_authority", "the token is not the execution's current lease token")
+NOT_FOUND = ErrorKind(404, "not_found", "no such object (or route)")
+METHOD = ErrorKind(405, "method_not_allowed", "the path does not take this method")
+CONFLICT = ErrorKind(409, "conflict", "the object's state or revision refuses the change; reread it")
+CAUSAL = ErrorKind(409, "causal_refused", "the causal bounds refused a derived Event")
+TOO_LARGE = ErrorKind(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+UNAVAILABLE = ErrorKind(503, "unavailable", "the store failed or is closed; nothing was committed")
+INTERNAL = ErrorKind(500, "internal", "a fault in loom (logged); never an answer to bad input")
+
+
+class HTTPError(Exception):
+    """A refusal made by the service itself (before the runtime was asked)."""
+
+    def __init__(self, kind: ErrorKind, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.field = field
+        self.message = message
+
+
+def error_body(kind: ErrorKind, message: str, field: str | None) -> dict[str, Any]:
+    return {"error": kind.name, "field": field, "message": message}
+
+
+def classify(
+    exc: BaseException, prefixes: Sequence[str] = (), renames: Mapping[str, str] | None = None
+) -> tuple[ErrorKind, str | None]:
+    """The one map from loom's errors to HTTP answers, with the field named as the client wrote it
+    (``prefixes`` are the record names the runtime puts before a body's fields, like ``event.``;
+    ``renames`` maps the runtime's argument names to the API's, like ``after_id`` to ``after``)."""
+    if isinstance(exc, HTTPError):
+        return exc.kind, exc.field
+    if isinstance(exc, InvalidRequest):
+        field = _client_field(exc.field, prefixes)
+        return BAD_REQUEST, (renames or {}).get(field or "", field)
+    if isinstance(exc, NotFound):
+        return NOT_FOUND, None
+    if isinstance(exc, StaleAuthority):
+        return STALE, None
+    if isinstance(exc, CausalRefused):
+        return CAUSAL, None
+    if isinstance(exc, Conflict | NotAccepting | NotAdoptable):
+        return CONFLICT, None
+    if isinstance(exc, StorageError):
+        return UNAVAILABLE, None
+    return INTERNAL, None
+
+
+def _client_field(field: str | None, prefixes: Sequence[str]) -> str | None:
+    if field is None:
+        return None
+    for prefix in prefixes:
+        if field.startswith(prefix) and len(field) > len(prefix):
+            return field[len(prefix) :]
+    return field
+
+
+def error_response(
+    exc: BaseException, prefixes: Sequence[str] = (), renames: Mapping[str, str] | None = None
+) -> Response:
+    kind, field = classify(exc, prefixes, renames)
+    if kind is INTERNAL:
+        message = "internal error (logged)"
+    elif isinstance(exc, HTTPError):
+        message = exc.message
+    else:
+        message = str(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if kind is UNAUTHORIZED else None
+    return json_response(error_body(kind, message, field), kind.status, headers=headers)
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
+def _default(value: object) -> Any:
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def to_data(value: object) -> Any:
+    """A record (or plain data holding records) as JSON data."""
+    return unstructure(value)
+
+
+def json_bytes(data: Any) -> bytes:
+    return json.dumps(unstructure(data), default=_default, ensure_ascii=False, allow_nan=False).encode()
+
+
+def json_response(data: Any, status: int = 200, *, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(json_bytes(data), status_code=status, media_type="application/json", headers=headers)
+
+
+def iso(ms: int | None) -> str:
+    """Unix milliseconds as ISO 8601 UTC (``2026-01-01T00:00:00.000Z``)."""
+    if ms is None:
+        return ""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- bodies -------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Field:
+    """One field of a JSON body: its JSON type, whether it is required, and whether ``null`` is allowed.
+
+    ``kind`` is one of ``string``, ``integer``, ``boolean``, ``object``, ``strings`` (an array of
+    strings) and ``amounts`` (an object of numbers).
+    """
+
+    name: str
+    kind: str
+    required: bool = False
+    nullable: bool = False
+    doc: str = ""
+    schema: Mapping[str, Any] = attrs.field(factory=dict)
+    """More of its JSON Schema, for the OpenAPI document (limits the runtime checks)."""
+
+
+# JSON Schema for the documented limits of `loom.records.validation` (the runtime checks them)
+TEXT = {
+    "minLength": 1,
+    "maxLength": MAX_ID_LEN,
+    "pattern": r"^[^\s\u0000-\u001f\u007f]([^\u0000-\u001f\u007f]*[^\s\u0000-\u001f\u007f])?$",
+}
+KEY = {**TEXT, "maxLength": MAX_KEY_LEN}
+LOOKUP = {"minLength": 1, "maxLength": MAX_KEY_LEN, "pattern": r"^[^\u0000-\u001f\u007f]+$"}
+REASON_TEXT = {"minLength": 1, "maxLength": MAX_REASON_LEN, "pattern": r"\S"}
+TYPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"}
+SCOPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"}
+TIME = {"minimum": 0, "maximum": MAX_TIME_MS}
+
+
+def _bad(field: str | None, message: str) -> HTTPError:
+    return HTTPError(BAD_REQUEST, message, field=field)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON data")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Decode a body as strict JSON (UTF-8; no NaN or Infinity); refusals are 400."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad(None, "the body is not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise _bad(None, "the body is nested too deeply to be read") from None
+    except ValueError as exc:
+        raise _bad(None, f"the body is not valid JSON: {exc}") from None
+
+
+_JSON_TYPES = {
+    "string": "a string",
+    "integer": "an integer",
+    "boolean": "true or false",
+    "object": "a JSON object",
+    "strings": "an array of strings",
+    "amounts": "an object of numbers",
+}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fits(kind: str, value: object) -> bool:
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "integer":
+        return _is_int(value)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "object":
+        return isinstance(value, dict)
+    if kind == "strings":
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == "amounts":
+        return isinstance(value, dict) and all(
+            isinstance(item, int | float) and not isinstance(item, bool) for item in value.values()
+        )
+    raise AssertionError(kind)
+
+
+def parse_body(raw: bytes, fields: Sequence[Field], *, empty_ok: bool = False) -> dict[str, Any]:
+    """A JSON object holding only ``fields``, each of its JSON type; returns the fields given
+    (``null`` for a nullable one is kept as ``None``)."""
+    if not raw.strip():
+        if empty_ok and not any(f.required for f in fields):
+            return {}
+        raise _bad(None, "the body must be a JSON object")
+    data = parse_json(raw)
+    if not isinstance(data, dict):
+        raise _bad(None, f"the body must be a JSON object, got {_json_name(data)}")
+    known = {f.name: f for f in fields}
+    for name in data:
+        if name not in known:
+            expected = ", ".join(known) or "no fields"
+            raise _bad(name, f"unknown field {name!r} (expected: {expected})")
+    out: dict[str, Any] = {}
+    for f in fields:
+        if f.name not in data:
+            if f.required:
+                raise _bad(f.name, f"{f.name} is required")
+            continue
+        value = data[f.name]
+        if value is None:
+            if not f.nullable:
+                raise _bad(f.name, f"{f.name} must be {_JSON_TYPES[f.kind]}, got null")
+        elif not _fits(f.kind, value):
+            raise _bad(f.name, f"{f.name} must be {_JSON_TYPES[f.kind]}, got {_json_name(value)}")
+        out[f.name] = value
+    return out
+
+
+def _json_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+# -- query strings ------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"[0-9]{1,19}\Z")
+
+
+def query_int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not _DIGITS.match(raw):
+        raise _bad(name, f"{name} must be a whole number from {low} to {high}, got {raw[:40]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise _bad(name, f"{name} must be from {low} to {high}, got {value}")
+    return value
+
+
+def query_text(params: Mapping[str, str], name: str) -> str | None:
+    raw = params.get(name)
+    return None if raw is None or raw == "" else raw
+
+
+def query_limit(params: Mapping[str, str], default: int = 100) -> int:
+    return query_int(params, "limit", default, 1, MAX_PAGE)
+
+
+def is_loom_error(exc: BaseException) -> bool:
+    return isinstance(exc, LoomError | HTTPError)

@@ -1,0 +1,263 @@
+"""``loom serve``: the runtime and its HTTP service in one trio program (docs/operations.md).
+
+`serve` opens the runtime (every actor) on an embedded SQLite file, created on first start (or on a
+PostgreSQL database named by a ``postgresql://`` URL), and runs
+the Starlette app on Hypercorn's trio worker in the same nursery. SIGINT or SIGTERM stops it cleanly:
+the server stops accepting, the actors stop, and the runtime's clean close releases its leases, so a
+restart recovers the attempts it was running at once and continues where it was.
+
+With ``test_clock`` the runtime runs on a `ManualClock` that moves only through ``POST /debug/clock``:
+it starts at the wall clock's time on a new store, each move is recorded in the store before it is
+answered (`Runtime.mark_time`), and a restart continues at that time, so time neither runs backwards
+nor jumps across a kill.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+import attrs
+import hypercorn.trio
+import trio
+from hypercorn.config import Config as HypercornConfig
+from starlette.applications import Starlette
+
+from ..config import Config
+from ..records.clock import ManualClock, SystemClock
+from ..records.errors import InvalidRequest, LoomError
+from ..runtime import ACTORS, Runtime, open_runtime
+from ._app import make_app
+from ._metrics import Metrics
+
+__all__ = ["DEFAULT_LISTEN", "Service", "open_service", "parse_listen", "run_http", "serve"]
+
+DEFAULT_LISTEN = "127.0.0.1:8440"
+GRACEFUL_SECONDS = 5.0
+"""How long a stop waits for requests in flight before it closes their connections."""
+
+log = logging.getLogger("loom.service")
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:8440`` for IPv6) as a host and a port (0: any free port)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidRequest(
+            f"listen must be host:port, like {DEFAULT_LISTEN}, got {listen!r}", field="listen"
+        )
+    return host.strip("[]"), int(port)
+
+
+@attrs.define(kw_only=True)
+class Service:
+    """A running service: its runtime, its ASGI app and, under ``--test-clock``, the test clock."""
+
+    runtime: Runtime
+    app: Starlette
+    clock: ManualClock | None
+    _nursery: trio.Nursery
+
+    async def start_actors(self) -> None:
+        """Start every background actor (once), in the service's nursery."""
+        for name in ACTORS:
+            await self._nursery.start(self.runtime.run_actor, name)
+
+
+@asynccontextmanager
+async def open_service(
+    db: str,
+    *,
+    config: Config | None = None,
+    test_clock: ManualClock | bool = False,
+    plugins: tuple[object, ...] = (),
+    load_entry_points: bool = True,
+    start_actors: bool = True,
+) -> AsyncIterator[Service]:
+    """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
+    actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
+    the block stops the actors and closes the runtime cleanly.
+
+    ``test_clock``: business time moves only through ``POST /debug/clock``. ``True`` runs on a clock
+    of its own that starts where the store's time floor is (on a new store: at the wall clock's time);
+    a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
+    as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
+    ``/debug/clock``."""
+    clock: ManualClock | None = None
+    if isinstance(test_clock, ManualClock):
+        clock = test_clock
+    elif test_clock:
+        clock = ManualClock(start_ms=0)  # moved to its start below, before anything runs
+    async with open_runtime(
+        db, clock=clock, config=config, plugins=plugins, load_entry_points=load_entry_points, actors=()
+    ) as rt:
+        if clock is not None:
+            # before anything commits or reads the time: nothing has run yet
+            floor = await rt.time_floor()
+            start = floor if floor is not None else SystemClock().now_ms() if test_clock is True else None
+            if start is not None and start > clock.now_ms():
+                clock.set(start)
+            await rt.mark_time()
+        metrics = Metrics()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(metrics.run, rt)
+            service = Service(
+                runtime=rt, app=make_app(rt, metrics=metrics, clock=clock), clock=clock, nursery=nursery
+            )
+            if start_actors:
+                await service.start_actors()
+            yield service
+            nursery.cancel_scope.cancel()
+
+
+def bound_socket(listen: str) -> socket.socket:
+    """A TCP socket bound to ``listen`` (not yet listening); `InvalidRequest` naming ``listen`` when
+    the address is taken or not this machine's."""
+    host, port = parse_listen(listen)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidRequest(f"cannot listen on {listen}: {exc.strerror or exc}", field="listen") from None
+    return sock
+
+
+def hypercorn_config(sock: socket.socket, *, access_log: bool = False) -> HypercornConfig:
+    """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
+    config = HypercornConfig()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.graceful_timeout = GRACEFUL_SECONDS
+    config.accesslog = logging.getLogger("loom.service.access") if access_log else None
+    config.errorlog = logging.getLogger("loom.service.http")
+    return config
+
+
+async def run_http(
+    app: Starlette,
+    listen: str = DEFAULT_LISTEN,
+    *,
+    shutdown: Callable[[], Awaitable[None]] | None = None,
+    access_log: bool = False,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` with Hypercorn's trio worker until ``shutdown`` returns (or until cancelled);
+    ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
+    that cannot be bound is `InvalidRequest` naming ``listen``."""
+    config = hypercorn_config(bound_socket(listen), access_log=access_log)
+    await hypercorn.trio.serve(
+        app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
+        config,
+        shutdown_trigger=shutdown,
+        task_status=task_status,
+    )
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
+    out: list[E] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
+
+def _configure_logging(log_level: str | int) -> None:
+    level = log_level if isinstance(log_level, int) else logging.getLevelName(str(log_level).upper())
+    if not isinstance(level, int):
+        raise InvalidRequest(
+            f"log_level must be debug, info, warning or error, got {log_level!r}", field="log_level"
+        )
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("loom").setLevel(level)
+
+
+async def serve(
+    db: str | Path = "loom.db",
+    config_path: str | Path | None = None,
+    listen: str = DEFAULT_LISTEN,
+    test_clock: bool = False,
+    log_level: str | int = "info",
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
+    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration from ``config_path`` (``None``: an empty one), and the
+    HTTP API and web view on ``listen`` (loopback by default; port 0 picks a free port).
+
+    Once listening it sets ``LOOM_URL`` in its environment to the address (the shell executor gives
+    it to the processes it runs, beside their token), starts the actors, prints ``loom serve:
+    listening on http://HOST:PORT`` on stdout and reports the addresses through ``task_status`` (for
+    ``nursery.start``). ``test_clock`` runs the runtime on a
+    clock that moves only through ``POST /debug/clock``. A bad argument raises `InvalidRequest` (a
+    bad config file `ConfigError`) before anything is opened.
+    """
+    _configure_logging(log_level)
+    parse_listen(listen)
+    config = Config.load(str(config_path)) if config_path is not None else None
+    stop = trio.Event()
+    try:
+        await _serve(db, config, listen, test_clock, stop, task_status)
+    except BaseExceptionGroup as group:
+        # one of loom's own refusals (the address is taken, the store is too new) is raised as it is
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], LoomError):
+            raise leaves[0] from None
+        raise
+    log.info("stopped cleanly")
+
+
+async def _serve(
+    db: str | Path,
+    config: Config | None,
+    listen: str,
+    test_clock: bool,
+    stop: trio.Event,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    async with trio.open_nursery() as signals:
+        signals.start_soon(_stop_on_signal, stop)
+        async with open_service(str(db), config=config, test_clock=test_clock, start_actors=False) as service:
+            # the listener stops first (finishing the requests in flight), then the actors and the store
+            async with trio.open_nursery() as http:
+                urls: list[str] = await http.start(
+                    partial(
+                        run_http,
+                        service.app,
+                        listen,
+                        shutdown=stop.wait,
+                        access_log=logging.getLogger("loom").isEnabledFor(logging.DEBUG),
+                    )
+                )
+                # executors hand this address to the processes they run (the shell executor's
+                # LOOM_URL), so they can call the toolbelt; the actors start once it is known
+                os.environ["LOOM_URL"] = urls[0]
+                await service.start_actors()
+                note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
+                print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
+                log.info("serving %s on %s", db, ", ".join(urls))
+                task_status.started(urls)
+        signals.cancel_scope.cancel()
+
+
+async def _stop_on_signal(stop: trio.Event) -> None:
+    """The first SIGINT or SIGTERM stops the service cleanly; a second one stops it at once."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            log.info("%s: stopping", signal.Signals(signum).name)
+            stop.set()
