@@ -59,6 +59,7 @@ T0 = T0_MS  # 2026-01-01T00:00:00Z
 SCOPE = "acme"
 SECOND = 1_000
 MINUTE = 60 * SECOND
+HOUR = 60 * MINUTE
 STALL_S = 20  # a watchdog only: nothing waits on real time
 
 
@@ -225,7 +226,9 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
         return real(tx, now_ms, request, *args)
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_full_once)
-    async with RuntimeDriver.open(loom_store) as driver:
+    # no rescan for other nodes (PostgreSQL) shares the failing batch: a storage failure in one of
+    # its requests would stop the runtime, which is another test's subject
+    async with RuntimeDriver.open(loom_store, resync_ms=HOUR) as driver:
         rt = driver.runtime
         await rt.arm(tick("wake", T0 + 10 * SECOND))
         failures_before = storage_of(rt).stats.failed_batches

@@ -25,6 +25,8 @@ from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, S
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
 
+DEFAULT_RESYNC_MS = 1000
+
 StoreLike = str | SQLiteStore | Store
 
 
@@ -40,6 +42,7 @@ async def open_runtime(
     fault: FaultHook | None = None,
     owner: str = "loom",
     lease_ms: int = DEFAULT_LEASE_MS,
+    resync_ms: int = DEFAULT_RESYNC_MS,
 ) -> AsyncIterator[Runtime]:
     """Open the store, start the ``actors`` (by default all of them: see `ACTORS`),
     and yield the `Runtime` handle.
@@ -47,6 +50,11 @@ async def open_runtime(
     With ``actors=()`` nothing runs in the background: the host drives the runtime through the bounded
     host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
     `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
+
+    On a database several runtimes share (PostgreSQL), each is a node: what the others commit
+    reaches this one's actors through a rescan of the store every ``resync_ms`` of the clock's time
+    (they are told `Lagged`), so a node picks up the timers, Work and expired leases another node
+    armed, left or lost.
     """
     if config is not None and not isinstance(config, Config):
         raise InvalidRequest(f"config must be a Config, got {type(config).__name__}")
@@ -54,6 +62,7 @@ async def open_runtime(
         raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
     check_text("owner", owner)
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+    check_int("resync_ms", resync_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:
@@ -78,6 +87,8 @@ async def open_runtime(
             storage: StorageActor = await nursery.start(
                 _shielded, StorageActor(opened, clock, fault=fault).run, storage_scope
             )
+            if opened.dialect.shared:
+                nursery.start_soon(_resync_shared, storage, clock, resync_ms)
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
@@ -112,6 +123,13 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+
+
+async def _resync_shared(storage: StorageActor, clock: Clock, every_ms: int) -> None:
+    """Other nodes' commits make no notices here: every ``every_ms`` the actors rescan the store."""
+    while True:
+        await clock.sleep_until(clock.now_ms() + every_ms)
+        storage.announce_lagged()
 
 
 async def _shielded(

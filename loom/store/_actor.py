@@ -192,6 +192,12 @@ class StorageActor:
         self._feeds.append(feed)
         return feed
 
+    def announce_lagged(self) -> None:
+        """Tell every feed it missed notices (`Lagged`): on a shared database other nodes commit what
+        this actor's feeds never hear of, so the actors rescan the store now and then."""
+        for feed in list(self._feeds):
+            feed._offer([Lagged()])
+
     def unsubscribe(self, feed: NoticeFeed) -> None:
         if feed in self._feeds:
             self._feeds.remove(feed)

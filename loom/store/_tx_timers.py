@@ -102,6 +102,17 @@ class TimersTx(TxBase):
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    def take_timer(self, timer_id: str) -> bool:
+        """Lock the timer's row until this transaction ends, so that only one node fires it; ``False``:
+        another node holds it now (the row is skipped, not waited for). Alone on the database
+        (SQLite) there is nobody to divide with."""
+        if not self.dialect.skip_locked:
+            return True
+        if self._one(f"SELECT id FROM timers WHERE id = ?{self.dialect.skip_locked}", (timer_id,)):
+            return True
+        # not locked by us: either someone else holds it, or it does not exist (then nobody does)
+        return self._one("SELECT id FROM timers WHERE id = ?", (timer_id,)) is None
+
     def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
         row = self._one(
             f"SELECT {_sql.FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? AND revision = ? AND fire_at_ms = ?",
