@@ -194,9 +194,11 @@ class StorageActor:
 
     def announce_lagged(self) -> None:
         """Tell every feed it missed notices (`Lagged`): on a shared database other nodes commit what
-        this actor's feeds never hear of, so the actors rescan the store now and then."""
+        this actor's feeds never hear of, so the actors rescan the store now and then. A feed with
+        notices still unread skips this one: its reader is busy, and rescans must not pile up."""
         for feed in list(self._feeds):
-            feed._offer([Lagged()])
+            if not feed.pending:
+                feed._offer([Lagged()])
 
     def unsubscribe(self, feed: NoticeFeed) -> None:
         if feed in self._feeds:

@@ -58,6 +58,7 @@ async def main(db: str, node: str, generation: str, start_ms: int) -> None:
                     key=f"order/{(p + i) % 7}",
                 )  # fmt: skip
                 print(f"ack {(await rt.publish(own)).delivery_id}", flush=True)
+                await trio.sleep(0.005)  # a steady load the node's router keeps up with
                 if i % 5 == 0:  # every node offers these: one Event each, whoever is first
                     common = loom.EventIn(
                         source="drill", delivery_id=f"common-{p}-{i}", type="drill.common", scope="drill"
@@ -67,7 +68,7 @@ async def main(db: str, node: str, generation: str, start_ms: int) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(ticker)
             nursery.start_soon(timers)
-            for p in range(4):
+            for p in range(2):
                 nursery.start_soon(producer, p)
 
 
