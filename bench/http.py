@@ -14,7 +14,7 @@ Figures, one line each:
   the next; every answer is checked to be ``201``; p50 and p99 request latency as the client saw it;
 * the same client against an empty Starlette handler on Hypercorn's trio worker: the ceiling of the
   HTTP stack itself on this machine, with the ratios HTTP / in-process, stack / in-process and
-  HTTP / stack (same round, same disk);
+  HTTP / stack (same round, same disk), and against a bare ASGI callable on Hypercorn (no Starlette);
 * the Work list page (``GET /ui/work``, 100 per page) of a server holding ``W`` Works: p50 and p99
   render time, over ``R`` requests for pages from random points of the list, one at a time.
 
@@ -136,12 +136,45 @@ trio.run(main)
 """
 
 
-class EmptyApp(Server):
-    """The ceiling of the stack itself: Starlette on Hypercorn's trio worker, answering 201 at once."""
+BARE_APP = """
+import trio, hypercorn.trio
+from hypercorn.config import Config
 
-    def __init__(self) -> None:  # (no super: a process of its own, found the same way)
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            await send({"type": message["type"] + ".complete"})
+            if message["type"] == "lifespan.shutdown":
+                return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+    await send({"type": "http.response.start", "status": 201, "headers": headers})
+    await send({"type": "http.response.body", "body": b"{}"})
+
+async def main():
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(hypercorn.trio.serve, app, config)
+        print("bare app: listening on", urls[0], flush=True)
+
+trio.run(main)
+"""
+
+
+class EmptyApp(Server):
+    """The ceiling of the stack itself: Starlette on Hypercorn's trio worker, answering 201 at once
+    (``bare``: a bare ASGI callable on Hypercorn, without Starlette)."""
+
+    def __init__(self, *, bare: bool = False) -> None:  # (no super: a process of its own, found the same way)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", EMPTY_APP], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+            [sys.executable, "-c", BARE_APP if bare else EMPTY_APP],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -295,14 +328,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} cpus, {args.rounds} rounds, databases in {tmp}",
             flush=True,
         )
-        local, http, p50, p99, empty = [], [], [], [], []
+        local, http, p50, p99, empty, bare = [], [], [], [], [], []
         for n in range(args.rounds):
             local.append(trio.run(in_process, tmp / f"local-{n}.db", args.events, args.clients))
-            ceiling = EmptyApp()
-            try:
-                empty.append(trio.run(over_http, ceiling, args.events, args.clients)[0])
-            finally:
-                ceiling.stop()
+            for rates, is_bare in ((empty, False), (bare, True)):
+                ceiling = EmptyApp(bare=is_bare)
+                try:
+                    rates.append(trio.run(over_http, ceiling, args.events, args.clients)[0])
+                finally:
+                    ceiling.stop()
             server = Server(tmp / f"http-{n}.db")
             try:
                 rate, latencies = trio.run(over_http, server, args.events, args.clients)
@@ -331,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
             f"ratio empty-stack/in-process: {spread([e / p for e, p in zip(empty, local, strict=True)], '.2f')}"
         )
         print(f"ratio http/empty-stack: {spread([h / e for h, e in zip(http, empty, strict=True)], '.2f')}")
+        print(
+            f"a bare ASGI callable on Hypercorn (no Starlette, same client): {spread(bare, rate_fmt)} requests/s; "
+            f"ratio bare-stack/in-process: {spread([b / p for b, p in zip(bare, local, strict=True)], '.2f')}"
+        )
 
         db = tmp / "web.db"
         ids = trio.run(fill, db, args.works)
