@@ -156,6 +156,24 @@ def test_a_live_lease_is_never_stolen_and_expiry_is_exclusive(kernel: Kernel) ->
     assert kernel.work(lease.work_id).attempts == 1, "recovery launched another attempt"
 
 
+def test_a_recovery_lease_is_exclusive_at_its_expiry_too(kernel: Kernel) -> None:
+    """A recoverer's lease over an expired attempt has lost authority at ``now == expires_at``, as any
+    lease. Catches: a recovery authority checked with ``now > expires_at`` (at that instant the old
+    recoverer could still adopt or fail the attempt while the next recoverer is entitled to take it)."""
+    lease = kernel.claim("a")
+    kernel.now = lease.expires_at_ms
+    recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0])
+    kernel.now = recovery.lease.expires_at_ms
+    with pytest.raises(StaleAuthority):
+        kernel.run(adopt_in_tx, Authority.of(recovery.lease))
+    with pytest.raises(StaleAuthority):
+        kernel.run(not_adoptable_in_tx, Authority.of(recovery.lease), "gone")
+    assert kernel.execution(lease.execution_id).state is ExecutionState.RECOVERING
+    kernel.now = recovery.lease.expires_at_ms - 1
+    adopted = kernel.run(adopt_in_tx, Authority.of(recovery.lease))
+    assert adopted.state is ExecutionState.RUNNING
+
+
 def test_competing_recoverers_never_both_win(kernel: Kernel) -> None:
     """Catches: a recovery claim that does not compare-and-set on the epoch it saw (both recoverers
     would hold a live epoch)."""
