@@ -13,6 +13,8 @@ import pytest
 from loom import CausalLimits, EventIn, Policy
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.control import cancel_in_tx
+from loom.kernel.executions import BindingRef, ClaimRequest, KindPolicy, claim_in_tx
+from loom.kernel.recovery import Expired, recover_claim_in_tx
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.route_records import RouteResult
 from loom.kernel.routing import route_in_tx
@@ -29,11 +31,12 @@ class Kernel:
     def __init__(self) -> None:
         self.conn = SQLiteStore(path=":memory:").open_writer()
         self.n = 0
+        self.now = T0_MS
 
-    def run(self, proc: Callable[..., R], *args: Any) -> R:
+    def run(self, proc: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            result = proc(Tx(self.conn), T0_MS, *args)
+            result = proc(Tx(self.conn), self.now, *args, **kwargs)
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
@@ -49,9 +52,17 @@ class Kernel:
             EventIn(source="t", delivery_id=f"e{self.n}", type="r.go", scope=scope, key=key, **fields)
         )
 
-    def deliver(self, event_id: str, work_id: str, *, reopen: bool = False, **decision: Any) -> RouteResult:
+    def deliver(
+        self,
+        event_id: str,
+        work_id: str,
+        *,
+        reopen: bool = False,
+        policy: Policy = Policy.QUEUE,
+        **decision: Any,
+    ) -> RouteResult:
         work = self.run(lambda tx, now: tx.work(work_id))
-        ref = RouteRef(name="r", scope=SCOPE, declared=Policy.QUEUE, policy=Policy.QUEUE, reopen=reopen)
+        ref = RouteRef(name="r", scope=SCOPE, declared=policy, policy=policy, reopen=reopen)
         request = RouteRequest(
             event_id=event_id,
             decision=Deliver(work_id=work_id, **decision),
@@ -136,3 +147,35 @@ def test_an_event_naming_terminal_work_gets_terminal_never_a_successor(kernel: K
     reopened = kernel.deliver(keyed.id, a, reopen=True)
     assert reopened.checkpoint.status is CheckpointStatus.ROUTED
     assert reopened.checkpoint.work_id != a, "the control case: a keyed Event does open a successor"
+
+
+def test_an_inject_against_an_attempt_being_recovered_queues(kernel: Kernel) -> None:
+    """Active-event policies apply to a running attempt only; other Work queues its input. Catches: a
+    policy that looks only at whether an attempt exists (an inject against an attempt whose lease
+    expired and is being recovered would be recorded as injected, though nothing can take it)."""
+    a = kernel.work_owning("a")
+    lease = kernel.run(
+        claim_in_tx,
+        ClaimRequest(
+            work_id=a,
+            owner="node-1",
+            token="token-1",
+            lease_ms=1_000,
+            binding=BindingRef(name="fake", executor="fake", capabilities=frozenset({"inject"})),
+            kind=KindPolicy(),
+            capacity=None,
+            generation=1,
+            handed=True,
+        ),
+    )
+    kernel.now = lease.expires_at_ms
+    seen = Expired(execution_id=lease.execution_id, epoch=lease.epoch)
+    recovery = kernel.run(recover_claim_in_tx, seen, owner="node-2", token="token-2", lease_ms=1_000)
+    assert recovery is not None
+    assert not recovery.relaunch
+    event = kernel.event("a")
+    result = kernel.deliver(event.id, a, policy=Policy.INJECT)
+    assert result.checkpoint.status is CheckpointStatus.ROUTED
+    assert result.checkpoint.effective_policy is Policy.QUEUE
+    assert kernel.run(lambda tx, now: tx.intents_of_execution(lease.execution_id)) == []
+    assert event.id in kernel.pending(a)
