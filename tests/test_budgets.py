@@ -8,6 +8,7 @@ router's starter. Each test names the wrong implementation it catches.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -120,6 +121,21 @@ def test_windows_are_utc_days_and_iso_weeks_from_monday() -> None:
     assert window_of(BudgetWindow.LIFE, monday) == "life"
 
 
+def test_windows_are_utc_whatever_the_hosts_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Budget windows are UTC days and weeks. Catches: windows computed in the host's local time (a
+    host at UTC+14 would put Sunday 23:59 UTC in Monday's day and the next ISO week)."""
+    sunday = int(datetime.datetime(2026, 11, 29, 23, 59, 0, tzinfo=datetime.UTC).timestamp() * 1000)
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")
+    time.tzset()
+    try:
+        assert datetime.datetime.fromtimestamp(sunday / 1000).day == 30, "the host zone is not in effect"
+        assert window_of(BudgetWindow.DAY, sunday) == "day:2026-11-29"
+        assert window_of(BudgetWindow.WEEK, sunday) == "week:2026-W48"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 # -- usage is charged; a turn does not start at the limit ----------------------------------------------
 
 
@@ -176,6 +192,23 @@ async def test_raising_the_limit_releases_the_work_it_held(rt: Runtime) -> None:
     work = await rt.work(lease.work_id)
     assert not work.held
     assert (await rt.claim(work.id, owner="host")).attempt == 2
+
+
+async def test_a_changed_budget_still_reached_keeps_the_work_held(rt: Runtime) -> None:
+    """A configuration change releases only the Work whose ledgers are all below their limits now.
+    Catches: a reload that lifts every budget hold (a Work still at its limit would start another
+    turn)."""
+    lease = await turn(rt, "a", 0)
+    await spend(rt, lease, 10)
+    with pytest.raises(Conflict):
+        await turn(rt, "a", 1)
+    rt.reload(config(usd(10, warning=5)))
+    await rt.poll()
+    work = await rt.work(lease.work_id)
+    assert work.held
+    assert "budget 'usd' reached its limit" in (work.hold_reason or "")
+    with pytest.raises(Conflict):
+        await rt.claim(work.id, owner="host")
 
 
 async def test_an_operator_hold_is_not_lifted_by_a_raised_limit(rt: Runtime) -> None:
@@ -283,6 +316,15 @@ async def test_crossing_the_warning_and_the_limit_accepts_one_root_event_each(rt
     assert events[1].payload["amount"] == 11
     history = await rt.history(lease.work_id)
     assert not {e.id for e in events} & {c.event_id for c in history.checkpoints}
+
+
+async def test_reaching_the_warning_exactly_warns(rt: Runtime) -> None:
+    """The warning threshold is reached at ``amount >= warning``, as the limit is. Catches: a warning
+    checked with ``>`` (a ledger standing exactly at its warning would never warn)."""
+    await spend(rt, await turn(rt, "a", 0), 8)  # 8 of 10: exactly the warning
+    assert [e.type for e in await budget_events(rt)] == ["core.budget.warning"]
+    (ledger,) = await rt.budget_ledgers()
+    assert (ledger.warned, ledger.exceeded) == (True, False)
 
 
 def test_a_budget_event_never_becomes_its_works_input() -> None:

@@ -42,6 +42,7 @@ from loom.kernel.recovery import (
     expired_in_tx,
     mark_handed_in_tx,
     not_adoptable_in_tx,
+    pin_metadata_in_tx,
     recover_claim_in_tx,
 )
 from loom.kernel.resolve import RouteRef, RouteRequest
@@ -156,6 +157,24 @@ def test_a_live_lease_is_never_stolen_and_expiry_is_exclusive(kernel: Kernel) ->
     assert kernel.work(lease.work_id).attempts == 1, "recovery launched another attempt"
 
 
+def test_a_recovery_lease_is_exclusive_at_its_expiry_too(kernel: Kernel) -> None:
+    """A recoverer's lease over an expired attempt has lost authority at ``now == expires_at``, as any
+    lease. Catches: a recovery authority checked with ``now > expires_at`` (at that instant the old
+    recoverer could still adopt or fail the attempt while the next recoverer is entitled to take it)."""
+    lease = kernel.claim("a")
+    kernel.now = lease.expires_at_ms
+    recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0])
+    kernel.now = recovery.lease.expires_at_ms
+    with pytest.raises(StaleAuthority):
+        kernel.run(adopt_in_tx, Authority.of(recovery.lease))
+    with pytest.raises(StaleAuthority):
+        kernel.run(not_adoptable_in_tx, Authority.of(recovery.lease), "gone")
+    assert kernel.execution(lease.execution_id).state is ExecutionState.RECOVERING
+    kernel.now = recovery.lease.expires_at_ms - 1
+    adopted = kernel.run(adopt_in_tx, Authority.of(recovery.lease))
+    assert adopted.state is ExecutionState.RUNNING
+
+
 def test_competing_recoverers_never_both_win(kernel: Kernel) -> None:
     """Catches: a recovery claim that does not compare-and-set on the epoch it saw (both recoverers
     would hold a live epoch)."""
@@ -263,6 +282,43 @@ def test_not_adoptable_fails_the_attempt_under_the_new_fence_and_applies_retry(k
         complete(kernel, lease)
     with pytest.raises(StaleAuthority):
         kernel.run(adopt_in_tx, Authority.of(recovery.lease))
+
+
+def test_a_not_adoptable_attempt_consumes_the_inputs_it_was_handed(kernel: Kernel) -> None:
+    """A not-adoptable attempt fails as any failed attempt does: its claimed inputs are consumed by it.
+    Catches: a recovery failure that leaves them pending (the retry would hand the same input to a
+    second attempt, as if it had never been taken in)."""
+    lease = kernel.claim("a")
+    assert kernel.work(lease.work_id).pending_inputs != ()
+    kernel.now = lease.expires_at_ms
+    recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0])
+    kernel.run(not_adoptable_in_tx, Authority.of(recovery.lease), "no such process")
+    assert kernel.work(lease.work_id).pending_inputs == ()
+
+
+def test_an_attempt_with_pinned_metadata_is_never_relaunched_blindly(kernel: Kernel) -> None:
+    """An attempt whose executor pinned metadata (a process id, a handle) may have a live process even
+    if it was never marked handed: only the executor's `recover` may judge it. Catches: a relaunch
+    decided on the handed mark alone (a second process could run beside the first)."""
+    lease = kernel.claim("a", handed=False)
+    kernel.run(pin_metadata_in_tx, Authority.of(lease), {"pid": 42})
+    kernel.now = lease.expires_at_ms
+    recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0], executors=frozenset({"fake"}))
+    assert not recovery.relaunch
+    assert recovery.metadata == {"pid": 42}
+    assert kernel.execution(lease.execution_id).state is ExecutionState.RECOVERING
+
+
+def test_a_finished_attempt_is_not_recovered_from_a_stale_sighting(kernel: Kernel) -> None:
+    """Recovery claims only a running (or recovering) attempt. Catches: a recovery claim that checks
+    the epoch and the expiry but not the state (an attempt that completed after it was listed as
+    expired would be dragged back into recovery, its Work's outcome reopened)."""
+    lease = kernel.claim("a")
+    kernel.now = lease.expires_at_ms - 1
+    complete(kernel, lease)
+    kernel.now = lease.expires_at_ms
+    assert kernel.recover(Expired(execution_id=lease.execution_id, epoch=lease.epoch)) is None
+    assert kernel.execution(lease.execution_id).state is ExecutionState.COMPLETED
 
 
 def test_expired_leases_are_listed_fairly_across_calls(kernel: Kernel) -> None:

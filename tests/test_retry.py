@@ -287,3 +287,54 @@ async def test_a_manual_retry_is_refused_while_an_attempt_runs_or_once_terminal(
     await rt.cancel(lease.work_id)
     with pytest.raises(Conflict, match="cancelled"):
         await rt.retry(lease.work_id)
+
+
+async def test_a_failed_standing_attempt_arms_no_retry_and_its_next_input_is_its_next_attempt(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Standing Work arms no automatic retry: its next input is its next attempt. Catches: a failure
+    on standing Work treated as a spent budget (no backoff delay exists for it, so a failure policy
+    that does not skip standing Work first holds it as exhausted, and its next input starts nothing)."""
+    async with open_runtime(
+        loom_store, clock=clock, config=config(standing=True), actors=(), load_entry_points=False
+    ) as rt:
+        lease = await started(rt)
+        await fail(rt, lease)
+        work = await rt.work(lease.work_id)
+        assert (work.state, work.retry, work.held) == (WorkState.READY, None, False)
+        assert not await rt.diagnostics(kind="retry_exhausted")
+        with pytest.raises(LookupError, match="no timer"):
+            await _no_timer(rt, lease)
+        nxt = await rt.publish(EventIn(source="t", delivery_id="a-1", type="r.start", scope=SCOPE, key="a"))
+        await rt.poll()
+        lease = await rt.claim(lease.work_id, owner="host")
+        assert (lease.attempt, lease.request.inputs) == (2, (nxt,))
+
+
+async def test_cancelling_work_in_backoff_cancels_its_retry_timer(rt: Runtime, clock: ManualClock) -> None:
+    """Cancellation ends the Work's retry eligibility and every timer armed for it. Catches: a cancel
+    that leaves the retry timer armed (it would fire a retry Event for cancelled Work)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    timer = await retry_timer(rt, lease)
+    await rt.cancel(lease.work_id)
+    assert (await retry_timer(rt, lease)).state is TimerState.CANCELLED
+    work = await rt.work(lease.work_id)
+    assert (work.state, work.retry) == (WorkState.CANCELLED, None)
+    clock.set(timer.fire_at_ms)
+    assert (await rt.poll()).firings == ()
+
+
+async def test_idle_standing_work_without_input_cannot_be_claimed(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """An attempt starts only with pending input. Catches: a claim of ready standing Work with nothing
+    pending (an attempt with no input and no trigger would start)."""
+    async with open_runtime(
+        loom_store, clock=clock, config=config(standing=True), actors=(), load_entry_points=False
+    ) as rt:
+        lease = await started(rt)
+        await rt.complete(lease, Completed())
+        assert (await rt.work(lease.work_id)).state is WorkState.READY
+        with pytest.raises(Conflict, match="no pending input"):
+            await rt.claim(lease.work_id, owner="host")

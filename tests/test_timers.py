@@ -397,6 +397,33 @@ async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
         assert event.payload["v"] == 3
 
 
+async def test_a_firing_request_must_name_the_armed_revision_and_instant(
+    loom_store: str, host_driven: None
+) -> None:
+    """A timer's firing identity is (id, revision, fire_at): a request that matches the armed timer in
+    one part only is stale and fires nothing. Catches: a firing that checks the revision but not the
+    instant, or the instant but not the revision (a leftover request for a cancelled revision, or for
+    another instant, would fire the timer armed now)."""
+    async with RuntimeDriver.open(loom_store) as driver:
+        rt = driver.runtime
+        at = T0 + MINUTE
+        await rt.arm(tick("t", at))
+        await rt.cancel_timer("t", revision=1)
+        again = await rt.arm(tick("t", at))  # recreated at the same instant: revision 2
+        assert (again.revision, again.fire_at_ms) == (2, at)
+        driver.clock.advance(MINUTE)
+        for stale in (
+            FireRequest(timer_id="t", revision=1, fire_at_ms=at),  # the cancelled revision
+            FireRequest(timer_id="t", revision=2, fire_at_ms=at - SECOND),  # another instant
+        ):
+            answer = await rt.fire(stale)
+            assert (answer.result, answer.event_id) == (FiringResult.STALE, None), stale
+        assert await rt.firings("t") == []
+        assert (await rt.timer("t")).state is TimerState.ARMED
+        fired = await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at))
+        assert fired.result is FiringResult.ACCEPTED
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [

@@ -7,7 +7,9 @@ real kernel procedures on an in-memory store with random interleavings: matching
 accepted now and routed now or later, the Work's own Events, clock moves, the timeout firing,
 cancellation, and replays of routing, firing and wake scans. The model: a wait wakes at most once,
 with the first candidate accepted (a match, or its own accepted timeout), provided some wake attempt
-came after that candidate and before any cancellation; the clock alone wakes nothing.
+came after that candidate and before any cancellation; the clock alone wakes nothing; and its timeout
+timer stays armed exactly while nothing has woken, fired or cancelled it (a wake that leaves the
+timeout armed is caught).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.kernel.toolbelt import emit_in_tx
 from loom.kernel.waits import Candidate, arbitrate, timeout_timer_id, wake_in_tx
-from loom.records.timers import FireRequest
+from loom.records.timers import FireRequest, TimerState
 from loom.records.waits import Waiting
 from loom.store import SQLiteStore, Tx
 from loom.testing import T0_MS
@@ -257,6 +259,11 @@ def _assert_agrees(kernel: Kernel, work_id: str, model: Model, after: str) -> No
     assert wait.state is model.state, f"after {after}: the wait is {wait.state}, the model says {model.state}"
     assert wait.winner_event_id == model.winner, (
         f"after {after}: the winner is not the first candidate accepted"
+    )
+    # the wait's timeout stays armed exactly while the wait is active: a wake (or a cancel) disarms it
+    timer = kernel.run(lambda tx, now: tx.timer(timeout_timer_id(wait.id)))
+    assert (timer.state is TimerState.ARMED) == model.timer_armed, (
+        f"after {after}: the timeout timer is {timer.state}, the model says armed={model.timer_armed}"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 import loom
@@ -237,3 +238,35 @@ async def test_a_terminal_waiting_outcome_cannot_be_rewritten(loom_drivers: Driv
         with pytest.raises(loom.Conflict, match="final"):
             await rt.enrich_wait(lease, artifacts=("late",))
         await rt.cancel(work_id)
+
+
+async def test_a_resumed_attempt_derives_from_its_wake_bridge_and_enrichment_needs_its_token(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A resumed attempt's causal authority is the wake's bridge (as a continuation's is), and only the
+    parked attempt's own token may enrich its waiting result. Catches: a resume that keeps the first
+    trigger as the attempt's authority (its emissions would escape the wake's chain), or an enrichment
+    that checks attempt and epoch but not the token (anyone who knows the ids could rewrite it)."""
+    async with loom_drivers() as driver:
+        driver.fake.capabilities.add("resume")
+        await driver.configure(config(resume=True))
+        rt = driver.runtime
+        work_id = await started(driver)
+        lease = driver.fake.running(work_id).toolbelt.lease
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        with pytest.raises(StaleAuthority, match="token"):
+            await rt.enrich_wait(attrs.evolve(lease, token="forged-token"), artifacts=("forged",))
+        parked = await rt.execution(lease.execution_id)
+        assert parked.outcome is not None
+        assert "forged" not in parked.outcome.get("artifacts", [])
+        outside = await rt.publish(ev("go", "w.go"))
+        woken = await wait_state(driver, work_id, WaitState.WOKEN)
+        await launches(driver, work_id, 2)
+        resumed = driver.fake.launches_of(work_id)[1]
+        assert resumed.request.resumed
+        assert resumed.request.trigger is not None
+        assert resumed.request.trigger.id == outside.id
+        emitted = await resumed.toolbelt.emit(ev("emitted", "x.report", key="report/1"))
+        assert emitted.parent_id == woken.bridge_event_id, "the resumed attempt derives from the bridge"
+        driver.fake.finish(work_id, Completed())
