@@ -3,10 +3,12 @@
 Run from the repository root::
 
     python bench/accept.py [--events N] [--serial-events M] [--rounds R] [--dir DIR]
-                           [--synchronous FULL|NORMAL]
+                           [--synchronous FULL|NORMAL] [--backend sqlite|postgres] [--url URL]
 
 Every figure is measured on fresh database files in one temporary directory created under
-``--dir`` (default: the system temp dir), so all of them share one disk. See bench/README.md.
+``--dir`` (default: the system temp dir), so all of them share one disk. With ``--backend postgres`` every figure is taken on PostgreSQL
+instead (fresh databases on the server at ``--url``, or on a throwaway cluster with ``fsync`` on), the
+raw baselines through psycopg. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ import time
 from pathlib import Path
 
 import attrs
+import pg
 import trio
 
 import loom
-from loom.store import SQLiteStore
+from loom.store import SQLiteStore, Store, as_store
+from loom.testing import raw
 from loom.testing.internals import storage_of
 
 PRODUCERS = 100
@@ -112,9 +116,8 @@ def offer(i: int) -> loom.EventIn:
     )
 
 
-async def loom_acceptance(path: Path, events: int, producers: int, synchronous: str) -> tuple[float, str]:
+async def loom_acceptance(store: Store, events: int, producers: int) -> tuple[float, str]:
     """Publish ``events`` distinct Events from ``producers`` concurrent tasks; return events/s."""
-    store = SQLiteStore(path=str(path), synchronous=synchronous)
     async with loom.open_runtime(store, clock=loom.SystemClock(), load_entry_points=False) as rt:
 
         async def produce(first: int) -> None:
@@ -128,12 +131,8 @@ async def loom_acceptance(path: Path, events: int, producers: int, synchronous: 
                 nursery.start_soon(produce, p)
         elapsed = time.perf_counter() - start
         stats = attrs.evolve(storage_of(rt).stats)  # the figures of the publishing phase alone
-    conn = sqlite3.connect(path)
-    try:
-        stored = conn.execute("SELECT count(*), max(seq) FROM events").fetchone()
-    finally:
-        conn.close()
-    assert stored == (events, events), f"every Event was stored once, got (count, max seq) = {stored}"
+    (row,) = raw.query(store, "SELECT count(*) AS n FROM events")
+    assert row["n"] == events, f"every Event was stored once, got {row['n']} of {events}"
     detail = f"{stats.batches} batches, mean {stats.requests / stats.batches:.1f} per batch, largest {stats.largest_batch}"
     return events / elapsed, detail
 
@@ -152,10 +151,19 @@ class Round:
 
 def one_round(tmp: Path, n: int, args: argparse.Namespace) -> Round:
     sync = args.synchronous
+    if args.cluster is not None:  # PostgreSQL: fresh databases on one server
+        new = args.cluster.create_database
+        raw_row = pg.raw_commit_per_row(new(), args.serial_events)
+        raw_batch = pg.raw_batched(new(), args.events, RAW_BATCH)
+        loom_1, detail_1 = trio.run(loom_acceptance, as_store(new()), args.serial_events, 1)
+        loom_100, detail_100 = trio.run(loom_acceptance, as_store(new()), args.events, PRODUCERS)
+        return Round(raw_row, raw_batch, loom_1, loom_100, detail_1, detail_100)
     raw_row = raw_commit_per_row(tmp / f"raw-row-{n}.db", args.serial_events, sync)
     raw_batch = raw_batched(tmp / f"raw-batch-{n}.db", args.events, sync)
-    loom_1, detail_1 = trio.run(loom_acceptance, tmp / f"loom-1-{n}.db", args.serial_events, 1, sync)
-    loom_100, detail_100 = trio.run(loom_acceptance, tmp / f"loom-100-{n}.db", args.events, PRODUCERS, sync)
+    store_1 = SQLiteStore(path=str(tmp / f"loom-1-{n}.db"), synchronous=sync)
+    loom_1, detail_1 = trio.run(loom_acceptance, store_1, args.serial_events, 1)
+    store_100 = SQLiteStore(path=str(tmp / f"loom-100-{n}.db"), synchronous=sync)
+    loom_100, detail_100 = trio.run(loom_acceptance, store_100, args.events, PRODUCERS)
     for name in os.listdir(tmp):
         (tmp / name).unlink()
     return Round(raw_row, raw_batch, loom_1, loom_100, detail_1, detail_100)
@@ -193,47 +201,58 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", default=None, help="put the temporary database directory here (the disk under test)"
     )
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--backend", default="sqlite", choices=["sqlite", "postgres"])
+    parser.add_argument(
+        "--url", default=None, help="with --backend postgres: the server (default: a throwaway one)"
+    )
     args = parser.parse_args(argv)
     if args.events < PRODUCERS or args.serial_events < 1 or args.rounds < 1:
         parser.error(f"--events must be at least {PRODUCERS}, --serial-events and --rounds at least 1")
 
+    if args.backend == "postgres":
+        with pg.server(args.url) as cluster:
+            args.cluster = cluster
+            return report(args, Path(), "raw psycopg", "PostgreSQL (fsync on, synchronous_commit on)")
+    args.cluster = None
     tmp = Path(tempfile.mkdtemp(prefix="loom-bench-", dir=args.dir))
-    sync = args.synchronous
     try:
-        print(
-            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-            f"synchronous={sync}, {args.rounds} rounds, databases in {tmp}",
-            flush=True,
-        )
-        rounds = [one_round(tmp, n, args) for n in range(args.rounds)]
-        rate = ",.0f"
-        print(
-            f"raw sqlite3 commit-per-row inserts (WAL, synchronous={sync}): "
-            f"{spread([r.raw_row for r in rounds], rate)} rows/s ({args.serial_events:,} rows)"
-        )
-        print(
-            f"raw sqlite3 batched inserts, {RAW_BATCH} rows per commit (WAL, synchronous={sync}): "
-            f"{spread([r.raw_batch for r in rounds], rate)} rows/s ({args.events:,} rows)"
-        )
-        print(
-            f"loom durable acceptance, 1 producer: {spread([r.loom_1 for r in rounds], rate)} events/s "
-            f"({args.serial_events:,} events; last round: {rounds[-1].detail_1})"
-        )
-        print(
-            f"loom durable acceptance, {PRODUCERS} producers: {spread([r.loom_100 for r in rounds], rate)} "
-            f"events/s ({args.events:,} events; last round: {rounds[-1].detail_100})"
-        )
-        # Ratios are taken within each round (figures measured back to back), then the median.
-        print(f"ratio loom-1/raw-commit-per-row: {spread([r.loom_1 / r.raw_row for r in rounds], '.2f')}")
-        print(
-            f"ratio loom-{PRODUCERS}/raw-commit-per-row: "
-            f"{spread([r.loom_100 / r.raw_row for r in rounds], '.2f')}"
-        )
-        print(
-            f"ratio loom-{PRODUCERS}/raw-batched: {spread([r.loom_100 / r.raw_batch for r in rounds], '.2f')}"
-        )
+        return report(args, tmp, "raw sqlite3", f"WAL, synchronous={args.synchronous}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report(args: argparse.Namespace, tmp: Path, baseline: str, how: str) -> int:
+    print(
+        f"# {sys.platform}, python {sys.version.split()[0]}, "
+        f"{f'sqlite {sqlite3.sqlite_version}, ' if args.cluster is None else ''}"
+        f"{how}, {args.rounds} rounds, databases in {tmp if args.cluster is None else 'PostgreSQL'}",
+        flush=True,
+    )
+    rounds = [one_round(tmp, n, args) for n in range(args.rounds)]
+    rate = ",.0f"
+    print(
+        f"{baseline} commit-per-row inserts ({how}): "
+        f"{spread([r.raw_row for r in rounds], rate)} rows/s ({args.serial_events:,} rows)"
+    )
+    print(
+        f"{baseline} batched inserts, {RAW_BATCH} rows per commit ({how}): "
+        f"{spread([r.raw_batch for r in rounds], rate)} rows/s ({args.events:,} rows)"
+    )
+    print(
+        f"loom durable acceptance, 1 producer: {spread([r.loom_1 for r in rounds], rate)} events/s "
+        f"({args.serial_events:,} events; last round: {rounds[-1].detail_1})"
+    )
+    print(
+        f"loom durable acceptance, {PRODUCERS} producers: {spread([r.loom_100 for r in rounds], rate)} "
+        f"events/s ({args.events:,} events; last round: {rounds[-1].detail_100})"
+    )
+    # Ratios are taken within each round (figures measured back to back), then the median.
+    print(f"ratio loom-1/raw-commit-per-row: {spread([r.loom_1 / r.raw_row for r in rounds], '.2f')}")
+    print(
+        f"ratio loom-{PRODUCERS}/raw-commit-per-row: "
+        f"{spread([r.loom_100 / r.raw_row for r in rounds], '.2f')}"
+    )
+    print(f"ratio loom-{PRODUCERS}/raw-batched: {spread([r.loom_100 / r.raw_batch for r in rounds], '.2f')}")
     return 0
 
 

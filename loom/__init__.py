@@ -24,6 +24,7 @@ from .records.errors import SchemaTooNew as SchemaTooNew
 from .records.errors import StaleAuthority as StaleAuthority
 from .records.errors import StorageClosed as StorageClosed
 from .records.errors import StorageError as StorageError
+from .records.errors import StorageUnavailable as StorageUnavailable
 from .records.events import CausalRejection as CausalRejection
 from .records.events import Diagnostic as Diagnostic
 from .records.events import DiagnosticKind as DiagnosticKind

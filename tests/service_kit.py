@@ -164,16 +164,22 @@ class Server:
 
 
 def start_server(
-    db: Path,
+    db: Path | str,
     *,
+    logs: Path | None = None,
     config: Path | None = None,
     test_clock: bool = True,
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
     timeout: float = 30,
 ) -> Server:
-    """Start ``loom serve`` on port 0 and wait for the line that says where it listens."""
-    log = db.with_name(db.name + f".{os.getpid()}.{len(list(db.parent.glob(db.name + '.*.log')))}.log")
+    """Start ``loom serve`` on port 0 and wait for the line that says where it listens (``db``: a
+    SQLite file, or a PostgreSQL URL with ``logs`` the directory for the server's log)."""
+    if isinstance(db, str):
+        assert logs is not None, "a PostgreSQL URL needs a directory for the server's log"
+        log = logs / f"serve.{os.getpid()}.{len(list(logs.glob('serve.*.log')))}.log"
+    else:
+        log = db.with_name(db.name + f".{os.getpid()}.{len(list(db.parent.glob(db.name + '.*.log')))}.log")
     args = [sys.executable, "-m", "loom", "serve", "--db", str(db), "--listen", "127.0.0.1:0", *extra]
     if config is not None:
         args += ["--config", str(config)]

@@ -295,6 +295,9 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
     assert result.exit_code == 0, result.output
     assert calls == [{"db": str(db), "config_path": str(config), "listen": "127.0.0.1:9000",
                       "test_clock": True, "log_level": "debug"}]  # fmt: skip
+    url = "postgresql://loom@db.example:5433/loom"
+    assert loom_cli("serve", "--db", url).exit_code == 0
+    assert calls[-1]["db"] == url, "a URL reaches serve as it was given"
 
 
 @pytest.mark.parametrize(
@@ -304,6 +307,8 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
         (["--listen", "localhost:99999"], "--listen must be HOST:PORT"),
         (["--config", "/nonexistent/loom.toml"], "/nonexistent/loom.toml: no such configuration file"),
         (["--db", "/nonexistent/dir/loom.db"], "the directory /nonexistent/dir does not exist"),
+        (["--db", "postgresql://loom@db.example/loom?colour=blue"], 'invalid URI query parameter: "colour"'),
+        (["--db", "postgresql://loom:secret@db.example:http/loom"], "port must be a number"),
     ],
 )
 def test_serve_refuses_bad_options_in_one_line(args: list[str], message: str) -> None:

@@ -5,7 +5,6 @@ nothing was half-written, and a replay of every offer converges on each Event ex
 from __future__ import annotations
 
 import random
-import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,8 +17,9 @@ import trio
 from loom import CausalLimits, Config, Event, EventIn, ManualClock, Runtime, StorageClosed, open_runtime
 from loom.config.model import MAX_PER_MINUTE
 from loom.store import FaultHook
-from loom.testing import T0_MS
+from loom.testing import T0_MS, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
+from loom.testing.postgres import PostgresCluster
 
 T0 = T0_MS
 PRODUCERS = 10
@@ -121,20 +121,15 @@ def contains(exc: BaseException | None, kind: type[BaseException]) -> bool:
 
 
 def read_store(path: str) -> tuple[list[dict[str, object]], Counter[tuple[str, int]], set[str], int]:
-    """Everything the file holds: events, causal buckets, pinned roots, rejections."""
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        events = [dict(row) for row in conn.execute("SELECT * FROM events ORDER BY seq")]
-        buckets = Counter(
-            {(r["root_id"], r["minute"]): r["count"] for r in conn.execute("SELECT * FROM causal_buckets")}
-        )
-        roots = {r["root_id"] for r in conn.execute("SELECT root_id FROM causal_roots")}
-        rejections = conn.execute(
-            "SELECT count(*) FROM kv WHERE namespace = 'core.causal.rejections'"
-        ).fetchone()[0]
-    finally:
-        conn.close()
+    """Everything the database holds: events, causal buckets, pinned roots, rejections."""
+    events = raw.query(path, "SELECT * FROM events ORDER BY seq")
+    buckets = Counter(
+        {(r["root_id"], r["minute"]): r["count"] for r in raw.query(path, "SELECT * FROM causal_buckets")}
+    )
+    roots = {r["root_id"] for r in raw.query(path, "SELECT root_id FROM causal_roots")}
+    rejections = raw.query(path, "SELECT count(*) AS n FROM kv WHERE namespace = 'core.causal.rejections'")[
+        0
+    ]["n"]
     return events, buckets, roots, rejections
 
 
@@ -163,13 +158,22 @@ def check_consistent(path: str) -> dict[Delivery, dict[str, object]]:
     return by_delivery
 
 
+@pytest.fixture(params=["file", "postgres"])
+def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store that outlives a crashed runtime: a SQLite file, or a PostgreSQL database."""
+    if request.param == "file":
+        return str(tmp_path / "loom.db")
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return cluster.create_database(template=cluster.migrated_template())
+
+
 @pytest.mark.parametrize("seed", [11, 23, 37, 41, 59])
 @pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
 async def test_a_crash_at_a_commit_boundary_loses_nothing_acknowledged_and_replay_converges(
-    tmp_path: Path, boundary: Boundary, seed: int
+    durable_store: str, boundary: Boundary, seed: int
 ) -> None:
     rng = random.Random(seed)
-    path = str(tmp_path / "loom.db")
+    path = durable_store
     clock = ManualClock(start_ms=T0)
     async with runtime(path, clock) as rt:
         seeds = [

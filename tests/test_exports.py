@@ -34,6 +34,7 @@ EXPECTED = {
     "StaleAuthority",
     "StorageClosed",
     "StorageError",
+    "StorageUnavailable",
     "SystemClock",
     "hookimpl",
     "open_runtime",

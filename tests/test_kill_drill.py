@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 
 import loom
 from loom.testing import T0_MS, RuntimeDriver
+from loom.testing.postgres import PostgresCluster
 
 HOUR = 3_600_000
 CHILD = Path(__file__).parent / "drills" / "publisher.py"
@@ -45,10 +47,18 @@ def run_until_killed(db: str, acks_before_kill: int) -> tuple[set[str], set[str]
     return acked, armed
 
 
+@pytest.fixture(params=["file", "postgres"])
+def drill_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return str(tmp_path / "drill.db")
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return cluster.create_database()  # empty: the publisher's open migrates it
+
+
 async def test_sigkill_mid_load_loses_no_acknowledged_event_and_timers_fire_once(
-    tmp_path: Path, nursery: trio.Nursery
+    drill_db: str, nursery: trio.Nursery
 ) -> None:
-    db = str(tmp_path / "drill.db")
+    db = drill_db
     acked, armed = await trio.to_thread.run_sync(run_until_killed, db, 400)
     assert len(acked) >= 400
     assert armed == {f"t{i}" for i in range(5)}

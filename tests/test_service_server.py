@@ -18,6 +18,7 @@ from service_kit import CONFIG, CONFIG_TOML, order, start_server, until
 import loom
 from loom.service.serve import DEFAULT_LISTEN, open_service, parse_listen, run_http
 from loom.testing import T0_MS
+from loom.testing.postgres import PostgresCluster
 
 SCHEMATHESIS_EXAMPLES = 15
 SCHEMATHESIS_SEED = 20260101
@@ -111,12 +112,21 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-async def test_a_signal_stops_the_server_cleanly_and_a_restart_continues(tmp_path: Path, signum: int) -> None:
+@pytest.mark.parametrize(
+    ("signum", "backend"),
+    [(signal.SIGTERM, "file"), (signal.SIGINT, "file"), (signal.SIGTERM, "postgres")],
+)
+async def test_a_signal_stops_the_server_cleanly_and_a_restart_continues(
+    tmp_path: Path, signum: int, backend: str, request: pytest.FixtureRequest
+) -> None:
     """Catches a server that dies on SIGTERM/SIGINT without closing the store (exit status), and a
-    restart that loses state or moves the test clock (back, or on with the wall clock)."""
-    db = tmp_path / "loom.db"
-    server = await trio.to_thread.run_sync(lambda: start_server(db, config=_config(tmp_path)))
+    restart that loses state or moves the test clock (back, or on with the wall clock); on a SQLite
+    file and on PostgreSQL (``loom serve --db postgresql://...``)."""
+    db: Path | str = tmp_path / "loom.db"
+    if backend == "postgres":
+        cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+        db = cluster.create_database()
+    server = await trio.to_thread.run_sync(lambda: start_server(db, logs=tmp_path, config=_config(tmp_path)))
     try:
         async with httpx.AsyncClient(base_url=server.url) as client:
             assert (await client.post("/events", json=order(1))).status_code == 201
@@ -135,7 +145,7 @@ async def test_a_signal_stops_the_server_cleanly_and_a_restart_continues(tmp_pat
     assert status == 0, server.log.read_text()[-3000:]
     assert "stopped cleanly" in server.log.read_text()
 
-    server = await trio.to_thread.run_sync(lambda: start_server(db, config=_config(tmp_path)))
+    server = await trio.to_thread.run_sync(lambda: start_server(db, logs=tmp_path, config=_config(tmp_path)))
     try:
         async with httpx.AsyncClient(base_url=server.url) as client:
             assert (await client.post("/events", json=order(1))).json()["duplicate"] is True

@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
 from loom import ManualClock, SchemaTooNew, StorageClosed, StorageError
 from loom.notices import Lagged
-from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Tx
-from loom.testing import T0_MS
-from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
+from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
+from loom.testing import T0_MS, raw
+from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint, storage_failure
+from loom.testing.postgres import PostgresCluster
 
 T0 = T0_MS
 NS = "test"
@@ -99,9 +102,19 @@ async def wait_for_thread_event(event: threading.Event) -> None:
 # -- fixtures ---------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "file"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> SQLiteStore:
-    return SQLiteStore(path=":memory:" if request.param == "memory" else str(tmp_path / "loom.db"))
+@pytest.fixture
+def store(loom_store: str) -> Store:
+    """The storage actor's store on each backend: SQLite ``:memory:``, a file, PostgreSQL."""
+    return as_store(loom_store)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """A store a second connection can read: a file, or a PostgreSQL database."""
+    if request.param == "file":
+        return SQLiteStore(path=str(tmp_path / "loom.db"))
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return as_store(cluster.create_database(template=cluster.migrated_template()))
 
 
 @pytest.fixture
@@ -109,24 +122,22 @@ def file_store(tmp_path: Path) -> SQLiteStore:
     return SQLiteStore(path=str(tmp_path / "loom.db"))
 
 
-async def start_actor(nursery: trio.Nursery, store: SQLiteStore, **options: Any) -> StorageActor:
+async def start_actor(nursery: trio.Nursery, store: Store, **options: Any) -> StorageActor:
     actor: StorageActor = await nursery.start(StorageActor(store, ManualClock(start_ms=T0), **options).run)
     return actor
 
 
-def raw_keys(store: SQLiteStore) -> list[str]:
-    """Read what is committed through a connection of its own (file stores only)."""
-    conn = sqlite3.connect(store.path)
-    try:
-        return [row[0] for row in conn.execute("SELECT key FROM kv WHERE namespace = ? ORDER BY key", (NS,))]
-    finally:
-        conn.close()
+def raw_keys(store: Store) -> list[str]:
+    """Read what is committed through a connection of its own (durable stores only)."""
+    return [
+        row["key"] for row in raw.query(store, "SELECT key FROM kv WHERE namespace = ? ORDER BY key", (NS,))
+    ]
 
 
 # -- group commit -----------------------------------------------------------
 
 
-async def test_requests_submitted_together_share_one_batch(store: SQLiteStore, nursery: trio.Nursery) -> None:
+async def test_requests_submitted_together_share_one_batch(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store)
     gate = Gate()
     calls = Calls(actor, nursery)
@@ -150,9 +161,7 @@ async def test_requests_submitted_together_share_one_batch(store: SQLiteStore, n
     assert await actor.submit(keys) == names
 
 
-async def test_concurrent_producers_started_together_are_batched(
-    store: SQLiteStore, nursery: trio.Nursery
-) -> None:
+async def test_concurrent_producers_started_together_are_batched(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store)
     async with trio.open_nursery() as producers:
         for i in range(40):
@@ -163,7 +172,7 @@ async def test_concurrent_producers_started_together_are_batched(
     assert len(await actor.submit(keys)) == 40
 
 
-async def test_batch_size_is_bounded_by_max_batch(store: SQLiteStore, nursery: trio.Nursery) -> None:
+async def test_batch_size_is_bounded_by_max_batch(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store, max_batch=4)
     gate = Gate()
     calls = Calls(actor, nursery)
@@ -183,9 +192,7 @@ async def test_batch_size_is_bounded_by_max_batch(store: SQLiteStore, nursery: t
 # -- a request's own error --------------------------------------------------
 
 
-async def test_a_failing_request_rolls_back_only_its_own_effects(
-    store: SQLiteStore, nursery: trio.Nursery
-) -> None:
+async def test_a_failing_request_rolls_back_only_its_own_effects(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store)
     feed = actor.feed()
     gate = Gate()
@@ -214,19 +221,22 @@ async def test_a_failing_request_rolls_back_only_its_own_effects(
 # -- storage failure --------------------------------------------------------
 
 
-def fail_storage(tx: Tx, now_ms: int, key: str, failure: sqlite3.Error | None = None) -> None:
+def fail_storage(tx: Tx, now_ms: int, key: str, failure: Exception) -> None:
     put(tx, now_ms, key, "notice-storage")
-    raise failure or sqlite3.OperationalError("disk I/O error")
+    raise failure
 
 
-@pytest.mark.parametrize(
-    "failure",
-    [sqlite3.OperationalError("disk I/O error"), sqlite3.DatabaseError("database disk image is malformed")],
-    ids=["io-error", "corrupt"],
-)
+def corrupt(store: str) -> Exception:
+    if store.startswith("postgresql://"):
+        return psycopg.errors.DataCorrupted("could not read block 0 of relation base/1/2")
+    return sqlite3.DatabaseError("database disk image is malformed")
+
+
+@pytest.mark.parametrize("make_failure", [storage_failure, corrupt], ids=["io-error", "corrupt"])
 async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
-    store: SQLiteStore, nursery: trio.Nursery, failure: sqlite3.Error
+    store: Store, loom_store: str, nursery: trio.Nursery, make_failure: Callable[[str], Exception]
 ) -> None:
+    failure = make_failure(loom_store)
     actor = await start_actor(nursery, store)
     feed = actor.feed()
     gate = Gate()
@@ -256,13 +266,13 @@ async def test_a_storage_error_fails_the_whole_batch_and_commits_nothing(
 
 
 async def test_a_failed_commit_fails_every_caller_and_the_actor_serves_on(
-    store: SQLiteStore, nursery: trio.Nursery
+    store: Store, loom_store: str, nursery: trio.Nursery
 ) -> None:
     failing_batches: set[int] = set()
 
     def fault(point: str, batch_no: int) -> None:
         if point == "before_commit" and batch_no in failing_batches:
-            raise sqlite3.OperationalError("database or disk is full")
+            raise storage_failure(loom_store, "database or disk is full")
 
     actor = await start_actor(nursery, store, fault=fault)
     failing_batches.add(actor.stats.batches + 2)  # the batch after the gate's
@@ -287,7 +297,7 @@ async def test_a_failed_commit_fails_every_caller_and_the_actor_serves_on(
 # -- replies and notices after commit --------------------------------------
 
 
-async def test_the_reply_waits_for_the_commit(file_store: SQLiteStore, nursery: trio.Nursery) -> None:
+async def test_the_reply_waits_for_the_commit(durable_store: Store, nursery: trio.Nursery) -> None:
     committing = threading.Event()
     resume = threading.Event()
     watched: set[int] = set()
@@ -297,24 +307,24 @@ async def test_the_reply_waits_for_the_commit(file_store: SQLiteStore, nursery: 
             committing.set()
             assert resume.wait(GATE_TIMEOUT_S)
 
-    actor = await start_actor(nursery, file_store, fault=fault)
+    actor = await start_actor(nursery, durable_store, fault=fault)
     watched.add(actor.stats.batches + 1)
     calls = Calls(actor, nursery)
     calls.start("a", put, "a")
     await wait_for_thread_event(committing)
     await wait_all_tasks_blocked()
     assert calls.finished == set(), "no reply before COMMIT"
-    assert raw_keys(file_store) == [], "nothing is visible before COMMIT"
+    assert raw_keys(durable_store) == [], "nothing is visible before COMMIT"
     resume.set()
     while not calls.finished:
         await wait_all_tasks_blocked()
         await trio.lowlevel.checkpoint()
     assert calls.results == {"a": "a"}
-    assert raw_keys(file_store) == ["a"]
+    assert raw_keys(durable_store) == ["a"]
 
 
 async def test_feed_subscribers_see_notices_of_committed_requests_only(
-    store: SQLiteStore, nursery: trio.Nursery
+    store: Store, loom_store: str, nursery: trio.Nursery
 ) -> None:
     actor = await start_actor(nursery, store)
     feed = actor.feed()
@@ -323,7 +333,7 @@ async def test_feed_subscribers_see_notices_of_committed_requests_only(
     with pytest.raises(KeyError):
         await actor.submit(put_then_raise, "b", KeyError("b"), "notice-b")
     with pytest.raises(StorageError):
-        await actor.submit(fail_storage, "c")
+        await actor.submit(fail_storage, "c", storage_failure(loom_store))
     await actor.submit(put, "d")  # no notice
     await actor.submit(put, "e", "notice-e")
     assert await feed.next_batch() == ["notice-a"]
@@ -332,9 +342,7 @@ async def test_feed_subscribers_see_notices_of_committed_requests_only(
     assert await other.next_batch() == ["notice-e"]
 
 
-async def test_a_feed_that_falls_behind_is_told_to_resynchronise(
-    store: SQLiteStore, nursery: trio.Nursery
-) -> None:
+async def test_a_feed_that_falls_behind_is_told_to_resynchronise(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store)
     feed = actor.feed(capacity=1)
     await actor.submit(put, "a", "notice-a")
@@ -348,7 +356,7 @@ async def test_a_feed_that_falls_behind_is_told_to_resynchronise(
 
 
 async def test_a_full_mailbox_blocks_senders_until_the_actor_drains(
-    store: SQLiteStore, nursery: trio.Nursery
+    store: Store, nursery: trio.Nursery
 ) -> None:
     actor = await start_actor(nursery, store, max_batch=1, mailbox_size=1)
     gate = Gate()
@@ -377,7 +385,7 @@ async def test_a_full_mailbox_blocks_senders_until_the_actor_drains(
 
 
 async def test_a_caller_cancelled_while_its_batch_runs_still_has_its_effects_committed(
-    store: SQLiteStore, nursery: trio.Nursery
+    store: Store, nursery: trio.Nursery
 ) -> None:
     actor = await start_actor(nursery, store)
     gate = Gate()
@@ -444,7 +452,7 @@ def test_opening_applies_and_records_every_migration_once(file_store: SQLiteStor
     assert schema_rows(file_store.path) == [(SCHEMA_VERSION,)]
 
 
-async def test_the_actor_opens_a_migrated_store(store: SQLiteStore, nursery: trio.Nursery) -> None:
+async def test_the_actor_opens_a_migrated_store(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store)
 
     def version(tx: Tx, now_ms: int) -> int:
@@ -497,17 +505,15 @@ def test_the_writer_refuses_a_newer_schema_naming_both_versions(newer_db: Path) 
 
 
 @pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
-async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(
-    file_store: SQLiteStore, boundary: str
-) -> None:
+async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(durable_store: Store, boundary: str) -> None:
     async with trio.open_nursery() as callers:
         with pytest.RaisesGroup(CrashPoint, allow_unwrapped=True, flatten_subgroups=True):
             async with trio.open_nursery() as nursery:
-                actor = await start_actor(nursery, file_store, fault=CrashAt(Boundary(boundary), 1))
+                actor = await start_actor(nursery, durable_store, fault=CrashAt(Boundary(boundary), 1))
                 calls = Calls(actor, callers)
                 calls.start("a", put, "a")
                 calls.start("b", put, "b")
     assert calls.results == {}
     assert set(calls.errors) == {"a", "b"}
     assert all(isinstance(e, StorageClosed) for e in calls.errors.values())
-    assert raw_keys(file_store) == ([] if boundary == BEFORE_COMMIT else ["a", "b"])
+    assert raw_keys(durable_store) == ([] if boundary == BEFORE_COMMIT else ["a", "b"])

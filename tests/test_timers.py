@@ -52,13 +52,14 @@ from loom.records.timers import (
 from loom.records.work import Handoff, Lease
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
-from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashPoint
+from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashPoint, storage_failure
 from loom.testing.internals import storage_of, timer_service_of
 
 T0 = T0_MS  # 2026-01-01T00:00:00Z
 SCOPE = "acme"
 SECOND = 1_000
 MINUTE = 60 * SECOND
+HOUR = 60 * MINUTE
 STALL_S = 20  # a watchdog only: nothing waits on real time
 
 
@@ -221,11 +222,13 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
         calls.append(request.timer_id)
         if len(calls) == 1:
             trio.from_thread.run_sync(failed.set)
-            raise sqlite3.OperationalError("database or disk is full")
+            raise storage_failure(loom_store, "database or disk is full")
         return real(tx, now_ms, request, *args)
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_full_once)
-    async with RuntimeDriver.open(loom_store) as driver:
+    # no rescan for other nodes (PostgreSQL) shares the failing batch: a storage failure in one of
+    # its requests would stop the runtime, which is another test's subject
+    async with RuntimeDriver.open(loom_store, resync_ms=HOUR) as driver:
         rt = driver.runtime
         await rt.arm(tick("wake", T0 + 10 * SECOND))
         failures_before = storage_of(rt).stats.failed_batches
@@ -763,7 +766,7 @@ async def test_poll_raises_a_storage_failure(
     loom_store: str, host_driven: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def disk_io_error(tx: Tx, now_ms: int, request: FireRequest, *args: Any) -> Firing:
-        raise sqlite3.OperationalError("disk I/O error")
+        raise storage_failure(loom_store, "disk I/O error")
 
     monkeypatch.setattr(kernel_timers, "fire_timer_in_tx", disk_io_error)
     # No background actor shares the failed batch: only the host's poll sees the failure.

@@ -126,6 +126,9 @@ class TimerActor:
                 log.error("timer %s: firing failed: %s", timer_id, result)
                 failed.append(timer_id)
                 continue
+            if result.result is FiringResult.TAKEN:
+                failed.append(timer_id)  # another node is firing it: look again later (the ledger answers)
+                continue
             if result.result is FiringResult.INVALID:
                 log.error("timer %s is invalid and left the due set: %s", timer_id, result.detail)
             if self._armed.get(timer_id) == armed and result.next_fire_at_ms is None:

@@ -42,7 +42,11 @@ def fire_timer_in_tx(
     limits: CausalLimits,
     policies: Mapping[str, RecurrencePolicy],
 ) -> Firing:
-    """Fire one timer identity: accept its Event, write the ledger, delete or replace it."""
+    """Fire one timer identity: accept its Event, write the ledger, delete or replace it. On a shared
+    database the timer's row is locked first, skipping one another node holds (`FiringResult.TAKEN`):
+    nodes divide due timers instead of racing for them."""
+    if not tx.take_timer(req.timer_id):
+        return _noop(req, FiringResult.TAKEN, now_ms, "another node is firing it now")
     committed = tx.firing(req.timer_id, req.revision, req.fire_at_ms)
     if committed is not None:
         return attrs.evolve(committed, replay=True)

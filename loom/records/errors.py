@@ -104,5 +104,15 @@ class SchemaTooNew(StorageError):
     """The database was written by a newer loom; it was opened without writing."""
 
 
+class StorageUnavailable(StorageError):
+    """The connection to a shared database (PostgreSQL) was lost, say by a restart of the server.
+
+    The batch in flight failed to every caller in it (if the connection was lost during its COMMIT,
+    its outcome is unknown: acceptance is idempotent by ``(source, delivery_id)``, so offering again
+    is safe); the storage actor reconnects with backoff, and background actors start again from the
+    store once it is back.
+    """
+
+
 class StorageClosed(StorageError):
     """The storage actor is not running (stopped, or crashed at a fault point)."""

@@ -57,6 +57,9 @@ class FiringResult(enum.StrEnum):
     INVALID = "invalid"
     STALE = "stale"
     NOT_DUE = "not_due"
+    TAKEN = "taken"
+    """Another node (on a shared database) holds the timer and is firing it now: nothing was done
+    here; asking again later finds its firing in the ledger."""
 
 
 @attrs.frozen(kw_only=True)

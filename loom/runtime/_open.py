@@ -21,19 +21,13 @@ from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
-from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor
+from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, Store, as_store, open_reader
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
 
-StoreLike = str | SQLiteStore
+DEFAULT_RESYNC_MS = 1000
 
-
-def as_store(store: StoreLike) -> SQLiteStore:
-    if isinstance(store, SQLiteStore):
-        return store
-    if isinstance(store, str) and store:
-        return SQLiteStore(path=store)
-    raise InvalidRequest(f"store must be a path, ':memory:' or a SQLiteStore, got {store!r}")
+StoreLike = str | SQLiteStore | Store
 
 
 @asynccontextmanager
@@ -48,6 +42,7 @@ async def open_runtime(
     fault: FaultHook | None = None,
     owner: str = "loom",
     lease_ms: int = DEFAULT_LEASE_MS,
+    resync_ms: int = DEFAULT_RESYNC_MS,
 ) -> AsyncIterator[Runtime]:
     """Open the store, start the ``actors`` (by default all of them: see `ACTORS`),
     and yield the `Runtime` handle.
@@ -55,6 +50,11 @@ async def open_runtime(
     With ``actors=()`` nothing runs in the background: the host drives the runtime through the bounded
     host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
     `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
+
+    On a database several runtimes share (PostgreSQL), each is a node: what the others commit
+    reaches this one's actors through a rescan of the store every ``resync_ms`` of the clock's time
+    (they are told `Lagged`), so a node picks up the timers, Work and expired leases another node
+    armed, left or lost.
     """
     if config is not None and not isinstance(config, Config):
         raise InvalidRequest(f"config must be a Config, got {type(config).__name__}")
@@ -62,11 +62,12 @@ async def open_runtime(
         raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
     check_text("owner", owner)
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+    check_int("resync_ms", resync_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:
         raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
-    sqlite_store = as_store(store)
+    opened = as_store(store)
     clock = clock if clock is not None else SystemClock()
     pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
     extensions = Extensions.of(pm)
@@ -84,9 +85,11 @@ async def open_runtime(
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
-                _shielded, StorageActor(sqlite_store, clock, fault=fault).run, storage_scope
+                _shielded, StorageActor(opened, clock, fault=fault).run, storage_scope
             )
-            reader = ActorReader(storage) if sqlite_store.in_memory else Reader(sqlite_store.reader_uri())
+            if opened.dialect.shared:
+                nursery.start_soon(_resync_shared, storage, clock, resync_ms)
+            reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
             try:
@@ -120,6 +123,13 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+
+
+async def _resync_shared(storage: StorageActor, clock: Clock, every_ms: int) -> None:
+    """Other nodes' commits make no notices here: every ``every_ms`` the actors rescan the store."""
+    while True:
+        await clock.sleep_until(clock.now_ms() + every_ms)
+        storage.announce_lagged()
 
 
 async def _shielded(

@@ -6,6 +6,7 @@ timers and the bounded host pass in `_host`. `open_runtime` (in `_open`) builds 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import trio
@@ -19,7 +20,7 @@ from ..actors.timer_service import TimerService
 from ..actors.timers import TimerActor
 from ..config import Config
 from ..records.clock import Clock
-from ..records.errors import ConfigError, InvalidRequest
+from ..records.errors import ConfigError, InvalidRequest, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
 from ..store import Tx
@@ -29,6 +30,18 @@ from ._subscriptions import Subscriptions
 from ._watch import Watch
 
 ACTORS = ("router", "timers", "recovery", "subscriptions")
+
+log = logging.getLogger("loom.runtime")
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lost connection to the store and nothing else (alone or in a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        match, rest = exc.split(StorageUnavailable)
+        return match is not None and rest is None
+    return isinstance(exc, StorageUnavailable)
+
+
 """The background actors `open_runtime` starts by default (storage always runs; ingress runs in the
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
 intents; ``timers`` fires due timers; ``recovery`` recovers attempts whose lease expired (adopting,
@@ -124,29 +137,45 @@ class Runtime(Reads, Host, Subscriptions):
             raise InvalidRequest(f"unknown actor {name!r}; expected one of: {', '.join(ACTORS)}")
         if getattr(p, name) is not None:
             raise InvalidRequest(f"the {name} actor is already running in this runtime")
-        actor: Any
+        # A lost connection to a shared database (a server restart) stops the actor with
+        # `StorageUnavailable`: it starts again from the store, which holds everything it needs,
+        # while the storage actor reconnects. Any other storage failure stops the runtime.
+        started = False
+        delays = p.storage.store.reconnect_delays()
+        while True:
+            actor = self._make_actor(name)
+            setattr(p, name, actor)
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(actor.run)
+                    if not started:
+                        started = True
+                        task_status.started()
+                return
+            except BaseException as exc:
+                if not started or not connection_lost(exc):
+                    raise
+                log.warning("the %s actor lost the store's connection (%s); it starts again", name, exc)
+            finally:
+                setattr(p, name, None)
+            await trio.sleep(delays[0] if delays else 0)
+
+    def _make_actor(self, name: str) -> Any:
+        p = self._p
         if name == "router":
             # its snapshot reads are tiny and frequent: served by the storage actor they share its
             # group-committed thread hops instead of queueing on one read connection
-            actor = RouterPool(self._shared(p.actor_reader))
+            return RouterPool(self._shared(p.actor_reader))
         elif name == "timers":
-            actor = TimerActor(
+            return TimerActor(
                 p.storage,
                 TimerService[str](p.clock),
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )
         elif name == "recovery":
-            actor = LeaseRecoverer(self._shared(p.actor_reader))
-        else:
-            actor = SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
-        setattr(p, name, actor)
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(actor.run)
-                task_status.started()
-        finally:
-            setattr(p, name, None)
+            return LeaseRecoverer(self._shared(p.actor_reader))
+        return SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
 
     def _shared(self, reader: Any) -> Shared:
         p = self._p

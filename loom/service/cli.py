@@ -22,6 +22,7 @@ import typer
 
 from .. import __version__
 from ..records.errors import LoomError
+from ..store import as_store, is_postgres_url
 from ._client import DEFAULT_URL, Client, UserError
 from ._demo import run_demo
 from ._render import block, humanize, items_of, table, work_view
@@ -107,7 +108,12 @@ def parse_listen(listen: str) -> tuple[str, int]:
 @app.command()
 @user_errors
 def serve(
-    db: Path = typer.Option(Path("loom.db"), "--db", help="The SQLite file (created if missing)."),
+    db: str = typer.Option(
+        "loom.db",
+        "--db",
+        help="The SQLite file (created if missing), or the postgresql:// URL of a PostgreSQL database"
+        " that several loom serve nodes may share.",
+    ),
     config: Path | None = typer.Option(None, "--config", help="A loom.toml configuration file."),
     listen: str = typer.Option("127.0.0.1:8440", "--listen", help="HOST:PORT to serve HTTP on."),
     test_clock: bool = typer.Option(
@@ -117,12 +123,18 @@ def serve(
     ),
     log_level: LogLevel = typer.Option(LogLevel.INFO, "--log-level", case_sensitive=False),
 ) -> None:
-    """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file."""
+    """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
+    PostgreSQL database shared with other nodes."""
     parse_listen(listen)
     if config is not None and not config.is_file():
         raise UserError(f"{config}: no such configuration file")
-    if db.parent != Path() and not db.parent.is_dir():
-        raise UserError(f"--db {db}: the directory {db.parent} does not exist")
+    if is_postgres_url(db):
+        try:
+            as_store(db)  # a malformed URL is refused here, naming what is wrong
+        except LoomError as exc:
+            raise UserError(f"--db: {exc}") from None
+    elif Path(db).parent != Path() and not Path(db).parent.is_dir():
+        raise UserError(f"--db {db}: the directory {Path(db).parent} does not exist")
     try:
         server = importlib.import_module(f"{__package__}.serve")
     except ImportError as exc:
@@ -130,7 +142,7 @@ def serve(
     trio.run(
         functools.partial(
             server.serve,
-            db=str(db),
+            db=db,
             config_path=str(config) if config is not None else None,
             listen=listen,
             test_clock=test_clock,

@@ -1,6 +1,7 @@
 """``loom serve``: the runtime and its HTTP service in one trio program (docs/operations.md).
 
-`serve` opens the runtime (every actor) on an embedded SQLite file, created on first start, and runs
+`serve` opens the runtime (every actor) on an embedded SQLite file, created on first start (or on a
+PostgreSQL database named by a ``postgresql://`` URL), and runs
 the Starlette app on Hypercorn's trio worker in the same nursery. SIGINT or SIGTERM stops it cleanly:
 the server stops accepting, the actors stop, and the runtime's clean close releases its leases, so a
 restart recovers the attempts it was running at once and continues where it was.
@@ -18,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -34,6 +36,7 @@ from ..config import Config
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError
 from ..runtime import ACTORS, Runtime, open_runtime
+from ..store import is_postgres_url
 from ._app import make_app
 from ._metrics import Metrics
 
@@ -95,8 +98,19 @@ async def open_service(
         clock = test_clock
     elif test_clock:
         clock = ManualClock(start_ms=0)  # moved to its start below, before anything runs
+    # every node on a shared database holds its leases under a name of its own: a clean close
+    # releases this node's leases only, never those of the nodes that go on running
+    owner = (
+        f"loom@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}" if is_postgres_url(db) else "loom"
+    )
     async with open_runtime(
-        db, clock=clock, config=config, plugins=plugins, load_entry_points=load_entry_points, actors=()
+        db,
+        clock=clock,
+        config=config,
+        plugins=plugins,
+        load_entry_points=load_entry_points,
+        actors=(),
+        owner=owner,
     ) as rt:
         if clock is not None:
             # before anything commits or reads the time: nothing has run yet
@@ -194,7 +208,7 @@ async def serve(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
-    (created on first start), its configuration from ``config_path`` (``None``: an empty one), and the
+    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration from ``config_path`` (``None``: an empty one), and the
     HTTP API and web view on ``listen`` (loopback by default; port 0 picks a free port).
 
     Once listening it sets ``LOOM_URL`` in its environment to the address (the shell executor gives

@@ -4,6 +4,11 @@ from ._actor import CrashPoint as CrashPoint
 from ._actor import FaultHook as FaultHook
 from ._actor import NoticeFeed as NoticeFeed
 from ._actor import StorageActor as StorageActor
+from ._actor import Store as Store
+from ._dialect import Dialect as Dialect
+from ._open import as_store as as_store
+from ._open import is_postgres_url as is_postgres_url
+from ._open import open_reader as open_reader
 from ._reader import ActorReader as ActorReader
 from ._reader import Reader as Reader
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION

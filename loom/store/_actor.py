@@ -3,32 +3,73 @@
 Callers ``await storage.submit(procedure, *args)``. The actor drains its mailbox into
 a batch and runs the whole batch in one worker-thread hop::
 
-    BEGIN IMMEDIATE
+    BEGIN IMMEDIATE                    -- SQLite; PostgreSQL: BEGIN (read committed)
       SAVEPOINT r; procedure(tx, now_ms, *args); RELEASE r      -- per request
       (or ROLLBACK TO r: that request's own error undoes only its own effects)
     COMMIT
 
 Only after COMMIT succeeds does it reply to every caller and publish the batch's
-notices. A storage failure (I/O error, disk full, a failed commit) fails the whole
-batch explicitly to every caller. The batch is shielded from cancellation: a caller
-cancelled while its batch runs still has its work committed or not as a unit.
+notices. A storage failure (I/O error, disk full, a failed commit, a lost connection)
+fails the whole batch explicitly to every caller. The batch is shielded from
+cancellation: a caller cancelled while its batch runs still has its work committed or
+not as a unit.
+
+On a shared database (PostgreSQL) two more things can happen. Another node's batch can
+race this one (a deadlock, a unique key both inserted, a row changed under a
+compare-and-set): the batch is rolled back whole and run again, a bounded number of
+times, on what the other node committed. And the connection can drop (a database
+restart): the batch in flight fails as `StorageUnavailable`, and the actor reconnects
+with backoff before it runs the next one; requests wait in the bounded mailbox meanwhile.
 """
 
 from __future__ import annotations
 
-import sqlite3
+import logging
+import random
+import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import anyio
 import attrs
 import trio
 
 from ..records.clock import Clock
-from ..records.errors import StorageClosed, StorageError
+from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Committed, Lagged
-from ._sqlite import SQLiteStore
+from ._dialect import Dialect, RowConflict
 from ._tx import Tx
+
+log = logging.getLogger("loom.storage")
+
+CONFLICT_RETRIES = 12
+"""How many times a batch that raced another node runs again before it fails as a storage error."""
+
+
+class Store(Protocol):
+    """What the storage actor needs of a backend (`SQLiteStore`, `PostgresStore`)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def in_memory(self) -> bool: ...
+
+    def describe(self) -> str:
+        """Where the database is, for messages (never a password)."""
+        ...
+
+    def open_writer(self) -> Any:
+        """Open the write connection (a `Connection` with ``in_transaction`` and ``close``), migrated."""
+        ...
+
+    def close_writer(self, conn: Any) -> None: ...
+
+    def reconnect_delays(self) -> tuple[float, ...]:
+        """Seconds between reconnection attempts after a lost connection, the last repeating; empty
+        when a lost connection cannot come back (the runtime stops instead)."""
+        ...
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -103,7 +144,7 @@ class StorageStats:
 class StorageActor:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         clock: Clock,
         *,
         max_batch: int = 512,
@@ -115,7 +156,8 @@ class StorageActor:
         self._max_batch = max_batch
         self._send, self._receive = trio.open_memory_channel[_Request](mailbox_size)
         self._fault = fault
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
+        self._dialect = store.dialect
         self._limiter = anyio.CapacityLimiter(1)
         self._feeds: list[NoticeFeed] = []
         self._running = False
@@ -150,6 +192,14 @@ class StorageActor:
         self._feeds.append(feed)
         return feed
 
+    def announce_lagged(self) -> None:
+        """Tell every feed it missed notices (`Lagged`): on a shared database other nodes commit what
+        this actor's feeds never hear of, so the actors rescan the store now and then. A feed with
+        notices still unread skips this one: its reader is busy, and rescans must not pile up."""
+        for feed in list(self._feeds):
+            if not feed.pending:
+                feed._offer([Lagged()])
+
     def unsubscribe(self, feed: NoticeFeed) -> None:
         if feed in self._feeds:
             self._feeds.remove(feed)
@@ -172,6 +222,8 @@ class StorageActor:
                         break
                 batch_no += 1
                 with trio.CancelScope(shield=True):
+                    if self._conn is None:
+                        await self._reconnect()
                     await self._run_batch(batch, batch_no)
         finally:
             self._running = False
@@ -180,22 +232,48 @@ class StorageActor:
             with trio.CancelScope(shield=True):
                 await self._close()
 
+    async def _reconnect(self) -> None:
+        """Open the connection again after it was lost, waiting longer after each failure; requests
+        wait in the mailbox meanwhile (a caller may cancel its own)."""
+        delays = self.store.reconnect_delays()
+        attempt = 0
+        while True:
+            try:
+                self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+            except StorageError as exc:
+                delay = delays[min(attempt, len(delays) - 1)]
+                log.warning(
+                    "reconnecting to %s failed (%s); next try in %.2fs", self.store.describe(), exc, delay
+                )
+                attempt += 1
+                await trio.sleep(delay)
+            else:
+                log.warning("reconnected to %s", self.store.describe())
+                return
+
     async def _run_batch(self, batch: list[_Request], batch_no: int) -> None:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
             notices = await anyio.to_thread.run_sync(
-                self._execute, batch, now_ms, batch_no, limiter=self._limiter
+                self._execute_until_settled, batch, now_ms, batch_no, limiter=self._limiter
             )
         except _StorageFailure as failure:
             self.stats.failed_batches += 1
+            others = f"this request and {len(batch) - 1} others in its batch"
             for request in batch:
                 request.ok = False
                 request.value = None
-                request.error = StorageError(
-                    f"storage failed; this request and {len(batch) - 1} others in its batch were not "
-                    f"committed: {failure.cause}"
-                )
+                if failure.lost:
+                    request.error = StorageUnavailable(
+                        f"the connection to {self.store.describe()} was lost; {others} "
+                        f"{'may or may not have' if failure.in_commit else 'were not'} committed "
+                        f"(the storage actor reconnects): {failure.cause}"
+                    )
+                else:
+                    request.error = StorageError(
+                        f"storage failed; {others} were not committed: {failure.cause}"
+                    )
                 request.error.__cause__ = failure.cause
                 request.done.set()
             return
@@ -226,39 +304,53 @@ class StorageActor:
             elif notices:
                 feed._offer(notices)
 
+    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+        """Run the batch; one that raced another node runs again (after a short random pause)."""
+        for attempt in range(CONFLICT_RETRIES + 1):
+            try:
+                return self._execute(batch, now_ms, batch_no)
+            except _Conflict as conflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise _StorageFailure(conflict.cause) from conflict.cause
+                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
+        raise AssertionError("unreachable")
+
     def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
         conn = self._conn
         assert conn is not None
-        tx = Tx(conn)
+        dialect = self._dialect
+        tx = Tx(conn, dialect)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise _StorageFailure(exc) from exc
+            conn.execute(dialect.begin)
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise self._failure(exc, in_commit=False) from exc
+            raise
+        in_commit = False
         try:
             for request in batch:
-                conn.execute("SAVEPOINT request")
-                mark = len(tx.notices)
+                request.ok, request.value, request.error = False, None, None
                 try:
-                    request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
+                    with tx.savepoint():
+                        request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
                     request.ok = True
                 except Exception as exc:
-                    if Tx.is_storage_failure(exc):
+                    if tx.is_storage_failure(exc):
                         raise
-                    conn.execute("ROLLBACK TO request")
-                    del tx.notices[mark:]
-                    request.ok = False
                     request.error = exc
-                conn.execute("RELEASE request")
             if self._fault is not None:
                 self._fault("before_commit", batch_no)
+            in_commit = True
             conn.execute("COMMIT")
         except CrashPoint:
             self._abandon()
             raise
         except Exception as exc:
             self._rollback()
-            if Tx.is_storage_failure(exc):
-                raise _StorageFailure(exc) from exc
+            if tx.is_storage_failure(exc):
+                if (dialect.is_conflict(exc) and not in_commit) or isinstance(exc, RowConflict):
+                    raise _Conflict(exc) from exc
+                raise self._failure(exc, in_commit=in_commit) from exc
             raise
         except BaseException:
             self._rollback()
@@ -271,21 +363,35 @@ class StorageActor:
                 raise
         return tx.notices
 
+    def _failure(self, exc: BaseException, *, in_commit: bool) -> _StorageFailure:
+        """A storage failure; one that lost the connection drops it, to be opened again."""
+        lost = self._dialect.is_disconnect(exc) and bool(self.store.reconnect_delays())
+        if lost:
+            self._abandon()
+        return _StorageFailure(exc, lost=lost, in_commit=in_commit)
+
     def _rollback(self) -> None:
-        assert self._conn is not None
+        if self._conn is None:
+            return
         if self._conn.in_transaction:
             try:
                 self._conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                # The connection is unusable; stop rather than run on a half state.
+            except Exception as exc:
+                # The connection is unusable: drop it; a shared database is reconnected to, a
+                # file stops the runtime rather than run on a half state.
                 self._abandon()
+                if self._dialect.is_disconnect(exc) and self.store.reconnect_delays():
+                    return
                 raise
 
     def _abandon(self) -> None:
         """Drop the connection as a killed process would: no commit, no cleanup."""
         if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except Exception:
+                pass  # it was already broken: dropping it is all that is left to do
 
     def _fail_pending(self, error: BaseException) -> None:
         while True:
@@ -300,23 +406,23 @@ class StorageActor:
         self._feeds.clear()
 
     async def _close(self) -> None:
-        """A clean close: fold the write-ahead log into the database file, so the file alone holds
-        everything (a copy of it is a complete backup), then close."""
+        """A clean close (the backend folds in what it must first: SQLite's write-ahead log)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            await anyio.to_thread.run_sync(self._checkpoint_and_close, conn, limiter=self._limiter)
-
-    def _checkpoint_and_close(self, conn: sqlite3.Connection) -> None:
-        try:
-            if not self.store.in_memory and not conn.in_transaction:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        except sqlite3.Error:
-            pass  # readers still hold the log: it stays, and the next open folds it in
-        finally:
-            conn.close()
+            await anyio.to_thread.run_sync(self.store.close_writer, conn, limiter=self._limiter)
 
 
 class _StorageFailure(Exception):
+    def __init__(self, cause: BaseException, *, lost: bool = False, in_commit: bool = False) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.lost = lost
+        self.in_commit = in_commit
+
+
+class _Conflict(Exception):
+    """The batch raced another writer and was rolled back whole: run it again."""
+
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause

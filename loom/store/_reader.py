@@ -108,8 +108,8 @@ class Reader:
 
     async def ledgers(self, budget: str | None, subject: str | None, limit: int) -> list[BudgetLedger]:
         rows = await self._all(
-            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE (? IS NULL OR budget = ?)"
-            " AND (? IS NULL OR subject = ?) ORDER BY budget, subject, window LIMIT ?",
+            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE (CAST(? AS TEXT) IS NULL OR budget = ?)"
+            ' AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY budget, subject, "window" LIMIT ?',
             (budget, budget, subject, subject, limit),
         )
         return [ledger_from_row(r) for r in rows]
@@ -206,7 +206,7 @@ class Reader:
 
     async def open_intents(self, work_id: str | None, limit: int) -> list[Intent]:
         rows = await self._all(
-            f"{_sql.INTENT_SELECT} WHERE (? IS NULL OR work_id = ?) AND status IN {_sql.OPEN_INTENTS}"
+            f"{_sql.INTENT_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR work_id = ?) AND status IN {_sql.OPEN_INTENTS}"
             " ORDER BY id LIMIT ?",
             (work_id, work_id, limit),
         )
@@ -226,7 +226,8 @@ class Reader:
         """Timers in id order after ``after_id``; ``work_id``: those that name the Work or that its
         attempts armed (deadlines, derived timers)."""
         rows = await self._all(
-            f"{_sql.TIMER_SELECT} WHERE (? IS NULL OR state = ?) AND id > ? AND (? IS NULL OR work_id = ?"
+            f"{_sql.TIMER_SELECT} WHERE (CAST(? AS TEXT) IS NULL OR state = ?) AND id > ?"
+            " AND (CAST(? AS TEXT) IS NULL OR work_id = ?"
             " OR execution_id IN (SELECT id FROM executions WHERE work_id = ?)) ORDER BY id LIMIT ?",
             (state, state, after_id, work_id, work_id, work_id, limit),
         )

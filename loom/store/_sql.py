@@ -34,7 +34,7 @@ EVENT_BY_DELIVERY = f"SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND de
 EVENTS_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 EVENTS_OF_TYPE_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE type = ? AND seq > ? ORDER BY seq LIMIT ?"
 EVENTS_OF_ROOT = (
-    f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (? IS NULL OR type = ?) AND seq > ?"
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
     " ORDER BY seq LIMIT ?"
 )
 EVENT_COUNT = "SELECT count(*) FROM events"
@@ -103,8 +103,8 @@ CHECKPOINT_COLUMNS = (
     " generation, at_ms"
 )
 CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
-CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY rowid"
-"""A Work's checkpoints in the order they were committed (rowids grow with each insert; none is deleted)."""
+CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY commit_seq"
+"""A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (
     f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
     " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"
@@ -215,8 +215,8 @@ def intent_from_row(row: Row) -> Intent:
 
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
 DIAGNOSTICS = (
-    "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (? IS NULL OR kind = ?)"
-    " AND (? IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+    "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
+    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY id LIMIT ?"
 )
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import attrs
 
 from ..records.errors import InvalidRequest, SchemaTooNew, StorageError
-from ._schema import MIGRATIONS, SCHEMA_VERSION
+from ._dialect import SQLITE, Dialect
+from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
 
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
 
@@ -33,6 +34,28 @@ class SQLiteStore:
     @property
     def in_memory(self) -> bool:
         return self.path == ":memory:"
+
+    @property
+    def dialect(self) -> Dialect:
+        return SQLITE
+
+    def describe(self) -> str:
+        return self.path
+
+    def reconnect_delays(self) -> tuple[float, ...]:
+        """A file does not come back by waiting: a failed connection stops the runtime."""
+        return ()
+
+    def close_writer(self, conn: sqlite3.Connection) -> None:
+        """A clean close: fold the write-ahead log into the database file, so the file alone holds
+        everything (a copy of it is a complete backup), then close."""
+        try:
+            if not self.in_memory and not conn.in_transaction:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass  # readers still hold the log: it stays, and the next open folds it in
+        finally:
+            conn.close()
 
     def open_writer(self) -> sqlite3.Connection:
         """Open the write connection, refusing a newer schema before writing anything."""
@@ -84,10 +107,10 @@ def read_schema_version(conn: sqlite3.Connection) -> int:
 def migrate(conn: sqlite3.Connection, current: int) -> None:
     """Apply every migration after ``current``, each atomically with its version bump."""
     for version in range(current + 1, SCHEMA_VERSION + 1):
-        script = MIGRATIONS[version - 1]
+        script = render(MIGRATIONS[version - 1], SQLITE.name)
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _statements(script):
+            for statement in statements(script):
                 conn.execute(statement)
             conn.execute("CREATE TABLE IF NOT EXISTS loom_schema (version INTEGER NOT NULL)")
             conn.execute("DELETE FROM loom_schema")
@@ -96,17 +119,3 @@ def migrate(conn: sqlite3.Connection, current: int) -> None:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-
-
-def _statements(script: str) -> list[str]:
-    out: list[str] = []
-    buf = ""
-    for line in script.splitlines(keepends=True):
-        buf += line
-        if sqlite3.complete_statement(buf):
-            if buf.strip():
-                out.append(buf.strip())
-            buf = ""
-    if buf.strip():
-        out.append(buf.strip())
-    return out

@@ -27,7 +27,6 @@ from ..records.work import (
     WorkState,
 )
 from . import _sql
-from ._tx_base import written
 from ._tx_budgets import BudgetsTx
 from ._tx_executions import ExecutionsTx
 from ._tx_subscriptions import SubscriptionsTx
@@ -57,10 +56,11 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
 
     def insert_event(self, event: Event, payload_json: str) -> int:
         """Insert an immutable Event (its ``seq`` is ignored); return its sequence (strictly increasing)."""
-        cur = self._conn.execute(
+        self._ordered()
+        row = self._one(
             "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
             " parent_id, cause_id, root_id, depth, accepted_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             (
                 event.id,
                 event.source,
@@ -78,9 +78,8 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
                 event.accepted_at_ms,
             ),
         )
-        seq = cur.lastrowid
-        assert seq is not None
-        return seq
+        assert row is not None
+        return int(row[0])
 
     def event(self, event_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_ID, (event_id,))
@@ -103,7 +102,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
 
     def pin_causal_root(self, root_id: str, max_depth: int, per_minute: int) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?)",
+            "INSERT INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (root_id, max_depth, per_minute),
         )
 
@@ -115,7 +114,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
         """Add one to a root's bucket for ``minute``; return the new count."""
         self._conn.execute(
             "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
-            " ON CONFLICT (root_id, minute) DO UPDATE SET count = count + 1",
+            " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1",
             (root_id, minute),
         )
         return self.bucket_count(root_id, minute)
@@ -142,12 +141,12 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
     def add_diagnostic(
         self, kind: DiagnosticKind, subject: str, message: str, detail: dict[str, Any], now_ms: int
     ) -> int:
-        cur = self._conn.execute(
-            "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?)",
+        row = self._one(
+            "INSERT INTO diagnostics (kind, subject, message, detail, at_ms) VALUES (?, ?, ?, ?, ?) RETURNING id",
             (kind.value, subject, message, json.dumps(detail, sort_keys=True), now_ms),
         )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        assert row is not None
+        return int(row[0])
 
     # -- Work ---------------------------------------------------------------
 
@@ -205,7 +204,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             " WHERE id = ? AND state = ?",
             (new.value, *fields.values(), now_ms, work.id, work.state.value),
         )
-        written(cur, f"work {work.id}", work.state, new)
+        self._written(cur, f"work {work.id}", work.state, new)
         row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
         assert row is not None
         return int(row[0])
@@ -244,10 +243,12 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
         return _sql.checkpoint_from_row(row) if row else None
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
+        self._ordered()  # its commit_seq is the Work's history order
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
-            " effective_policy, fallback_reason, reason, generation, at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " (SELECT coalesce(max(commit_seq), 0) + 1 FROM checkpoints))",
             (
                 cp.event_id,
                 cp.seq,
@@ -282,7 +283,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?)",
+            "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (work_id, event_id, seq, InputState.PENDING.value),
         )
 
@@ -302,7 +303,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
             (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
         )
-        written(cur, f"input {event_id}", state, InputState.CONSUMED)
+        self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
 
     def drop_input(self, work_id: str, event_id: str) -> None:
         """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
@@ -314,7 +315,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
             (InputState.DROPPED.value, work_id, event_id, state.value),
         )
-        written(cur, f"input {event_id}", state, InputState.DROPPED)
+        self._written(cur, f"input {event_id}", state, InputState.DROPPED)
 
     def armed_timers_of_work(self, work_id: str) -> list[Timer]:
         """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""

@@ -1,41 +1,32 @@
-"""`TxBase`: the plumbing every part of `Tx` shares (the connection, notices, savepoints)."""
+"""`TxBase`: the plumbing every part of `Tx` shares (the connection, its dialect, notices, savepoints)."""
 
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
+from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
 
-STORAGE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
-"""Errors that mean the store itself failed, not one request's logic."""
-
-
-def written(cursor: sqlite3.Cursor, what: str, old: object, new: object) -> None:
-    """A compare-and-set wrote nothing: the record was not in the state it was read in."""
-    if cursor.rowcount != 1:
-        raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
-
-
-STORAGE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
-"""Errors that mean the store itself failed, not one request's logic."""
-
 
 class TxBase:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: Connection, dialect: Dialect = SQLITE) -> None:
         self._conn = conn
+        self.dialect = dialect
         self.notices: list[object] = []
         self._savepoints = 0
+        self._ordered_at: int | None = None
+        """The savepoint depth at which this transaction took the acceptance-order lock."""
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         """Run a block atomically inside the transaction: an exception undoes only its effects
         (and its notices), then propagates."""
-        name = f"nested_{self._savepoints}"
+        depth = self._savepoints
+        name = f"nested_{depth}"
         self._savepoints += 1
         mark = len(self.notices)
         self._conn.execute(f"SAVEPOINT {name}")
@@ -46,16 +37,38 @@ class TxBase:
                 self._conn.execute(f"ROLLBACK TO {name}")
                 self._conn.execute(f"RELEASE {name}")
                 del self.notices[mark:]
+                if self._ordered_at is not None and self._ordered_at > depth:
+                    self._ordered_at = None  # a lock taken inside a savepoint goes with its rollback
             raise
         else:
             self._conn.execute(f"RELEASE {name}")
         finally:
             self._savepoints -= 1
 
-    @staticmethod
-    def is_storage_failure(exc: BaseException) -> bool:
-        """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
-        return isinstance(exc, STORAGE_FAILURES) or type(exc) is sqlite3.DatabaseError
+    def is_storage_failure(self, exc: BaseException) -> bool:
+        """The store failed (I/O, a full disk, a lost connection) or another writer raced this batch:
+        not the request's own error, so it is never caught as one."""
+        return (
+            isinstance(exc, RowConflict)
+            or self.dialect.is_storage_failure(exc)
+            or self.dialect.is_conflict(exc)
+        )
+
+    def _ordered(self) -> None:
+        """Take the acceptance-order lock (on a shared database) before allocating a sequence that
+        readers follow, so that sequence order is commit order (docs/backends.md)."""
+        if self._ordered_at is None and self.dialect.order_lock is not None:
+            self._conn.execute(self.dialect.order_lock)
+            self._ordered_at = self._savepoints
+
+    def _written(self, cursor: Cursor, what: str, old: object, new: object) -> None:
+        """A compare-and-set wrote nothing: the record was not in the state it was read in. Alone
+        on the database that is a stale read; on a shared one another node changed the row since
+        this transaction read it, and the batch runs again."""
+        if cursor.rowcount != 1:
+            if self.dialect.shared:
+                raise RowConflict(f"{what}: {old} -> {new} raced another writer")
+            raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
 
     # -- plumbing ---------------------------------------------------------
 
@@ -64,7 +77,8 @@ class TxBase:
         return row
 
     def _all(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
-        return self._conn.execute(sql, params).fetchall()
+        rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
+        return rows
 
     def notify(self, notice: object) -> None:
         """Queue a notice for publication after this batch commits."""

@@ -7,7 +7,7 @@ from typing import Any
 from ..records.budgets import BudgetLedger
 from ._tx_base import TxBase
 
-LEDGER_COLUMNS = "budget, subject, window, unit, amount, warned, exceeded, updated_at_ms"
+LEDGER_COLUMNS = 'budget, subject, "window", unit, amount, warned, exceeded, updated_at_ms'
 
 
 def ledger_from_row(row: tuple[Any, ...]) -> BudgetLedger:
@@ -26,7 +26,7 @@ def ledger_from_row(row: tuple[Any, ...]) -> BudgetLedger:
 class BudgetsTx(TxBase):
     def ledger(self, budget: str, subject: str, window: str) -> BudgetLedger | None:
         row = self._one(
-            f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE budget = ? AND subject = ? AND window = ?",
+            f'SELECT {LEDGER_COLUMNS} FROM budget_ledgers WHERE budget = ? AND subject = ? AND "window" = ?',
             (budget, subject, window),
         )
         return ledger_from_row(row) if row else None
@@ -36,9 +36,9 @@ class BudgetsTx(TxBase):
     ) -> BudgetLedger:
         """Add ``amount`` to the ledger (made at zero if new); return it as it is now."""
         self._conn.execute(
-            "INSERT INTO budget_ledgers (budget, subject, window, unit, amount, updated_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (budget, subject, window) DO UPDATE SET"
-            " amount = amount + excluded.amount, unit = excluded.unit, updated_at_ms = excluded.updated_at_ms",
+            'INSERT INTO budget_ledgers (budget, subject, "window", unit, amount, updated_at_ms)'
+            ' VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (budget, subject, "window") DO UPDATE SET'
+            " amount = budget_ledgers.amount + excluded.amount, unit = excluded.unit, updated_at_ms = excluded.updated_at_ms",
             (budget, subject, window, unit, amount, now_ms),
         )
         ledger = self.ledger(budget, subject, window)
@@ -47,7 +47,7 @@ class BudgetsTx(TxBase):
 
     def mark_ledger(self, budget: str, subject: str, window: str, *, warned: bool, exceeded: bool) -> None:
         self._conn.execute(
-            "UPDATE budget_ledgers SET warned = ?, exceeded = ? WHERE budget = ? AND subject = ? AND window = ?",
+            'UPDATE budget_ledgers SET warned = ?, exceeded = ? WHERE budget = ? AND subject = ? AND "window" = ?',
             (int(warned), int(exceeded), budget, subject, window),
         )
 
@@ -63,7 +63,7 @@ class BudgetsTx(TxBase):
         return [
             ledger_from_row(row)
             for row in self._all(
-                f"SELECT {LEDGER_COLUMNS} FROM budget_ledgers{clause} ORDER BY budget, subject, window",
+                f'SELECT {LEDGER_COLUMNS} FROM budget_ledgers{clause} ORDER BY budget, subject, "window"',
                 params,
             )
         ]

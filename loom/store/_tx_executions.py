@@ -18,7 +18,7 @@ from ..records.work import (
     Policy,
 )
 from . import _sql
-from ._tx_base import TxBase, written
+from ._tx_base import TxBase
 
 _LIVE = _sql.LIVE
 _EXECUTION_FIELDS = frozenset(
@@ -96,7 +96,7 @@ class ExecutionsTx(TxBase):
             "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
             (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
         )
-        return cur.rowcount
+        return int(cur.rowcount)
 
     def execution_token(self, execution_id: str) -> str | None:
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
@@ -166,7 +166,7 @@ class ExecutionsTx(TxBase):
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
             (new.value, *fields.values(), execution.id, execution.state.value),
         )
-        written(cur, f"execution {execution.id}", execution.state, new)
+        self._written(cur, f"execution {execution.id}", execution.state, new)
 
     # -- intents ----------------------------------------------------------------
 
@@ -187,8 +187,8 @@ class ExecutionsTx(TxBase):
         error_fallback: Policy | None = None,
     ) -> None:
         self._conn.execute(
-            "INSERT OR IGNORE INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
-            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO intents (id, kind, work_id, event_id, execution_id, epoch, status,"
+            " updated_at_ms, error_fallback) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 id,
                 kind.value,
@@ -219,7 +219,7 @@ class ExecutionsTx(TxBase):
             " WHERE id = ? AND status = ?",
             (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
         )
-        written(cur, f"intent {intent.id}", intent.status, new)
+        self._written(cur, f"intent {intent.id}", intent.status, new)
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))

@@ -12,7 +12,7 @@ from ..records.errors import IllegalTransition
 from ..records.events import Event
 from ..records.subscriptions import SUBSCRIPTION_LIFECYCLE, Subscription, SubscriptionState
 from . import _sql
-from ._tx_base import TxBase, written
+from ._tx_base import TxBase
 
 SUBSCRIPTION_COLUMNS = (
     "namespace, id, work_id, dependent_key, wait_id, source_key, source_scope, target_scope, types,"
@@ -100,7 +100,7 @@ class SubscriptionsTx(TxBase):
             f"UPDATE subscriptions SET {sets} WHERE namespace = ? AND id = ? AND state = ? AND revision = ?",
             (*_values(new)[2:], old.namespace, old.id, old.state.value, old.revision),
         )
-        written(cur, f"subscription {old.name}", old.state, new.state)
+        self._written(cur, f"subscription {old.name}", old.state, new.state)
 
     def set_subscription_state(
         self, sub: Subscription, new: SubscriptionState, now_ms: int, *, reason: str | None = None
@@ -113,7 +113,7 @@ class SubscriptionsTx(TxBase):
             " WHERE namespace = ? AND id = ? AND state = ?",
             (new.value, reason, now_ms, sub.namespace, sub.id, sub.state.value),
         )
-        written(cur, f"subscription {sub.name}", sub.state, new)
+        self._written(cur, f"subscription {sub.name}", sub.state, new)
 
     def record_subscription_answer(
         self, sub: Subscription, now_ms: int, *, authorized: bool | None, reason: str | None
@@ -129,9 +129,9 @@ class SubscriptionsTx(TxBase):
         """Every source Event up to ``seq`` is decided (aliased, filtered out or refused); it never moves
         back."""
         self._conn.execute(
-            "UPDATE subscriptions SET checkpoint_seq = max(checkpoint_seq, ?), updated_at_ms = ?"
-            " WHERE namespace = ? AND id = ?",
-            (seq, now_ms, sub.namespace, sub.id),
+            "UPDATE subscriptions SET checkpoint_seq = CASE WHEN checkpoint_seq > ? THEN checkpoint_seq"
+            " ELSE ? END, updated_at_ms = ? WHERE namespace = ? AND id = ?",
+            (seq, seq, now_ms, sub.namespace, sub.id),
         )
 
     def subscriptions_of_work(self, work_id: str) -> list[Subscription]:

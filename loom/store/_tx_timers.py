@@ -7,7 +7,13 @@ import json
 from ..records.errors import IllegalTransition
 from ..records.timers import TIMER_LIFECYCLE, Firing, Timer, TimerState
 from . import _sql
-from ._tx_base import TxBase, written
+from ._tx_base import TxBase
+
+_REPLACE_TIMER = ", ".join(
+    f"{column} = excluded.{column}"
+    for column in _sql.TIMER_COLUMNS.replace(" ", "").split(",")
+    if column != "id"
+)
 
 
 class TimersTx(TxBase):
@@ -24,8 +30,9 @@ class TimersTx(TxBase):
         elif timer.state is not TimerState.ARMED:
             raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
         self._conn.execute(
-            f"INSERT OR REPLACE INTO timers ({_sql.TIMER_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO timers ({_sql.TIMER_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f" ON CONFLICT (id) DO UPDATE SET {_REPLACE_TIMER}",
             (
                 timer.id,
                 timer.revision,
@@ -57,7 +64,7 @@ class TimersTx(TxBase):
             "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ? AND state = ? AND revision = ?",
             (new.value, reason, now_ms, timer.id, timer.state.value, timer.revision),
         )
-        written(cur, f"timer {timer.id}", timer.state, new)
+        self._written(cur, f"timer {timer.id}", timer.state, new)
 
     def rearm_timer(self, timer: Timer, fire_at_ms: int, now_ms: int) -> None:
         """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
@@ -88,12 +95,23 @@ class TimersTx(TxBase):
         ``wrapped``, those up to it). An indexed range: the cost follows ``limit``, not the table."""
         op = "<=" if wrapped else ">"
         rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due"
+            f"SELECT id, revision, fire_at_ms FROM timers{self.dialect.due_hint}"
             f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
             " ORDER BY fire_at_ms, id LIMIT ?",  # 'armed': the partial index's own predicate
             (now_ms, after[0], after[1], limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]
+
+    def take_timer(self, timer_id: str) -> bool:
+        """Lock the timer's row until this transaction ends, so that only one node fires it; ``False``:
+        another node holds it now (the row is skipped, not waited for). Alone on the database
+        (SQLite) there is nobody to divide with."""
+        if not self.dialect.skip_locked:
+            return True
+        if self._one(f"SELECT id FROM timers WHERE id = ?{self.dialect.skip_locked}", (timer_id,)):
+            return True
+        # not locked by us: either someone else holds it, or it does not exist (then nobody does)
+        return self._one("SELECT id FROM timers WHERE id = ?", (timer_id,)) is None
 
     def firing(self, timer_id: str, revision: int, fire_at_ms: int) -> Firing | None:
         row = self._one(

@@ -10,7 +10,7 @@ from ..records.events import Event
 from ..records.waits import WAIT_LIFECYCLE, Wait, WaitState
 from ..records.work import InputState
 from . import _sql
-from ._tx_base import TxBase, written
+from ._tx_base import TxBase
 
 WAIT_COLUMNS = (
     "id, work_id, execution_id, attempt, epoch, state, keys, types, after_seq, resume, timeout_at_ms,"
@@ -120,7 +120,7 @@ class WaitsTx(TxBase):
             ),
         )
         self._conn.executemany(
-            "INSERT OR IGNORE INTO wait_keys (key, wait_id) VALUES (?, ?)",
+            "INSERT INTO wait_keys (key, wait_id) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(key, wait.id) for key in wait.keys],
         )
 
@@ -142,7 +142,7 @@ class WaitsTx(TxBase):
             f"UPDATE waits SET state = ?{sets} WHERE id = ? AND state = ?",
             (state, *values, wait.id, wait.state.value),
         )
-        written(cur, f"wait {wait.id}", wait.state, state)
+        self._written(cur, f"wait {wait.id}", wait.state, state)
 
     def matching_candidates(
         self, work_id: str, keys: Sequence[str], after_seq: int, limit: int

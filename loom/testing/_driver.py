@@ -23,7 +23,7 @@ from .. import (
     hookimpl,
     open_runtime,
 )
-from ..runtime import ACTORS, DEFAULT_LEASE_MS
+from ..runtime import ACTORS, DEFAULT_LEASE_MS, DEFAULT_RESYNC_MS
 from ..store import FaultHook
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
@@ -120,9 +120,11 @@ class RuntimeDriver:
         fault: FaultHook | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         actors: Iterable[str] = ACTORS,
+        resync_ms: int = DEFAULT_RESYNC_MS,
     ) -> None:
         self._nursery = nursery
         self.fault = fault
+        self.resync_ms = resync_ms
         self.actors = tuple(actors)
         self.lease_ms = lease_ms
         self.store = store
@@ -158,6 +160,7 @@ class RuntimeDriver:
         fault: FaultHook | None = None,
         lease_ms: int = DEFAULT_LEASE_MS,
         actors: Iterable[str] = ACTORS,
+        resync_ms: int = DEFAULT_RESYNC_MS,
     ) -> AsyncIterator[RuntimeDriver]:
         """A started driver on ``store`` (a path or ``":memory:"``), stopped on the way out.
 
@@ -176,6 +179,7 @@ class RuntimeDriver:
                 fault=fault,
                 lease_ms=lease_ms,
                 actors=actors,
+                resync_ms=resync_ms,
             )
             await driver.start()
             try:
@@ -200,6 +204,7 @@ class RuntimeDriver:
                     fault=self.fault,
                     lease_ms=self.lease_ms,
                     actors=self.actors,
+                    resync_ms=self.resync_ms,
                 ) as rt:
                     task_status.started(rt)
                     await trio.sleep_forever()

@@ -14,9 +14,9 @@ import enum
 
 import attrs
 
-from ..store import CrashPoint
+from ..store import CrashPoint, is_postgres_url
 
-__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint"]
+__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint", "storage_failure"]
 
 
 class Boundary(enum.StrEnum):
@@ -43,3 +43,15 @@ class CrashAt:
         if not self.fired and point == self.boundary and batch_no >= self.batch:
             self.fired = True
             raise CrashPoint(f"crash point: {point} of batch {batch_no}")
+
+
+def storage_failure(store: str, message: str = "disk I/O error") -> Exception:
+    """An error the driver of ``store``'s backend raises when the store itself fails (a full disk,
+    an I/O error), for a procedure to raise on purpose: the batch it is in must fail as a whole."""
+    if is_postgres_url(store):
+        import psycopg.errors
+
+        return psycopg.errors.DiskFull(message)
+    import sqlite3
+
+    return sqlite3.OperationalError(message)

@@ -1,7 +1,12 @@
 """Pytest fixtures for testing against loom (``pytest_plugins = ["loom.testing.pytest_plugin"]``).
 
-* ``loom_backend``: ``"memory"`` or ``"file"`` (parametrised: tests using it run on both).
-* ``loom_store``: the store of that backend: SQLite ``:memory:``, or a file in ``tmp_path``.
+* ``loom_backend``: ``"memory"``, ``"file"`` or ``"postgres"`` (parametrised: tests using it run on each).
+* ``loom_store``: the store of that backend: SQLite ``:memory:``, a file in ``tmp_path``, or the URL of
+  a fresh PostgreSQL database (a copy of a migrated template).
+* ``loom_postgres``: the session's `PostgresCluster`: ``LOOM_TEST_POSTGRES_URL`` if set, else a
+  throwaway cluster started with ``initdb`` in a temporary directory (on a unix socket, as an
+  unprivileged user when run as root) and stopped at the end. Without PostgreSQL binaries the
+  ``postgres`` tests skip, unless ``CI=true``: there a missing server fails them.
 * ``loom_drivers``: a factory of started drivers (`RuntimeDriver`) on that store:
   ``async with loom_drivers(config=..., plugins=...) as driver:`` (see `RuntimeDriver.open`).
 * ``loom_driver``: one started driver with the default configuration.
@@ -11,7 +16,8 @@ Every driver's `ManualClock` starts at `T0_MS` (2026-01-01T00:00:00Z) unless tol
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
@@ -19,18 +25,46 @@ from pathlib import Path
 import pytest
 
 from ._driver import RuntimeDriver
+from .postgres import ENV_URL, PostgresCluster, PostgresUnavailable
 
 DriverFactory = Callable[..., AbstractAsyncContextManager[RuntimeDriver]]
 
 
-@pytest.fixture(params=["memory", "file"])
+BACKENDS = ("memory", "file", "postgres")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="session")
+def loom_postgres() -> Iterator[PostgresCluster]:
+    url = os.environ.get(ENV_URL)
+    try:
+        cluster = PostgresCluster.external(url) if url else PostgresCluster.start()
+    except PostgresUnavailable as exc:
+        if in_ci():
+            pytest.fail(f"CI needs a PostgreSQL server and none could be started: {exc}")
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=BACKENDS)
 def loom_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def loom_store(loom_backend: str, tmp_path: Path) -> str:
-    return ":memory:" if loom_backend == "memory" else str(tmp_path / "loom.db")
+def loom_store(loom_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if loom_backend == "memory":
+        return ":memory:"
+    if loom_backend == "file":
+        return str(tmp_path / "loom.db")
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return cluster.create_database(template=cluster.migrated_template())
 
 
 @pytest.fixture

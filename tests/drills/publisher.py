@@ -1,4 +1,5 @@
-"""A child process for the kill drill: publish events (and arm timers) on a SQLite file,
+"""A child process for the kill drill: publish events (and arm timers) on a SQLite file or a
+PostgreSQL database (a path or a URL),
 printing each acknowledged delivery id as soon as publish returns. The test kills it
 with SIGKILL mid-stream."""
 

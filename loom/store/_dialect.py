@@ -1,0 +1,74 @@
+"""What differs between the backends' SQL, in one place (the kernel never sees it).
+
+`Tx` and the readers write SQL in one portable subset: ``?`` parameters, ``ON CONFLICT``
+upserts, ``RETURNING``, row-value comparisons, integers for times and sequences, TEXT ids and
+JSON. A `Dialect` says what each backend needs on top of that: how a write transaction begins,
+the lock that keeps acceptance order visible on a shared database, row locks that divide work
+between nodes, an index hint, and which driver errors mean "the store failed" or "another
+writer got there first; run the batch again".
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor `Tx` uses."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """The part of a DB-API connection `Tx` uses (``sqlite3.Connection`` is one)."""
+
+    def execute(self, sql: str, parameters: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any: ...
+
+
+class RowConflict(Exception):
+    """A compare-and-set found its row changed by another writer inside this transaction (only a
+    shared database has other writers): the batch runs again on what they committed."""
+
+
+class Dialect:
+    """The SQLite dialect; `PostgresDialect` overrides what differs."""
+
+    name = "sqlite"
+    shared = False
+    """Whether other processes may write the same database at once."""
+    begin = "BEGIN IMMEDIATE"
+    order_lock: str | None = None
+    """SQL that serialises acceptance order until the transaction ends (``None``: writers are serial)."""
+    due_hint = " INDEXED BY timers_due"
+    """Forces the partial (fire_at, id) index: SQLite's planner may otherwise scan by state."""
+    skip_locked = ""
+    """Appended to a scan for work to take: rows another node holds are left to it."""
+
+    def is_storage_failure(self, exc: BaseException) -> bool:
+        """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
+        return isinstance(exc, _SQLITE_FAILURES) or type(exc) is sqlite3.DatabaseError
+
+    def is_conflict(self, exc: BaseException) -> bool:
+        """Another writer raced this batch (a shared database only): roll back and run it again."""
+        return False
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        """The connection itself is gone (a shared database only): reconnect before the next batch."""
+        return False
+
+    def in_transaction(self, conn: Any) -> bool:
+        return bool(conn.in_transaction)
+
+
+_SQLITE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
+
+SQLITE = Dialect()

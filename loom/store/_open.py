@@ -1,0 +1,53 @@
+"""Choosing a backend: a path or ``":memory:"`` is SQLite, a ``postgresql://`` URL is PostgreSQL."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+from ..records.errors import InvalidRequest
+from ._actor import StorageActor, Store
+from ._reader import ActorReader, Reader
+from ._sqlite import SQLiteStore
+
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
+
+
+def as_store(store: Any) -> Store:
+    """The store ``store`` names: a `SQLiteStore` or `PostgresStore` as it is, a ``postgresql://``
+    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime)."""
+    if isinstance(store, SQLiteStore):
+        return store
+    if is_postgres_url(store):
+        return postgres_backend().PostgresStore(url=store)  # type: ignore[no-any-return]
+    if isinstance(store, str) and store:
+        return SQLiteStore(path=store)
+    if type(store).__name__ == "PostgresStore":
+        postgres = postgres_backend()
+        if isinstance(store, postgres.PostgresStore):
+            return store  # type: ignore[no-any-return]
+    raise InvalidRequest(
+        f"store must be a path, ':memory:', a postgresql:// URL, a SQLiteStore or a PostgresStore, got {store!r}"
+    )
+
+
+def open_reader(store: Store, storage: StorageActor) -> Reader:
+    """The read side for ``store`` (not yet opened): its own connection where it can have one."""
+    if isinstance(store, SQLiteStore):
+        return ActorReader(storage) if store.in_memory else Reader(store.reader_uri())
+    return postgres_backend().PostgresReader(store)  # type: ignore[no-any-return]
+
+
+def postgres_backend() -> Any:
+    """The PostgreSQL backend's module, imported on first use: psycopg is an optional dependency, so
+    SQLite users never need it."""
+    try:
+        module: ModuleType = importlib.import_module("._postgres", __package__)
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise InvalidRequest(f"PostgreSQL needs psycopg 3: pip install 'loom[postgres]' ({exc})") from exc
+    return module

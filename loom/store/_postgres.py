@@ -1,0 +1,300 @@
+"""The PostgreSQL backend: several runtimes (nodes) on one database, through psycopg 3.
+
+The storage actor drives a sync psycopg connection from its worker thread (psycopg's async API
+is asyncio-only), exactly as it drives SQLite: one transaction per batch, a savepoint per
+request, one COMMIT. `Tx`'s portable SQL reaches the server through `PostgresConnection`, which
+turns ``?`` parameters into psycopg's ``%s`` (once per statement text) and 0/1 flags into
+integers. What each guarantee rests on with several nodes is in ``docs/backends.md``:
+
+* acceptance order: a transaction takes ``pg_advisory_xact_lock`` before it allocates an Event
+  sequence or a checkpoint's commit order, and holds it to its end, so sequences become visible
+  in the order they were allocated (`PostgresDialect.order_lock`);
+* division of work: the scans for due timers and expired leases lock what they return with
+  ``FOR UPDATE SKIP LOCKED``, so another node's concurrent scan takes other rows;
+* races between nodes (a deadlock, a key both inserted, a row changed under a compare-and-set)
+  roll the batch back whole and run it again (`PostgresDialect.is_conflict`);
+* a lost connection fails the batch in flight and the actor reconnects (`reconnect_delays`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import attrs
+import psycopg
+from psycopg import conninfo
+from psycopg.pq import TransactionStatus
+
+from ..records.errors import InvalidRequest, SchemaTooNew, StorageClosed, StorageError, StorageUnavailable
+from ._dialect import Dialect
+from ._reader import Reader, Rows
+from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
+
+LOCK_CLASS = 0x6C6F6F6D  # "loom": the first key of loom's advisory locks in a database
+ORDER_LOCK = 1
+MIGRATION_LOCK = 2
+
+_CONFLICTS = frozenset(
+    {
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "23505",  # unique_violation: another node inserted the same key first
+        "55P03",  # lock_not_available
+    }
+)
+_FAILURE_CLASSES = frozenset({"08", "53", "57", "58", "XX", "F0", "25"})
+"""Connection, resources, operator intervention (a shutdown), system, internal, config, and a
+transaction in a state it should never be in: the store failed, not the request."""
+_DISCONNECTS = frozenset({"57P01", "57P02", "57P03"})  # admin or crash shutdown, cannot connect now
+
+
+class PostgresDialect(Dialect):
+    name = "postgresql"
+    shared = True
+    begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
+    order_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {ORDER_LOCK})"
+    due_hint = ""
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def is_storage_failure(self, exc: BaseException) -> bool:
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError):
+            return True
+        if isinstance(exc, psycopg.Error):
+            return (exc.sqlstate or "")[:2] in _FAILURE_CLASSES
+        return False
+
+    def is_conflict(self, exc: BaseException) -> bool:
+        return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
+
+    def is_disconnect(self, exc: BaseException) -> bool:
+        if not isinstance(exc, psycopg.Error):
+            return False
+        state = exc.sqlstate
+        if state is None:
+            return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        return state[:2] == "08" or state in _DISCONNECTS
+
+
+POSTGRES = PostgresDialect()
+
+
+@functools.lru_cache(maxsize=4096)
+def _format(sql: str) -> str:
+    """``?`` parameters as psycopg's ``%s`` (a literal ``%`` doubled); quoted text is left alone."""
+    out: list[str] = []
+    quoted = False
+    for char in sql:
+        if char == "'":
+            quoted = not quoted
+            out.append(char)
+        elif char == "%":
+            out.append("%%")
+        elif char == "?" and not quoted:
+            out.append("%s")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _params(params: Sequence[Any]) -> tuple[Any, ...]:
+    # flags are stored as 0/1 integers on every backend
+    return tuple(int(p) if isinstance(p, bool) else p for p in params)
+
+
+class PostgresConnection:
+    """A psycopg connection speaking `Tx`'s portable SQL (the `Connection` protocol)."""
+
+    def __init__(self, raw: psycopg.Connection[tuple[Any, ...]]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[tuple[Any, ...]]:
+        if not parameters:
+            return self.raw.execute(sql)
+        return self.raw.execute(_format(sql), _params(parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> None:
+        with self.raw.cursor() as cur:
+            cur.executemany(_format(sql), [_params(p) for p in parameters])
+
+    @property
+    def in_transaction(self) -> bool:
+        status = self.raw.info.transaction_status
+        return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def check_url(url: str) -> dict[str, str]:
+    """The parts of a PostgreSQL URL (or libpq conninfo); a malformed one is refused naming what is
+    wrong (the password is never repeated)."""
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidRequest(f"a PostgreSQL store needs a postgresql:// URL, got {url!r}")
+    try:
+        parts = {k: str(v) for k, v in conninfo.conninfo_to_dict(url).items() if v is not None}
+    except psycopg.ProgrammingError as exc:
+        reason = " ".join(str(exc).replace(url, "<the URL>").split())
+        raise InvalidRequest(f"malformed PostgreSQL URL: {reason}") from None
+    port = parts.get("port", "5432")
+    if not all(p.isdigit() and 0 < int(p) < 65536 for p in port.split(",")):
+        raise InvalidRequest(f"malformed PostgreSQL URL: port must be a number from 1 to 65535, got {port!r}")
+    return parts
+
+
+@attrs.frozen(kw_only=True)
+class PostgresStore:
+    """Where and how to reach a PostgreSQL database (a ``postgresql://`` URL or libpq conninfo).
+
+    Every runtime on the same database is a node: they share the work (docs/backends.md).
+    """
+
+    url: str
+    connect_timeout_s: int = 10
+    reconnect_delays_s: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+    def __attrs_post_init__(self) -> None:
+        check_url(self.url)
+
+    @property
+    def in_memory(self) -> bool:
+        return False
+
+    @property
+    def dialect(self) -> Dialect:
+        return POSTGRES
+
+    def describe(self) -> str:
+        try:
+            parts = conninfo.conninfo_to_dict(self.url)
+        except psycopg.ProgrammingError:
+            return "a PostgreSQL database (unparsable URL)"
+        parts.pop("password", None)
+        return "postgresql:" + " ".join(f"{k}={v}" for k, v in sorted(parts.items()))
+
+    def reconnect_delays(self) -> tuple[float, ...]:
+        return self.reconnect_delays_s
+
+    def connect(self, *, application_name: str = "loom") -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=self.connect_timeout_s,
+                application_name=application_name,
+            )
+        except psycopg.Error as exc:
+            raise StorageUnavailable(f"cannot connect to {self.describe()}: {exc}") from exc
+
+    def open_writer(self) -> PostgresConnection:
+        """Open the write connection, refusing a newer schema before writing anything; several nodes
+        opening a fresh database at once migrate it once (under an advisory lock)."""
+        raw = self.connect(application_name="loom writer")
+        try:
+            migrate(raw, self.describe())
+        except BaseException as exc:
+            raw.close()
+            if isinstance(exc, psycopg.Error):
+                raise StorageError(f"cannot open {self.describe()}: {exc}") from exc
+            raise
+        return PostgresConnection(raw)
+
+    def close_writer(self, conn: PostgresConnection) -> None:
+        conn.close()
+
+
+def read_schema_version(raw: psycopg.Connection[tuple[Any, ...]]) -> int:
+    exists = raw.execute("SELECT to_regclass('loom_schema') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = raw.execute("SELECT version FROM loom_schema").fetchone()
+    return int(row[0]) if row else 0
+
+
+def migrate(raw: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
+    """Apply every migration this database lacks, each atomically with its version bump."""
+    raw.execute(f"SELECT pg_advisory_lock({LOCK_CLASS}, {MIGRATION_LOCK})")
+    try:
+        current = read_schema_version(raw)
+        if current > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{where} has schema version {current}, newer than this loom supports "
+                f"({SCHEMA_VERSION}); upgrade loom to open it (nothing was written)"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            with raw.transaction():
+                for statement in statements(render(MIGRATIONS[version - 1], POSTGRES.name)):
+                    raw.execute(statement)
+                raw.execute("CREATE TABLE IF NOT EXISTS loom_schema (version BIGINT NOT NULL)")
+                raw.execute("DELETE FROM loom_schema")
+                raw.execute("INSERT INTO loom_schema (version) VALUES (%s)", (version,))
+    finally:
+        if not raw.closed:
+            raw.execute(f"SELECT pg_advisory_unlock({LOCK_CLASS}, {MIGRATION_LOCK})")
+
+
+class PostgresReader(Reader):
+    """The same reads on a connection of their own, in a worker thread; a lost connection fails the
+    read as `StorageUnavailable` and the next read connects again."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        super().__init__(store.describe())
+        self._store = store
+        self._raw: psycopg.Connection[tuple[Any, ...]] | None = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self._open = False
+
+    async def open(self) -> None:
+        self._raw = await anyio.to_thread.run_sync(self._connect, limiter=self._limiter)
+        self._open = True
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        return self._store.connect(application_name="loom reader")
+
+    async def aclose(self) -> None:
+        self._open = False
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            await anyio.to_thread.run_sync(raw.close, limiter=self._limiter)
+
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
+        return (await self._snapshot([(sql, params)]))[0]
+
+    async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
+        if not self._open:
+            raise StorageClosed("the store is closed: reads end with the runtime")
+        return await anyio.to_thread.run_sync(self._read, queries, limiter=self._limiter)
+
+    def _read(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
+        # A read changes nothing: one that finds its connection gone (a server restart since the
+        # last read) connects again and reads once more before it reports the store unavailable.
+        for retry in (True, False):
+            if self._raw is None or self._raw.closed:
+                self._raw = self._connect()
+            try:
+                return self._read_once(self._raw, queries)
+            except psycopg.Error as exc:
+                if POSTGRES.is_disconnect(exc) or self._raw.closed or self._raw.broken:
+                    self._raw.close()
+                    self._raw = None
+                    if retry:
+                        continue
+                    raise StorageUnavailable(f"reading {self._store.describe()} failed: {exc}") from exc
+                if POSTGRES.is_storage_failure(exc):
+                    raise StorageError(f"reading {self._store.describe()} failed: {exc}") from exc
+                raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _read_once(
+        raw: psycopg.Connection[tuple[Any, ...]], queries: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Rows]:
+        conn = PostgresConnection(raw)
+        if len(queries) == 1:
+            sql, params = queries[0]
+            return [conn.execute(sql, params).fetchall()]
+        with raw.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return [conn.execute(sql, params).fetchall() for sql, params in queries]
