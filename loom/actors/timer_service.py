@@ -185,7 +185,9 @@ class TimerService(Generic[K]):
             for key in keys:
                 moved = self._in_flight.pop(key)
                 if key in failed and not moved:
-                    logger.warning("timer %r: fire failed; retrying at %d", key, retry_at)
+                    # a failure was logged where it happened; on a shared database this is also a
+                    # timer another node is firing right now, which is no failure at all
+                    logger.info("timer %r: not fired; looking again at %d", key, retry_at)
                     self._heap.push(key, retry_at)
 
     async def _sleep_until_or_changed(self, deadline_ms: int, changed: trio.Event) -> None:
