@@ -270,3 +270,36 @@ async def test_a_resumed_attempt_derives_from_its_wake_bridge_and_enrichment_nee
         emitted = await resumed.toolbelt.emit(ev("emitted", "x.report", key="report/1"))
         assert emitted.parent_id == woken.bridge_event_id, "the resumed attempt derives from the bridge"
         driver.fake.finish(work_id, Completed())
+
+
+async def test_a_continuation_runs_with_the_waited_attempts_binding_whatever_route_its_winner_took(
+    loom_drivers: DriverFactory,
+) -> None:
+    """Attempt N+1 carries on the waited attempt (seed 003 "Resume, N+1 and tokens"): a winner routed
+    through a route without a binding (one that only passes replies to their Work) or with another
+    binding still starts the continuation, under the binding the waited attempt ran with.
+
+    Catches: taking the binding from the winner's route (no continuation ever starts after a reply
+    through a binding-less route: the Work stays ready with its wake; or the second Work's continuation
+    runs under ``alt``)."""
+    routes = [
+        {"name": "replies", "types": ["r.*"]},
+        {"name": "alt", "types": ["a.*"], "binding": "alt"},
+        {"name": "w", "types": ["w.*"], "create_work": True, "binding": "fake"},
+    ]
+    bindings = {"fake": {"executor": "fake"}, "alt": {"executor": "fake"}}
+    cfg = Config.from_dict({"scopes": {SCOPE: {"bindings": bindings, "routes": routes}}})
+    async with loom_drivers(config=cfg) as driver:
+        rt = driver.runtime
+        for key, winner in (("k", "r.done"), ("j", "a.done")):
+            work_id = await started(driver, key)
+            driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=(winner,))))
+            await wait_state(driver, work_id, WaitState.ACTIVE)
+            done = await rt.publish(ev(f"{key}-done", winner, key=key))
+            await launches(driver, work_id, 2)
+            request = driver.fake.launches_of(work_id)[1].request
+            assert request.attempt == 2
+            assert request.trigger is not None
+            assert request.trigger.id == done.id
+            assert request.binding == "fake", f"the continuation of {key} ran under {request.binding}"
+            driver.fake.finish(work_id, Completed())

@@ -139,8 +139,11 @@ def binding_for_in_tx(
     """The binding a Work's next attempt runs with: that of the route which routed its earliest
     pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
 
-    Input that came through no route (a retry, a manual retry request) continues with the binding the
-    Work's last attempt ran with, as configured now (or as it was pinned, if it is no longer configured).
+    A continuation (the last attempt ended on a wait, which was woken) carries on with the binding the
+    waited attempt ran with, whichever route its winner came by (a route that only passes replies to
+    their Work has no binding of its own). Input that came through no route (a retry, a manual retry
+    request) continues with the binding the Work's last attempt ran with too, as configured now (or as
+    it was pinned, if it is no longer configured).
 
     ``None``: no pending input came through a route with a binding, and no attempt ran under one (a
     host may still claim).
@@ -158,6 +161,10 @@ def binding_for_in_tx(
             capabilities=parked.capabilities,
             config=pinned.binding.config if pinned is not None else {},
         )
+    last = tx.execution(stable_id("ex", work.id, str(work.attempts))) if work.attempts else None
+    if last is not None and last.state is ExecutionState.WAITED:
+        # a continuation: attempt N+1 carries on the waited attempt, whatever route its winner came by
+        return _binding_of(config, work.scope, last, advertised)
     unrouted = False  # some pending input came through no route (a retry, a manual retry request)
     for event_id in work.pending_inputs:
         checkpoint = tx.checkpoint(event_id)
@@ -173,26 +180,34 @@ def binding_for_in_tx(
             capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
-    if unrouted and work.attempts:
-        last = tx.execution(stable_id("ex", work.id, str(work.attempts)))
-        if last is not None and last.executor is not None:
-            configured = effective_bindings(config, work.scope).get(last.binding or "")
-            if configured is not None:
-                binding = configured.binding
-                return BindingRef(
-                    name=last.binding,
-                    executor=binding.executor,
-                    capabilities=frozenset(str(c) for c in binding.capabilities)
-                    & frozenset(advertised.get(binding.executor, ())),
-                    config=binding.config,
-                )
-            return BindingRef(
-                name=last.binding,
-                executor=last.executor,
-                capabilities=last.capabilities & frozenset(advertised.get(last.executor, ())),
-                config=dict(last.binding_config or {}),
-            )
+    if unrouted and last is not None:
+        return _binding_of(config, work.scope, last, advertised)
     return None
+
+
+def _binding_of(
+    config: Config, scope: str, last: Execution, advertised: Mapping[str, Collection[str]]
+) -> BindingRef | None:
+    """The binding ``last`` ran with, as configured now (or as it was pinned, if it is no longer
+    configured); ``None`` if it ran under no executor."""
+    if last.executor is None:
+        return None
+    configured = effective_bindings(config, scope).get(last.binding or "")
+    if configured is not None:
+        binding = configured.binding
+        return BindingRef(
+            name=last.binding,
+            executor=binding.executor,
+            capabilities=frozenset(str(c) for c in binding.capabilities)
+            & frozenset(advertised.get(binding.executor, ())),
+            config=binding.config,
+        )
+    return BindingRef(
+        name=last.binding,
+        executor=last.executor,
+        capabilities=last.capabilities & frozenset(advertised.get(last.executor, ())),
+        config=dict(last.binding_config or {}),
+    )
 
 
 def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) -> Event | None:
