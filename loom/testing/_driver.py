@@ -121,8 +121,10 @@ class RuntimeDriver:
         lease_ms: int = DEFAULT_LEASE_MS,
         actors: Iterable[str] = ACTORS,
         resync_ms: int = DEFAULT_RESYNC_MS,
+        stall_s: float = STALL_SECONDS,
     ) -> None:
         self._nursery = nursery
+        self.stall_s = stall_s
         self.fault = fault
         self.resync_ms = resync_ms
         self.actors = tuple(actors)
@@ -161,11 +163,14 @@ class RuntimeDriver:
         lease_ms: int = DEFAULT_LEASE_MS,
         actors: Iterable[str] = ACTORS,
         resync_ms: int = DEFAULT_RESYNC_MS,
+        stall_s: float = STALL_SECONDS,
     ) -> AsyncIterator[RuntimeDriver]:
         """A started driver on ``store`` (a path or ``":memory:"``), stopped on the way out.
 
         ``start_ms`` starts a fresh `ManualClock` there (default: `T0_MS`) unless ``clock`` is given;
         ``actors`` picks the background actors as `open_runtime` does (every reopen starts the same).
+        ``stall_s``: how long `settle` and `until` wait without the condition before they fail the
+        scenario (a negative control that expects a stall can make it short).
         """
         if clock is None:
             clock = ManualClock(start_ms=T0_MS if start_ms is None else start_ms)
@@ -180,6 +185,7 @@ class RuntimeDriver:
                 lease_ms=lease_ms,
                 actors=actors,
                 resync_ms=resync_ms,
+                stall_s=stall_s,
             )
             await driver.start()
             try:
@@ -231,14 +237,14 @@ class RuntimeDriver:
         return self.config
 
     async def settle(self) -> None:
-        with trio.move_on_after(STALL_SECONDS) as scope:
+        with trio.move_on_after(self.stall_s) as scope:
             await self.runtime.wait_idle()
         if scope.cancelled_caught:
             raise ScenarioFailure("the runtime did not settle: work stayed in flight")
 
     async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
         async with self.runtime.watch() as notices:
-            with trio.move_on_after(STALL_SECONDS) as scope:
+            with trio.move_on_after(self.stall_s) as scope:
                 while not await check():
                     async with trio.open_nursery() as nursery:
 
