@@ -685,10 +685,11 @@ async def test_an_inject_route_commits_the_intent_before_calling_the_executor(op
         recorder.finish_event(1).set()
         await until(rt, execution_ended(rt, request.execution_id))
 
-        ready = await rt.work(work.id)
-        assert (ready.state, ready.pending_inputs) == (WorkState.READY, (queued.id,))
         [consumed] = await rt.intents(request.execution_id)
         assert consumed.status is IntentStatus.CONSUMED
+        # what is left for the next attempt (under the binding the last ran with) is the queued input
+        following = await recorder.wait_started(2)
+        assert [e.id for e in following.inputs] == [queued.id]
 
 
 async def test_a_proof_without_an_attempted_dispatch_consumes_nothing(open_rt: OpenRuntime) -> None:

@@ -272,6 +272,18 @@ async def test_a_resumed_attempt_derives_from_its_wake_bridge_and_enrichment_nee
         driver.fake.finish(work_id, Completed())
 
 
+def passing_config() -> Config:
+    """Route ``w.*`` starts Work under binding ``fake``; ``r.*`` only passes input to its Work (no
+    binding); ``a.*`` passes it under binding ``alt``."""
+    routes = [
+        {"name": "replies", "types": ["r.*"]},
+        {"name": "alt", "types": ["a.*"], "binding": "alt"},
+        {"name": "w", "types": ["w.*"], "create_work": True, "binding": "fake"},
+    ]
+    bindings = {"fake": {"executor": "fake"}, "alt": {"executor": "fake"}}
+    return Config.from_dict({"scopes": {SCOPE: {"bindings": bindings, "routes": routes}}})
+
+
 async def test_a_continuation_runs_with_the_waited_attempts_binding_whatever_route_its_winner_took(
     loom_drivers: DriverFactory,
 ) -> None:
@@ -282,14 +294,7 @@ async def test_a_continuation_runs_with_the_waited_attempts_binding_whatever_rou
     Catches: taking the binding from the winner's route (no continuation ever starts after a reply
     through a binding-less route: the Work stays ready with its wake; or the second Work's continuation
     runs under ``alt``)."""
-    routes = [
-        {"name": "replies", "types": ["r.*"]},
-        {"name": "alt", "types": ["a.*"], "binding": "alt"},
-        {"name": "w", "types": ["w.*"], "create_work": True, "binding": "fake"},
-    ]
-    bindings = {"fake": {"executor": "fake"}, "alt": {"executor": "fake"}}
-    cfg = Config.from_dict({"scopes": {SCOPE: {"bindings": bindings, "routes": routes}}})
-    async with loom_drivers(config=cfg) as driver:
+    async with loom_drivers(config=passing_config()) as driver:
         rt = driver.runtime
         for key, winner in (("k", "r.done"), ("j", "a.done")):
             work_id = await started(driver, key)
@@ -303,3 +308,24 @@ async def test_a_continuation_runs_with_the_waited_attempts_binding_whatever_rou
             assert request.trigger.id == done.id
             assert request.binding == "fake", f"the continuation of {key} ran under {request.binding}"
             driver.fake.finish(work_id, Completed())
+
+
+async def test_input_through_a_route_without_a_binding_runs_the_next_attempt_under_the_last_binding(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A reply that arrives while an attempt runs stays pending; when the attempt completes the Work is
+    ready again, and its next attempt runs under the binding its last attempt ran with, since the
+    reply's route names none. Catches: no binding found for the next attempt (the Work stays ready
+    with pending input and nothing ever starts it)."""
+    async with loom_drivers(config=passing_config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        late = await rt.publish(ev("late", "r.late"))
+        await wait_routed(driver, late)
+        driver.fake.finish(work_id, Completed())
+        await launches(driver, work_id, 2)
+        request = driver.fake.launches_of(work_id)[1].request
+        assert request.trigger is not None
+        assert request.trigger.id == late.id
+        assert request.binding == "fake"
+        driver.fake.finish(work_id, Completed())

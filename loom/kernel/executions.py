@@ -140,10 +140,10 @@ def binding_for_in_tx(
     pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
 
     A continuation (the last attempt ended on a wait, which was woken) carries on with the binding the
-    waited attempt ran with, whichever route its winner came by (a route that only passes replies to
-    their Work has no binding of its own). Input that came through no route (a retry, a manual retry
-    request) continues with the binding the Work's last attempt ran with too, as configured now (or as
-    it was pinned, if it is no longer configured).
+    waited attempt ran with, whichever route its winner came by. Input that came through no route (a
+    retry, a manual retry request) continues with the binding the Work's last attempt ran with, as
+    configured now (or as it was pinned, if it is no longer configured); input through routes that name
+    no binding (they only pass input to the Work) continues with it where it is configured.
 
     ``None``: no pending input came through a route with a binding, and no attempt ran under one (a
     host may still claim).
@@ -180,16 +180,24 @@ def binding_for_in_tx(
             capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
-    if unrouted and last is not None:
-        return _binding_of(config, work.scope, last, advertised)
-    return None
+    if last is None:
+        return None
+    # no pending input names a binding: the Work carries on with the binding it last ran with; input
+    # through a route that names none (it only passes input to its Work) does so only where that
+    # binding is configured, so an attempt a host claimed under a binding of its own stays the host's
+    return _binding_of(config, work.scope, last, advertised, pinned=unrouted)
 
 
 def _binding_of(
-    config: Config, scope: str, last: Execution, advertised: Mapping[str, Collection[str]]
+    config: Config,
+    scope: str,
+    last: Execution,
+    advertised: Mapping[str, Collection[str]],
+    *,
+    pinned: bool = True,
 ) -> BindingRef | None:
-    """The binding ``last`` ran with, as configured now (or as it was pinned, if it is no longer
-    configured); ``None`` if it ran under no executor."""
+    """The binding ``last`` ran with, as configured now, or (with ``pinned``) as it was pinned if it
+    is no longer configured; ``None`` if it ran under no executor."""
     if last.executor is None:
         return None
     configured = effective_bindings(config, scope).get(last.binding or "")
@@ -202,6 +210,8 @@ def _binding_of(
             & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
+    if not pinned:
+        return None
     return BindingRef(
         name=last.binding,
         executor=last.executor,
