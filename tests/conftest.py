@@ -1,15 +1,61 @@
 """Shared fixtures: the public ones from loom.testing (``loom_backend``, ``loom_store``, ``loom_drivers``,
-``loom_driver``, registered by loom's ``pytest11`` entry point), and a clock at the one business-time
-origin, ``T0_MS``."""
+``loom_driver``, registered by loom's ``pytest11`` entry point), a clock at the one business-time
+origin, ``T0_MS``, and durable stores for crash and drill tests (``durable_store``, ``fresh_store``),
+parametrised over the two backends a store outlives a runtime on: a SQLite file and PostgreSQL."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
+from loom.store import SQLiteStore
 from loom.testing import T0_MS, ManualClock
+from loom.testing.postgres import PostgresCluster
+
+FreshStore = Callable[[str], str]
+"""``fresh_store(name)``: the location of a new, empty, migrated store (a path or a URL)."""
 
 
 @pytest.fixture
 def clock() -> ManualClock:
     """Business time starts at 2026-01-01T00:00:00Z, the first millisecond of a UTC minute."""
     return ManualClock(start_ms=T0_MS)
+
+
+@pytest.fixture(params=["file", "postgres"])
+def durable_backend(request: pytest.FixtureRequest) -> str:
+    """A backend whose store outlives a crashed or killed runtime: ``file`` or ``postgres``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def durable_store(durable_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A store that outlives a crashed runtime: a SQLite file (not yet created: the first runtime
+    makes it), or a PostgreSQL database (a copy of the migrated template)."""
+    if durable_backend == "file":
+        return str(tmp_path / "loom.db")
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return cluster.create_database(template=cluster.migrated_template())
+
+
+@pytest.fixture
+def fresh_store(durable_backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> FreshStore:
+    """A factory of new, empty, migrated stores of the backend, without migrating each one: a copy
+    of one migrated SQLite file (``tmp_path/<name>.db``), or a PostgreSQL database copied from the
+    migrated template (a database per crash point, where SQLite copies a file)."""
+    if durable_backend == "file":
+        template = tmp_path / "template.db"
+        store = SQLiteStore(path=str(template))
+        store.close_writer(store.open_writer())  # the schema, folded into the file: copies are whole
+
+        def copy(name: str) -> str:
+            path = tmp_path / f"{name}.db"
+            shutil.copy(template, path)
+            return str(path)
+
+        return copy
+    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
+    return lambda name: cluster.create_database(template=cluster.migrated_template())

@@ -8,7 +8,6 @@ import random
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import attrs
 import pytest
@@ -19,7 +18,6 @@ from loom.config.model import MAX_PER_MINUTE
 from loom.store import FaultHook
 from loom.testing import T0_MS, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
-from loom.testing.postgres import PostgresCluster
 
 T0 = T0_MS
 PRODUCERS = 10
@@ -156,15 +154,6 @@ def check_consistent(path: str) -> dict[Delivery, dict[str, object]]:
             charges[(str(root), minute)] += 1
     assert buckets == charges, "bucket counts equal the derived Events charged to each root and minute"
     return by_delivery
-
-
-@pytest.fixture(params=["file", "postgres"])
-def durable_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A store that outlives a crashed runtime: a SQLite file, or a PostgreSQL database."""
-    if request.param == "file":
-        return str(tmp_path / "loom.db")
-    cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
-    return cluster.create_database(template=cluster.migrated_template())
 
 
 @pytest.mark.parametrize("seed", [11, 23, 37, 41, 59])

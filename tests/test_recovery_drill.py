@@ -13,6 +13,10 @@ executor cannot adopt, so an attempt caught by a kill fails into retry and its r
 again. At the end every Work is completed once, and no side effect belongs to two runs of one
 attempt under one authority.
 
+Every test runs on a SQLite file and on a PostgreSQL database (a copy of the migrated template): the
+worker processes get its path or URL, and the checks read the database itself (`loom.testing.raw`).
+The drill takes a few seconds on either, so it runs its ten cycles on both.
+
 Wrong implementations these tests catch (those marked * were each put in and seen to fail here):
 
 * a clean close that leaves its leases to run out (the reopen would recover nothing at once) *;
@@ -32,7 +36,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 from collections import Counter
@@ -61,7 +64,7 @@ from loom import (
 from loom.kernel.executions import BindingRef, claim_in_tx, claim_request
 from loom.plugins.handlers import work_id_for_key
 from loom.plugins.python_executor import PythonExecutor
-from loom.testing import T0_MS, FakeExecutor, ManualClock, RecoverAnswer
+from loom.testing import T0_MS, FakeExecutor, ManualClock, RecoverAnswer, raw
 from loom.testing.internals import storage_of
 
 WORKER = Path(__file__).parent / "drills" / "worker.py"
@@ -167,10 +170,10 @@ async def until(rt: Runtime, fake: FakeExecutor, check: Callable[[], Awaitable[b
         raise AssertionError(f"timed out waiting for {what}")
 
 
-async def leave_attempts(tmp_path: Path) -> tuple[str, Path]:
-    """A worker leaves three attempts behind and is killed: ``adopt`` and ``lost`` launched with their
-    handles pinned, ``never`` claimed but never handed. Only ``adopt``'s process outlives it."""
-    db, handles = str(tmp_path / "left.db"), tmp_path / "handles"
+async def leave_attempts(db: str, tmp_path: Path) -> Path:
+    """A worker leaves three attempts behind in ``db`` and is killed: ``adopt`` and ``lost`` launched
+    with their handles pinned, ``never`` claimed but never handed. Only ``adopt``'s process outlives it."""
+    handles = tmp_path / "handles"
     handles.mkdir()
     async with worker("leave", db, str(handles), str(T0_MS)) as child:
         with trio.fail_after(STALL_SECONDS):
@@ -178,7 +181,7 @@ async def leave_attempts(tmp_path: Path) -> tuple[str, Path]:
                 pass
         await child.kill()
     (handles / f"{LOST}.handle").unlink()  # its process died with the node
-    return db, handles
+    return handles
 
 
 async def recovered_without_an_operator(
@@ -243,10 +246,13 @@ async def recovered_without_an_operator(
     assert (await rt.history(NEVER)).executions[0].epoch == 2
 
 
-async def test_an_open_recovers_what_a_killed_process_left_through_its_executors(tmp_path: Path) -> None:
+async def test_an_open_recovers_what_a_killed_process_left_through_its_executors(
+    durable_store: str, tmp_path: Path
+) -> None:
     """Expired leases of a killed process: nothing is recovered a millisecond before they expire, and
     everything at the exact expiry, each attempt by its own path."""
-    db, handles = await leave_attempts(tmp_path)
+    db = durable_store
+    handles = await leave_attempts(db, tmp_path)
     fake = VerifyingExecutor()
     clock = ManualClock(start_ms=T0_MS + LEASE_MS - 1)
     async with open_runtime(
@@ -259,10 +265,12 @@ async def test_an_open_recovers_what_a_killed_process_left_through_its_executors
         await recovered_without_an_operator(rt, fake, clock, handles)
 
 
-async def test_an_open_after_a_clean_close_recovers_every_attempt_at_once(tmp_path: Path) -> None:
+async def test_an_open_after_a_clean_close_recovers_every_attempt_at_once(
+    durable_store: str, tmp_path: Path
+) -> None:
     """Released leases: the close made them expire, so the reopen recovers every attempt at once, the
     clock unmoved."""
-    db, handles = str(tmp_path / "clean.db"), tmp_path / "handles"
+    db, handles = durable_store, tmp_path / "handles"
     handles.mkdir()
     clock = ManualClock(start_ms=T0_MS)
     first = VerifyingExecutor(handles)
@@ -277,11 +285,7 @@ async def test_an_open_after_a_clean_close_recovers_every_attempt_at_once(tmp_pa
             return len(first.launches) == 2
 
         await until(rt, first, pinned, "both launches to pin their handles")
-    conn = sqlite3.connect(db)
-    try:
-        expiries = [row[0] for row in conn.execute("SELECT expires_at_ms FROM executions")]
-    finally:
-        conn.close()
+    expiries = [row["expires_at_ms"] for row in raw.query(db, "SELECT expires_at_ms FROM executions")]
     assert expiries == [T0_MS] * 3, f"the clean close did not release every lease: {expiries}"
     (handles / f"{LOST}.handle").unlink()  # its process stopped with the node
 
@@ -308,10 +312,13 @@ async def never_handed(rt: Runtime) -> Lease:
     return lease
 
 
-async def test_poll_recovers_what_a_killed_process_left_for_a_host(tmp_path: Path) -> None:
+async def test_poll_recovers_what_a_killed_process_left_for_a_host(
+    durable_store: str, tmp_path: Path
+) -> None:
     """Host mode: `Runtime.poll` claims every expired lease (none before the exact expiry); the host
     verifies with the executor, adopts, declares not adoptable, or relaunches, and the retry runs."""
-    db, _ = await leave_attempts(tmp_path)
+    db = durable_store
+    await leave_attempts(db, tmp_path)
     fake = VerifyingExecutor()
     clock = ManualClock(start_ms=T0_MS + LEASE_MS - 1)
     async with open_runtime(
@@ -381,12 +388,14 @@ async def publish(db: str, offset_ms: int, keys: list[str]) -> set[str]:
         return acked
 
 
-async def test_sigkill_through_recovery_and_retry_completes_every_work_once(tmp_path: Path) -> None:
+async def test_sigkill_through_recovery_and_retry_completes_every_work_once(
+    durable_store: str, tmp_path: Path
+) -> None:
     """Ten cycles: the parent publishes two more Works, starts the worker (its clock past every lease
     the killed one held) and kills it after a seeded number of ``start`` or ``done`` lines; then one
     last worker runs until every Work is completed."""
     rng = random.Random(SEED)
-    db, side = str(tmp_path / "drill.db"), str(tmp_path / "side.txt")
+    db, side = durable_store, str(tmp_path / "side.txt")
     await trio.Path(side).touch()
     acked: set[str] = set()
     offset = 0
@@ -416,20 +425,18 @@ async def test_sigkill_through_recovery_and_retry_completes_every_work_once(tmp_
     lines = Counter(tuple(line.split()) for line in (await trio.Path(side).read_text()).splitlines())
     twice = [line for line, n in lines.items() if n > 1]
     assert not twice, f"one attempt ran twice under one authority: {twice}"
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
+    with raw.snapshot(db) as store:
         for delivery_id in acked:
-            (stored,) = conn.execute(
+            stored = store.value(
                 "SELECT count(*) FROM events WHERE source = 'drill' AND delivery_id = ?", (delivery_id,)
-            ).fetchone()
+            )
             assert stored == 1, f"acknowledged Event {delivery_id} is stored {stored} times"
-        works = list(conn.execute("SELECT * FROM works"))
+        works = store.query("SELECT * FROM works")
         assert len(works) == WORKS
         recovered_failures = 0
         for work in works:
-            executions = list(
-                conn.execute("SELECT * FROM executions WHERE work_id = ? ORDER BY attempt", (work["id"],))
+            executions = store.query(
+                "SELECT * FROM executions WHERE work_id = ? ORDER BY attempt", (work["id"],)
             )
             assert work["state"] == "completed", f"work {work['id']} ended {work['state']}"
             done = [e for e in executions if e["state"] == "completed"]
@@ -450,6 +457,4 @@ async def test_sigkill_through_recovery_and_retry_completes_every_work_once(tmp_
                     assert json.loads(e["outcome"]).get("recovery") is True, e["outcome"]
                     recovered_failures += 1
             assert work["failures"] == 0  # each Work ended with a success
-    finally:
-        conn.close()
     assert recovered_failures > 0, "no kill caught an attempt: the drill exercised no recovery"

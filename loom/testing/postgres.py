@@ -26,6 +26,8 @@ from ..store._open import postgres_backend
 
 ENV_URL = "LOOM_TEST_POSTGRES_URL"
 ENV_BIN = "LOOM_POSTGRES_BIN"
+DEBIAN_DIR = Path("/usr/lib/postgresql")
+"""Where Debian's packages install each major version's server binaries (``<version>/bin``)."""
 TEMPLATE = "loom_template"
 
 TEST_SETTINGS = {
@@ -51,7 +53,7 @@ def find_bin_dir() -> Path | None:
     candidates: list[Path] = []
     if os.environ.get(ENV_BIN):
         candidates.append(Path(os.environ[ENV_BIN]))
-    debian = Path("/usr/lib/postgresql")
+    debian = DEBIAN_DIR
     if debian.is_dir():
         versions = sorted(
             (p for p in debian.iterdir() if p.name.isdigit()), key=lambda p: int(p.name), reverse=True

@@ -1,10 +1,11 @@
 """A child process for the recovery drills (tests/test_recovery_drill.py). The test kills it with SIGKILL.
 
-``worker.py run DB SIDE SEED OFFSET_MS``: run every actor on the SQLite file ``DB`` with the python
-executor. Its function sleeps a seeded 20-200 ms of real time, appends ``work attempt epoch`` to the
-side file ``SIDE`` (open, append, flush, fsync) and returns `Completed`. Business time is an
-`OffsetClock` shifted by ``OFFSET_MS``, so a restart can start past the leases its killed predecessor
-held (they are then recovered at once). It prints, flushed, one line per step::
+``worker.py run DB SIDE SEED OFFSET_MS``: run every actor on the store ``DB`` (a SQLite file or a
+``postgresql://`` URL) with the python executor. Its function sleeps a seeded 20-200 ms of real
+time, appends ``work attempt epoch`` to the side file ``SIDE`` (open, append, flush, fsync) and
+returns `Completed`. Business time is an `OffsetClock` shifted by ``OFFSET_MS``, so a restart can
+start past the leases its killed predecessor held (they are then recovered at once). It prints,
+flushed, one line per step::
 
     ready                       the runtime is open
     start WORK ATTEMPT EPOCH    the function began
