@@ -5,6 +5,7 @@
 Run from the repository root::
 
     python bench/http.py [--events N] [--clients C] [--works W] [--renders R] [--rounds K] [--dir DIR]
+                         [--backend sqlite|postgres] [--url URL]
 
 Figures, one line each:
 
@@ -18,6 +19,12 @@ Figures, one line each:
 * the Work list page (``GET /ui/work``, 100 per page) of a server holding ``W`` Works: p50 and p99
   render time, over ``R`` requests for pages from random points of the list, one at a time.
 
+With ``--backend postgres`` the in-process runtime and ``loom serve`` run on fresh databases on the
+server (bench/backend.py), and every figure also gets a raw psycopg baseline measured in the same round:
+acceptance rates as ratios to raw commit-per-row and batched inserts, latencies in raw commits (how
+many commit-per-row transactions take as long), and the page render as a ratio to the page's query
+alone (``SELECT ... FROM works WHERE id > ? ORDER BY id LIMIT 100`` through psycopg).
+
 The load generator is a minimal HTTP/1.1 client on trio sockets (request bytes written out, the
 response's status line and Content-Length read back), so the client costs little of the CPU the server
 shares with it. See bench/README.md.
@@ -29,19 +36,23 @@ import argparse
 import json
 import os
 import random
-import shutil
 import signal
 import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
+import backend
+import pg
 import trio
 
 import loom
+from loom.testing import raw
+
+RAW_ROWS = 1_000  # at most, for the raw commit-per-row baseline on PostgreSQL
+RAW_BATCH = 500
 
 CREATE_WORK = """
 [[scopes.bench.routes]]
@@ -72,8 +83,8 @@ def event_body(i: int, *, key: bool = False) -> dict[str, object]:
 # -- in process ---------------------------------------------------------------------------------------
 
 
-async def in_process(path: Path, events: int, producers: int) -> float:
-    async with loom.open_runtime(str(path), clock=loom.SystemClock(), load_entry_points=False) as rt:
+async def in_process(location: str, events: int, producers: int) -> float:
+    async with loom.open_runtime(location, clock=loom.SystemClock(), load_entry_points=False) as rt:
 
         async def produce(first: int) -> None:
             for i in range(first, events, producers):
@@ -92,8 +103,8 @@ async def in_process(path: Path, events: int, producers: int) -> float:
 
 
 class Server:
-    def __init__(self, db: Path, config: Path | None = None) -> None:
-        args = [sys.executable, "-m", "loom", "serve", "--db", str(db), "--listen", "127.0.0.1:0"]
+    def __init__(self, db: str, config: Path | None = None) -> None:
+        args = [sys.executable, "-m", "loom", "serve", "--db", db, "--listen", "127.0.0.1:0"]
         args += ["--log-level", "warning"]
         if config is not None:
             args += ["--config", str(config)]
@@ -248,23 +259,18 @@ async def over_http(server: Server, events: int, clients: int) -> tuple[float, l
     return events / elapsed, latencies
 
 
-def stored(db: Path) -> int:
-    conn = sqlite3.connect(db)
-    try:
-        return int(conn.execute("SELECT count(*) FROM events").fetchone()[0])
-    finally:
-        conn.close()
+def stored(db: str) -> int:
+    (row,) = raw.query(db, "SELECT count(*) AS n FROM events")
+    return int(row["n"])
 
 
 # -- the web view ----------------------------------------------------------------------------------------
 
 
-async def fill(db: Path, works: int) -> list[str]:
+async def fill(db: str, works: int) -> list[str]:
     """``works`` Works (one Event each, routed by a create_work route), built in process."""
     config = loom.Config.from_toml(CREATE_WORK)
-    async with loom.open_runtime(
-        str(db), clock=loom.SystemClock(), config=config, load_entry_points=False
-    ) as rt:
+    async with loom.open_runtime(db, clock=loom.SystemClock(), config=config, load_entry_points=False) as rt:
 
         async def produce(first: int) -> None:
             for i in range(first, works, 100):
@@ -298,6 +304,23 @@ async def renders(server: Server, ids: list[str], count: int, rng: random.Random
     return times
 
 
+def raw_page_queries(db: str, ids: list[str], count: int, rng: random.Random) -> list[float]:
+    """The page's Work rows alone, read through the driver from random points of the list as the
+    renders are (the same seed gives the same points): the render's raw baseline on PostgreSQL."""
+    conn = backend.RawConnection(db)
+    times: list[float] = []
+    try:
+        for n in range(count):
+            after = "" if n == 0 else rng.choice(ids[:-100])
+            start = time.perf_counter()
+            rows = conn.execute("SELECT * FROM works WHERE id > ? ORDER BY id LIMIT 100", (after,))
+            times.append(time.perf_counter() - start)
+            assert len(rows) == 100, "a full page of 100 Works"
+    finally:
+        conn.close()
+    return times
+
+
 # -- main ---------------------------------------------------------------------------------------------
 
 
@@ -317,76 +340,124 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="acceptance rounds; medians reported (3)")
     parser.add_argument("--dir", default=None, help="put the temporary databases here (the disk under test)")
     parser.add_argument("--seed", type=int, default=1)
+    backend.add_options(parser)
     args = parser.parse_args(argv)
+    backend.check_options(parser, args)
     if args.events < args.clients or args.clients < 1 or args.works < 200 or args.renders < 1:
         parser.error("--events must be at least --clients (>= 1), --works at least 200, --renders at least 1")
 
-    tmp = Path(tempfile.mkdtemp(prefix="loom-bench-http-", dir=args.dir))
-    try:
+    with backend.chosen(args, "loom-bench-http-") as run:
+        report(run, args)
+    return 0
+
+
+def report(run: backend.Backend, args: argparse.Namespace) -> None:
+    """Measure every round, then the web view, and print the figures."""
+    if run.postgres:
         print(
-            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-            f"{os.cpu_count()} cpus, {args.rounds} rounds, databases in {tmp}",
+            f"# {sys.platform}, python {sys.version.split()[0]}, {run.server()}, {os.cpu_count()} cpus, "
+            f"{args.rounds} rounds, a fresh database per figure; baseline: raw psycopg measured in each round",
             flush=True,
         )
-        local, http, p50, p99, empty, bare = [], [], [], [], [], []
-        for n in range(args.rounds):
-            local.append(trio.run(in_process, tmp / f"local-{n}.db", args.events, args.clients))
-            for rates, is_bare in ((empty, False), (bare, True)):
-                ceiling = EmptyApp(bare=is_bare)
-                try:
-                    rates.append(trio.run(over_http, ceiling, args.events, args.clients)[0])
-                finally:
-                    ceiling.stop()
-            server = Server(tmp / f"http-{n}.db")
+    else:
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
+            f"{os.cpu_count()} cpus, {args.rounds} rounds, databases in {run.tmp}",
+            flush=True,
+        )
+    local: list[float] = []
+    http: list[float] = []
+    p50: list[float] = []
+    p99: list[float] = []
+    empty: list[float] = []
+    bare: list[float] = []
+    raw_row: list[float] = []  # PostgreSQL only: raw psycopg commit-per-row and batched inserts
+    raw_batch: list[float] = []
+    raw_rows = min(args.events, RAW_ROWS)
+    for n in range(args.rounds):
+        if run.cluster is not None:
+            raw_row.append(pg.raw_commit_per_row(run.cluster.create_database(), raw_rows))
+            raw_batch.append(pg.raw_batched(run.cluster.create_database(), args.events, RAW_BATCH))
+        local.append(trio.run(in_process, run.location(f"local-{n}.db"), args.events, args.clients))
+        for rates, is_bare in ((empty, False), (bare, True)):
+            ceiling = EmptyApp(bare=is_bare)
             try:
-                rate, latencies = trio.run(over_http, server, args.events, args.clients)
+                rates.append(trio.run(over_http, ceiling, args.events, args.clients)[0])
             finally:
-                server.stop()
-            assert stored(tmp / f"http-{n}.db") == args.events, "every acknowledged Event stored once"
-            http.append(rate)
-            p50.append(percentile(latencies, 0.50) * 1000)
-            p99.append(percentile(latencies, 0.99) * 1000)
-        rate_fmt = ",.0f"
-        print(
-            f"in-process rt.publish, {args.clients} producers: {spread(local, rate_fmt)} events/s "
-            f"({args.events:,} events)"
-        )
-        print(
-            f"POST /events, {args.clients} keep-alive connections on loopback: {spread(http, rate_fmt)} events/s "
-            f"({args.events:,} events, each answered 201)"
-        )
-        print(f"POST /events latency p50: {spread(p50, '.1f')} ms, p99: {spread(p99, '.1f')} ms")
-        print(
-            f"the stack alone (an empty Starlette handler on Hypercorn's trio worker, same client): "
-            f"{spread(empty, rate_fmt)} requests/s"
-        )
-        print(f"ratio http/in-process: {spread([h / p for h, p in zip(http, local, strict=True)], '.2f')}")
-        print(
-            f"ratio empty-stack/in-process: {spread([e / p for e, p in zip(empty, local, strict=True)], '.2f')}"
-        )
-        print(f"ratio http/empty-stack: {spread([h / e for h, e in zip(http, empty, strict=True)], '.2f')}")
-        print(
-            f"a bare ASGI callable on Hypercorn (no Starlette, same client): {spread(bare, rate_fmt)} requests/s; "
-            f"ratio bare-stack/in-process: {spread([b / p for b, p in zip(bare, local, strict=True)], '.2f')}"
-        )
-
-        db = tmp / "web.db"
-        ids = trio.run(fill, db, args.works)
-        config = tmp / "loom.toml"
-        config.write_text(CREATE_WORK)
-        server = Server(db, config)
+                ceiling.stop()
+        db = run.location(f"http-{n}.db")
+        server = Server(db)
         try:
-            times = trio.run(renders, server, ids, args.renders, random.Random(args.seed))
+            rate, latencies = trio.run(over_http, server, args.events, args.clients)
         finally:
             server.stop()
+        assert stored(db) == args.events, "every acknowledged Event stored once"
+        http.append(rate)
+        p50.append(percentile(latencies, 0.50) * 1000)
+        p99.append(percentile(latencies, 0.99) * 1000)
+    rate_fmt = ",.0f"
+    if raw_row:
         print(
-            f"GET /ui/work (100 per page) with {args.works:,} Works: render p50 "
-            f"{percentile(times, 0.50) * 1000:.1f} ms, p99 {percentile(times, 0.99) * 1000:.1f} ms "
-            f"({args.renders} pages from random points of the list)"
+            f"raw psycopg commit-per-row inserts: {spread(raw_row, rate_fmt)} rows/s ({raw_rows:,} rows); "
+            f"batched, {RAW_BATCH} rows per commit: {spread(raw_batch, rate_fmt)} rows/s ({args.events:,} rows)"
         )
+    print(
+        f"in-process rt.publish, {args.clients} producers: {spread(local, rate_fmt)} events/s "
+        f"({args.events:,} events)"
+    )
+    print(
+        f"POST /events, {args.clients} keep-alive connections on loopback: {spread(http, rate_fmt)} events/s "
+        f"({args.events:,} events, each answered 201)"
+    )
+    print(f"POST /events latency p50: {spread(p50, '.1f')} ms, p99: {spread(p99, '.1f')} ms")
+    print(
+        f"the stack alone (an empty Starlette handler on Hypercorn's trio worker, same client): "
+        f"{spread(empty, rate_fmt)} requests/s"
+    )
+    print(f"ratio http/in-process: {spread([h / p for h, p in zip(http, local, strict=True)], '.2f')}")
+    print(
+        f"ratio empty-stack/in-process: {spread([e / p for e, p in zip(empty, local, strict=True)], '.2f')}"
+    )
+    print(f"ratio http/empty-stack: {spread([h / e for h, e in zip(http, empty, strict=True)], '.2f')}")
+    print(
+        f"a bare ASGI callable on Hypercorn (no Starlette, same client): {spread(bare, rate_fmt)} requests/s; "
+        f"ratio bare-stack/in-process: {spread([b / p for b, p in zip(bare, local, strict=True)], '.2f')}"
+    )
+    if raw_row:
+        for name, rates in (("in-process", local), ("http", http)):
+            print(
+                f"ratio {name}/raw-commit-per-row: "
+                f"{spread([r / w for r, w in zip(rates, raw_row, strict=True)], '.2f')}; "
+                f"ratio {name}/raw-batched: {spread([r / w for r, w in zip(rates, raw_batch, strict=True)], '.3f')}"
+            )
+        # how many raw commit-per-row transactions take as long as one request
+        print(
+            "POST /events latency in raw psycopg commits: "
+            f"p50 {spread([ms / 1000 * w for ms, w in zip(p50, raw_row, strict=True)], '.1f')}, "
+            f"p99 {spread([ms / 1000 * w for ms, w in zip(p99, raw_row, strict=True)], '.1f')}"
+        )
+
+    db = run.location("web.db")
+    ids = trio.run(fill, db, args.works)
+    config = run.tmp / "loom.toml"
+    config.write_text(CREATE_WORK)
+    server = Server(db, config)
+    try:
+        times = trio.run(renders, server, ids, args.renders, random.Random(args.seed))
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+        server.stop()
+    page = ""
+    if run.postgres:
+        queries = raw_page_queries(db, ids, args.renders, random.Random(args.seed))
+        page = (
+            f"; raw psycopg page query alone: p50 {percentile(queries, 0.50) * 1000:.2f} ms, ratio of p50s "
+            f"{percentile(times, 0.50) / percentile(queries, 0.50):.1f}"
+        )
+    print(
+        f"GET /ui/work (100 per page) with {args.works:,} Works: render p50 "
+        f"{percentile(times, 0.50) * 1000:.1f} ms, p99 {percentile(times, 0.99) * 1000:.1f} ms "
+        f"({args.renders} pages from random points of the list){page}"
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 `server(url)` is the server at ``url``, or (``url`` empty) a throwaway cluster started with
 ``initdb`` in a temporary directory with ``fsync`` on (a commit is as durable as on a real server),
 stopped at the end. `raw_commit_per_row` inserts rows shaped like loom's events, one transaction
-per row, through psycopg: the baseline every PostgreSQL figure is a ratio to.
+per row, through psycopg, and `raw_batched` the same rows ``batch`` per transaction: the baselines
+every PostgreSQL figure is a ratio to. `describe` names the server for a run's header line.
 """
 
 from __future__ import annotations
@@ -44,6 +45,22 @@ def server(url: str | None) -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def describe(cluster: PostgresCluster) -> str:
+    """The server as a header line names it: its version and the settings a commit's durability rests
+    on (read from the server: an external one may run with ``fsync`` off)."""
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT current_setting('server_version'), current_setting('fsync'),"
+            " current_setting('synchronous_commit')"
+        ).fetchone()
+    assert row is not None
+    version, fsync, synchronous_commit = row
+    return (
+        f"PostgreSQL {str(version).split()[0]} (fsync {fsync}, synchronous_commit {synchronous_commit}), "
+        f"psycopg {psycopg.__version__}"
+    )
 
 
 def raw_commit_per_row(url: str, rows: int) -> float:

@@ -4,7 +4,7 @@ as a ratio to opening the same store with none expired (docs/recovery.md).
 Run from the repository root::
 
     python bench/recovery.py [--attempts N] [--outcome adopt|relaunch] [--rounds R] [--dir DIR]
-                             [--synchronous FULL|NORMAL]
+                             [--synchronous FULL|NORMAL] [--backend sqlite|postgres] [--url URL]
 
 The store: N Works, each with attempt 1 claimed by a node that is gone (owner ``node-gone``, a 60 s
 lease from T0, never renewed). With ``--outcome adopt`` (the default) each attempt was handed to executor
@@ -22,6 +22,10 @@ Each round measures, back to back:
   expired, timed until every attempt went through the executor and `wait_idle` returned (no lease
   expired, every recovered attempt's outcome committed).
 
+With ``--backend postgres`` the stores are fresh databases on the server (bench/backend.py), the copies
+databases made with the built one as their template, and each round also measures raw psycopg
+commit-per-row inserts on a fresh database: the baseline of acceptance and of recovered attempts/s.
+
 Printed one figure per line; read the ratios, not the absolute times (the machine is shared). Each
 store is checked afterwards: untouched when none expired; every attempt completed as attempt 1 at
 epoch 2, each through the executor, when all expired.
@@ -30,24 +34,24 @@ epoch 2, each through the executor, when all expired.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
+import backend
+import pg
 import trio
 
 import loom
 from loom.kernel.authority import Authority
 from loom.kernel.executions import BindingRef, ClaimRequest, claim_in_tx, claim_request
 from loom.kernel.recovery import pin_metadata_in_tx
-from loom.store import SQLiteStore, Tx
+from loom.store import Store, Tx
+from loom.testing import raw
 from loom.testing.internals import storage_of
 
 SCOPE = "bench"
@@ -55,6 +59,7 @@ LEASE_MS = 60_000
 T0_MS = 1_767_225_600_000
 PRODUCERS = 100
 CLAIMS_PER_PROCEDURE = 500
+RAW_ROWS = 1_000  # at most, for the raw commit-per-row baseline on PostgreSQL
 BINDING = BindingRef(name="detached", executor="detached")
 ROUTE: dict[str, Any] = {"name": "jobs", "types": ["job.*"], "create_work": True}
 CONFIG = loom.Config.from_dict(
@@ -134,10 +139,9 @@ async def publish_all(rt: loom.Runtime, events: list[loom.EventIn]) -> None:
             nursery.start_soon(producer)
 
 
-async def acceptance(path: Path, events: int, synchronous: str) -> float:
+async def acceptance(store: Store, events: int) -> float:
     """Durable acceptance alone: ``events`` Events matching no route published by ``PRODUCERS`` tasks
-    into a fresh file with every actor running; events/s."""
-    store = SQLiteStore(path=str(path), synchronous=synchronous)
+    into a fresh database with every actor running; events/s."""
     async with loom.open_runtime(
         store,
         clock=loom.ManualClock(start_ms=T0_MS),
@@ -156,10 +160,9 @@ async def acceptance(path: Path, events: int, synchronous: str) -> float:
         return events / (time.perf_counter() - began)
 
 
-async def build(path: Path, attempts: int, outcome: str, synchronous: str) -> None:
+async def build(store: Store, attempts: int, outcome: str) -> None:
     """The store: ``attempts`` Works, each with attempt 1 claimed for the node that will be gone."""
     clock = loom.ManualClock(start_ms=T0_MS)
-    store = SQLiteStore(path=str(path), synchronous=synchronous)
     async with loom.open_runtime(
         store,
         clock=clock,
@@ -198,13 +201,10 @@ async def build(path: Path, attempts: int, outcome: str, synchronous: str) -> No
             await storage_of(rt).submit(claim_all_in_tx, requests, outcome == "adopt")
 
 
-async def open_until_idle(
-    path: Path, now_ms: int, synchronous: str, expect: int
-) -> tuple[float, Detached, Any]:
+async def open_until_idle(store: Store, now_ms: int, expect: int) -> tuple[float, Detached, Any]:
     """Seconds from entering `open_runtime` until ``expect`` attempts went through the executor and then
     `wait_idle` returned (their outcomes committed); the storage actor's figures meanwhile."""
     executor = Detached(expect)
-    store = SQLiteStore(path=str(path), synchronous=synchronous)
     began = time.perf_counter()
     async with loom.open_runtime(
         store,
@@ -222,14 +222,15 @@ async def open_until_idle(
     return elapsed, executor, stats
 
 
-def check(path: Path, attempts: int, recovered: bool) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        rows = conn.execute(
-            "SELECT state, attempt, epoch, count(*) FROM executions GROUP BY 1, 2, 3"
-        ).fetchall()
-    finally:
-        conn.close()
+def check(location: str, attempts: int, recovered: bool) -> None:
+    """Untouched (attempt 1 running at epoch 1), or every attempt completed as attempt 1 at epoch 2."""
+    rows = [
+        (row["state"], row["attempt"], row["epoch"], row["n"])
+        for row in raw.query(
+            location,
+            "SELECT state, attempt, epoch, count(*) AS n FROM executions GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+        )
+    ]
     expected = [("completed", 1, 2, attempts)] if recovered else [("running", 1, 1, attempts)]
     assert rows == expected, f"executions by (state, attempt, epoch): {rows}, expected {expected}"
 
@@ -255,69 +256,111 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", default=None, help="put the temporary database directory here")
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    backend.add_options(parser)
     args = parser.parse_args(argv)
+    backend.check_options(parser, args)
     if args.attempts < 1 or args.rounds < 1:
         parser.error("--attempts and --rounds must be at least 1")
-    tmp = Path(tempfile.mkdtemp(prefix="loom-bench-", dir=args.dir))
+    with backend.chosen(args, "loom-bench-") as run:
+        report(run, args)
+    return 0
+
+
+@attrs.frozen
+class Round:
+    """One round's figures, measured back to back."""
+
+    accepted: float
+    baseline: float
+    recovery: float
+    stats: Any
+    raw_row: float | None
+
+
+def one_round(run: backend.Backend, args: argparse.Namespace, built: str, r: int) -> Round:
+    """Acceptance alone on a fresh database, then two copies of the built store opened: every lease
+    live, then every lease expired; on PostgreSQL first the raw baseline on a fresh database."""
     n = args.attempts
-    try:
+    raw_row = None
+    if run.cluster is not None:
+        raw_row = pg.raw_commit_per_row(run.cluster.create_database(), min(n, RAW_ROWS))
+    accept = run.location(f"accept-{r}.db")
+    accepted = trio.run(acceptance, run.open(accept), n)
+    live, expired = run.copy(built, f"live-{r}.db"), run.copy(built, f"expired-{r}.db")
+    baseline, idle, _ = trio.run(open_until_idle, run.open(live), T0_MS, 0)
+    assert (idle.recovered, idle.launched) == (0, 0), "a live lease was recovered"
+    check(live, n, recovered=False)
+    elapsed, executor, stats = trio.run(open_until_idle, run.open(expired), T0_MS + LEASE_MS, n)
+    through = executor.recovered if args.outcome == "adopt" else executor.launched
+    assert through == n, f"{through} of {n} attempts went through the executor"
+    check(expired, n, recovered=True)
+    for location in (live, expired, accept):
+        run.discard(location)
+    return Round(accepted, baseline, elapsed, stats, raw_row)
+
+
+def report(run: backend.Backend, args: argparse.Namespace) -> None:
+    """Build the store once, measure every round, print the figures."""
+    n = args.attempts
+    if run.postgres:
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, {run.server()}, outcome={args.outcome}, "
+            f"{args.rounds} rounds, fresh databases (the stores opened are copies of the built one); "
+            "baseline: raw psycopg commit-per-row inserts measured in each round",
+            flush=True,
+        )
+    else:
         print(
             f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-            f"synchronous={args.synchronous}, outcome={args.outcome}, {args.rounds} rounds, databases in {tmp}",
+            f"synchronous={args.synchronous}, outcome={args.outcome}, {args.rounds} rounds, databases in {run.tmp}",
             flush=True,
         )
-        built = tmp / "built.db"
-        began = time.perf_counter()
-        trio.run(build, built, n, args.outcome, args.synchronous)
-        check(built, n, recovered=False)
+    built = run.location("built.db")
+    began = time.perf_counter()
+    trio.run(build, run.open(built), n, args.outcome)
+    check(built, n, recovered=False)
+    print(
+        f"building {n:,} claimed attempts (publish, route by the router actor, claim in procedures of {CLAIMS_PER_PROCEDURE}): "
+        f"{time.perf_counter() - began:.1f} s",
+        flush=True,
+    )
+    rounds = [one_round(run, args, built, r) for r in range(args.rounds)]
+    accepted = [r.accepted for r in rounds]
+    baselines = [r.baseline for r in rounds]
+    recoveries = [r.recovery for r in rounds]
+    stats = rounds[-1].stats
+    per_s = [n / t for t in recoveries]
+    raw_rates = [r.raw_row for r in rounds if r.raw_row is not None]  # PostgreSQL only
+    if raw_rates:
         print(
-            f"building {n:,} claimed attempts (publish, route by the router actor, claim in procedures of {CLAIMS_PER_PROCEDURE}): "
-            f"{time.perf_counter() - began:.1f} s",
-            flush=True,
+            f"raw psycopg commit-per-row inserts: {spread(raw_rates, ',.0f')} rows/s ({min(n, RAW_ROWS):,} rows)"
         )
-        baselines: list[float] = []
-        recoveries: list[float] = []
-        accepted: list[float] = []
-        for r in range(args.rounds):
-            accepted.append(trio.run(acceptance, tmp / f"accept-{r}.db", n, args.synchronous))
-            live, expired = tmp / f"live-{r}.db", tmp / f"expired-{r}.db"
-            shutil.copy(built, live)
-            shutil.copy(built, expired)
-            baseline, idle, _ = trio.run(open_until_idle, live, T0_MS, args.synchronous, 0)
-            assert (idle.recovered, idle.launched) == (0, 0), "a live lease was recovered"
-            check(live, n, recovered=False)
-            elapsed, executor, stats = trio.run(
-                open_until_idle, expired, T0_MS + LEASE_MS, args.synchronous, n
-            )
-            through = executor.recovered if args.outcome == "adopt" else executor.launched
-            assert through == n, f"{through} of {n} attempts went through the executor"
-            check(expired, n, recovered=True)
-            baselines.append(baseline)
-            recoveries.append(elapsed)
-            for path in (live, expired, tmp / f"accept-{r}.db"):
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{path}{suffix}").unlink(missing_ok=True)
-        per_s = [n / t for t in recoveries]
+    print(
+        f"durable acceptance alone, {PRODUCERS} producers: {spread(accepted, ',.0f')} events/s ({n:,} Events "
+        f"matching no route, a fresh {'database' if run.postgres else 'file'}, every actor running)"
+    )
+    print(f"open with {n:,} live leases (none expired) until idle: {spread(baselines, '.2f')} s")
+    print(
+        f"open recovering {n:,} expired attempts ({args.outcome} through the executor, outcome committed) "
+        f"until idle: {spread(recoveries, '.2f')} s (last round: {stats.requests:,} storage requests in "
+        f"{stats.batches:,} commits, {stats.requests / n:.1f} and {stats.batches / n:.1f} per attempt)"
+    )
+    ratios = [e / b for e, b in zip(recoveries, baselines, strict=True)]
+    print(f"ratio recovering/none-expired: {spread(ratios, ',.0f')}")
+    print(f"recovered attempts/s: {spread(per_s, ',.0f')}")
+    print(
+        "ratio recovered-per-s/acceptance-per-s: "
+        f"{spread([p / a for p, a in zip(per_s, accepted, strict=True)], '.3f')}"
+    )
+    if raw_rates:
         print(
-            f"durable acceptance alone, {PRODUCERS} producers: {spread(accepted, ',.0f')} events/s ({n:,} Events "
-            "matching no route, a fresh file, every actor running)"
+            "ratio acceptance/raw-commit-per-row: "
+            f"{spread([a / w for a, w in zip(accepted, raw_rates, strict=True)], '.2f')}"
         )
-        print(f"open with {n:,} live leases (none expired) until idle: {spread(baselines, '.2f')} s")
         print(
-            f"open recovering {n:,} expired attempts ({args.outcome} through the executor, outcome committed) "
-            f"until idle: {spread(recoveries, '.2f')} s (last round: {stats.requests:,} storage requests in "
-            f"{stats.batches:,} commits, {stats.requests / n:.1f} and {stats.batches / n:.1f} per attempt)"
+            "ratio recovered-per-s/raw-commit-per-row: "
+            f"{spread([p / w for p, w in zip(per_s, raw_rates, strict=True)], '.3f')}"
         )
-        ratios = [e / b for e, b in zip(recoveries, baselines, strict=True)]
-        print(f"ratio recovering/none-expired: {spread(ratios, ',.0f')}")
-        print(f"recovered attempts/s: {spread(per_s, ',.0f')}")
-        print(
-            "ratio recovered-per-s/acceptance-per-s: "
-            f"{spread([p / a for p, a in zip(per_s, accepted, strict=True)], '.3f')}"
-        )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

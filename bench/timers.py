@@ -1,30 +1,32 @@
 """Durable timers: firing throughput, bounded ``due`` latency, memory per armed timer and the timer
-heap's rebuild at start, as ratios to raw sqlite3 measured in the same run.
+heap's rebuild at start, as ratios to raw sqlite3 (or raw psycopg) measured in the same run.
 
 Run from the repository root::
 
     python bench/timers.py [--small] [--fire N] [--poll N] [--armed N] [--dir DIR] [--synchronous FULL|NORMAL]
+                           [--backend sqlite|postgres] [--url URL]
 
 Every figure uses fresh database files in one temporary directory created under ``--dir`` (default: the
-system temp dir), so all of them share one disk. Business time is a `ManualClock`, so "due" is exact and
-no figure waits on the wall clock. See bench/README.md.
+system temp dir), so all of them share one disk. With ``--backend postgres`` every figure uses a fresh
+database on the server instead (bench/backend.py), and the raw baselines (the same writes and reads)
+go through psycopg. Business time is a `ManualClock`, so "due" is exact and no figure waits on the wall
+clock. See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 
 import attrs
+import backend
+import pg
 import trio
 import trio.testing
 
@@ -34,7 +36,8 @@ from loom.actors.timers import TimerActor
 from loom.kernel.timers import arm_in_tx
 from loom.records.notices import EventAccepted
 from loom.records.timers import Timer, TimerSpec, TimerState
-from loom.store import SQLiteStore, Tx
+from loom.store import Store, Tx
+from loom.testing import raw
 from loom.testing.internals import storage_of, timer_service_of
 
 SCOPE = "bench"
@@ -47,6 +50,11 @@ INSERT_CHUNK = 10_000  # timer rows written per storage procedure when filling a
 DUE_CALLS = 200
 POLL_LIMIT = 100
 DUE_NOW = 1_000  # with --armed N, this many are due and the rest lie in the future
+# On PostgreSQL a runtime rescans the store every ``resync_ms`` of business time (other nodes' commits
+# make no notices), and its timer actor would take in the rows written without notices. No other node
+# shares these databases: where a figure needs the timer actor to hold none of them, the rescan is put
+# beyond every move of the clock (SQLite never rescans).
+NO_RESYNC_MS = 24 * HOUR_MS
 
 
 def spec(i: int, fire_at_ms: int) -> TimerSpec:
@@ -88,18 +96,14 @@ def arm_many_in_tx(tx: Tx, now_ms: int, first: int, count: int, fire_at_ms: int)
 def put_many_in_tx(tx: Tx, now_ms: int, first: int, count: int, fire_at: Callable[[int], int]) -> None:
     """Write armed timer rows without notices: the running timer actor does not hear of them."""
     for i in range(first, first + count):
-        tx.put_timer(timer_row(i, fire_at(i), now_ms))
+        tx.put_timer(timer_row(i, fire_at(i), now_ms), None)
 
 
 def _noop(tx: Tx, now_ms: int) -> None:
     return None
 
 
-def store(path: Path, synchronous: str) -> SQLiteStore:
-    return SQLiteStore(path=str(path), synchronous=synchronous)
-
-
-# -- raw sqlite3 baselines -------------------------------------------------------------------------
+# -- raw baselines (sqlite3 or psycopg) ------------------------------------------------------------
 
 RAW_SCHEMA = """
 CREATE TABLE timers (id TEXT PRIMARY KEY, revision INTEGER NOT NULL, state TEXT NOT NULL,
@@ -113,11 +117,21 @@ CREATE TABLE timer_firings (timer_id TEXT NOT NULL, revision INTEGER NOT NULL, f
 """
 
 
-def open_raw(path: Path, synchronous: str, timers: int) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
-    conn.executescript(RAW_SCHEMA)
+def raw_schema(postgres: bool) -> str:
+    """The raw tables in the backend's types (PostgreSQL: 64-bit integers, a sequence for ``seq``)."""
+    if not postgres:
+        return RAW_SCHEMA
+    return RAW_SCHEMA.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY").replace(
+        "INTEGER", "BIGINT"
+    )
+
+
+def open_raw(location: str, synchronous: str, timers: int) -> backend.RawConnection:
+    conn = backend.RawConnection(location)
+    if not conn.postgres:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.script(raw_schema(conn.postgres))
     conn.execute("BEGIN")
     conn.executemany(
         "INSERT INTO timers VALUES (?, 1, 'armed', ?, '{}', ?)",
@@ -127,7 +141,7 @@ def open_raw(path: Path, synchronous: str, timers: int) -> sqlite3.Connection:
     return conn
 
 
-def raw_fire(conn: sqlite3.Connection, i: int) -> None:
+def raw_fire(conn: backend.RawConnection, i: int) -> None:
     """What one firing writes at the least: its Event, its ledger entry, the timer's new state."""
     timer_id = f"t-{i:08d}"
     conn.execute(
@@ -140,8 +154,8 @@ def raw_fire(conn: sqlite3.Connection, i: int) -> None:
     conn.execute("UPDATE timers SET state = 'fired' WHERE id = ?", (timer_id,))
 
 
-def raw_fires(path: Path, n: int, per_commit: int, synchronous: str) -> float:
-    conn = open_raw(path, synchronous, n)
+def raw_fires(location: str, n: int, per_commit: int, synchronous: str) -> float:
+    conn = open_raw(location, synchronous, n)
     try:
         start = time.perf_counter()
         for first in range(0, n, per_commit):
@@ -150,7 +164,7 @@ def raw_fires(path: Path, n: int, per_commit: int, synchronous: str) -> float:
                 raw_fire(conn, i)
             conn.execute("COMMIT")
         elapsed = time.perf_counter() - start
-        assert conn.execute("SELECT count(*) FROM timer_firings").fetchone()[0] == n
+        assert conn.execute("SELECT count(*) FROM timer_firings") == [(n,)]
     finally:
         conn.close()
     return n / elapsed
@@ -165,11 +179,11 @@ class FireFigure:
     detail: str
 
 
-async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure:
+async def fire_through_actor(store: Store, n: int) -> FireFigure:
     """Arm ``n`` timers for T0 + 1 h through the kernel, then move the clock there: the timer actor
     fires all of them; timed until the last firing has committed."""
     clock = loom.ManualClock(start_ms=T0)
-    async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
+    async with loom.open_runtime(store, clock=clock, load_entry_points=False) as rt:
         start = time.perf_counter()
         for first in range(0, n, ARM_CHUNK):
             await storage_of(rt).submit(arm_many_in_tx, first, min(ARM_CHUNK, n - first), T0 + HOUR_MS)
@@ -191,7 +205,7 @@ async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure
         stats = storage_of(rt).stats
         batches = stats.batches - before.batches
         requests = stats.requests - before.requests
-    check_fired(path, n)
+    check_fired(store, n)
     detail = (
         f"{n:,} timers; arming them through arm_in_tx in {ARM_CHUNK}-timer procedures took {arm_s:.1f} s; "
         f"{batches:,} commits while firing, mean {requests / max(batches, 1):.1f} requests per commit"
@@ -199,11 +213,11 @@ async def fire_through_actor(path: Path, n: int, synchronous: str) -> FireFigure
     return FireFigure(n / elapsed, detail)
 
 
-async def fire_through_poll(path: Path, n: int, synchronous: str) -> FireFigure:
+async def fire_through_poll(store: Store, n: int) -> FireFigure:
     """Write ``n`` due timers without notices (the timer actor never hears of them) and fire them with
     ``rt.poll(limit=100)`` passes until one fires nothing."""
     clock = loom.ManualClock(start_ms=T0)
-    async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
+    async with loom.open_runtime(store, clock=clock, load_entry_points=False, resync_ms=NO_RESYNC_MS) as rt:
         for first in range(0, n, INSERT_CHUNK):
             await storage_of(rt).submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), lambda i: T0)
         assert len(timer_service_of(rt)) == 0
@@ -216,17 +230,14 @@ async def fire_through_poll(path: Path, n: int, synchronous: str) -> FireFigure:
         elapsed = time.perf_counter() - start
         assert fired == n, (fired, n)
         batches = storage_of(rt).stats.batches - before.batches
-    check_fired(path, n)
+    check_fired(store, n)
     return FireFigure(n / elapsed, f"{n:,} timers, {passes:,} passes, {batches:,} commits")
 
 
-def check_fired(path: Path, n: int) -> None:
-    conn = sqlite3.connect(path)
-    try:
-        fired = conn.execute("SELECT count(*) FROM timer_firings WHERE result = 'accepted'").fetchone()[0]
-        events = conn.execute("SELECT count(*) FROM events WHERE source = ?", (SOURCE,)).fetchone()[0]
-    finally:
-        conn.close()
+def check_fired(store: Store, n: int) -> None:
+    """Each timer fired once: as many accepted firings in the ledger, and Events, as timers."""
+    fired = raw.query(store, "SELECT count(*) AS n FROM timer_firings WHERE result = 'accepted'")[0]["n"]
+    events = raw.query(store, "SELECT count(*) AS n FROM events WHERE source = ?", (SOURCE,))[0]["n"]
     assert (fired, events) == (n, n), f"each timer fired once: {(fired, events)} for {n}"
 
 
@@ -235,19 +246,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def raw_due_latencies(path: Path, now_ms: int) -> list[float]:
-    """The due query alone, on its own connection to the same file (the cursor advancing as loom's does)."""
-    conn = sqlite3.connect(path)
+def raw_due_latencies(location: str, now_ms: int) -> list[float]:
+    """The due query alone, on its own connection to the same database (the cursor advancing as loom's
+    does; SQLite is told to walk the due index, as loom tells it)."""
+    conn = backend.RawConnection(location)
+    indexed = "" if conn.postgres else " INDEXED BY timers_due"
     try:
         cursor: tuple[int, str] = (-1, "")
         out = []
         for _ in range(DUE_CALLS):
             start = time.perf_counter()
             rows = conn.execute(
-                "SELECT id, revision, fire_at_ms FROM timers INDEXED BY timers_due WHERE state = 'armed'"
+                f"SELECT id, revision, fire_at_ms FROM timers{indexed} WHERE state = 'armed'"
                 " AND fire_at_ms <= ? AND (fire_at_ms, id) > (?, ?) ORDER BY fire_at_ms, id LIMIT ?",
                 (now_ms, *cursor, POLL_LIMIT),
-            ).fetchall()
+            )
             out.append(time.perf_counter() - start)
             cursor = (rows[-1][2], rows[-1][0]) if len(rows) == POLL_LIMIT else (-1, "")
     finally:
@@ -268,7 +281,7 @@ class BigFigures:
     actor_bytes: float
 
 
-async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
+async def big_table(store: Store, n: int) -> BigFigures:
     """``n`` armed timers: ``due(100)`` latency with a few and with all due, then the rebuild."""
     due_now = min(DUE_NOW, n // 10)
 
@@ -276,25 +289,24 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
         return T0 - 1 if i % (n // due_now) == 0 else T0 + HOUR_MS + i
 
     clock = loom.ManualClock(start_ms=T0)
-    async with loom.open_runtime(store(path, synchronous), clock=clock, load_entry_points=False) as rt:
+    location = raw.location(store)
+    async with loom.open_runtime(store, clock=clock, load_entry_points=False, resync_ms=NO_RESYNC_MS) as rt:
         start = time.perf_counter()
         for first in range(0, n, INSERT_CHUNK):
             await storage_of(rt).submit(put_many_in_tx, first, min(INSERT_CHUNK, n - first), fire_at)
         fill_s = time.perf_counter() - start
         # the written rows raised no notice: the timer actor holds none of them and fires nothing
         due_some = await due_latencies(rt, due_now)
-        raw_due_some = raw_due_latencies(path, T0)
+        raw_due_some = raw_due_latencies(location, T0)
         clock.set(T0 + 2 * HOUR_MS)
         due_all = await due_latencies(rt, POLL_LIMIT)
-        raw_due_all = raw_due_latencies(path, T0 + 2 * HOUR_MS)
+        raw_due_all = raw_due_latencies(location, T0 + 2 * HOUR_MS)
         assert len(timer_service_of(rt)) == 0
 
-    conn = sqlite3.connect(path)
+    conn = backend.RawConnection(location)
     try:
         start = time.perf_counter()
-        rows = conn.execute(
-            "SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' ORDER BY id"
-        ).fetchall()
+        rows = conn.execute("SELECT id, revision, fire_at_ms FROM timers WHERE state = 'armed' ORDER BY id")
         raw_scan_s = time.perf_counter() - start
         assert len(rows) == n
         del rows
@@ -306,7 +318,7 @@ async def big_table(path: Path, n: int, synchronous: str) -> BigFigures:
     early = loom.ManualClock(start_ms=T0 - HOUR_MS)
     gc.collect()
     start = time.perf_counter()
-    async with loom.open_runtime(store(path, synchronous), clock=early, load_entry_points=False) as rt:
+    async with loom.open_runtime(store, clock=early, load_entry_points=False) as rt:
         startup_s = time.perf_counter() - start
         assert len(timer_service_of(rt)) == n
 
@@ -383,100 +395,121 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", default=None, help="put the temporary database directory here (the disk under test)"
     )
     parser.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    backend.add_options(parser)
     args = parser.parse_args(argv)
+    backend.check_options(parser, args)
     fire_n = args.fire or (5_000 if args.small else 100_000)
     poll_n = args.poll or (2_000 if args.small else 20_000)
     armed_n = args.armed or (50_000 if args.small else 1_000_000)
     if min(fire_n, poll_n, args.serial) < 1 or armed_n < 10 * POLL_LIMIT:
         parser.error(f"sizes must be positive and --armed at least {10 * POLL_LIMIT}")
+    with backend.chosen(args, "loom-bench-timers-") as run:
+        report(run, args, fire_n, poll_n, armed_n)
+    return 0
 
-    tmp = Path(tempfile.mkdtemp(prefix="loom-bench-timers-", dir=args.dir))
+
+def report(run: backend.Backend, args: argparse.Namespace, fire_n: int, poll_n: int, armed_n: int) -> None:
+    """Measure and print every figure on ``run``'s backend."""
     sync = args.synchronous
     rate = ",.0f"
-    try:
+    if run.postgres:
+        print(
+            f"# {sys.platform}, python {sys.version.split()[0]}, {run.server()}, a fresh database per "
+            "figure; baseline: the same writes and reads through raw psycopg, measured in this run",
+            flush=True,
+        )
+    else:
         print(
             f"# {sys.platform}, python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, "
-            f"synchronous={sync}, databases in {tmp}",
+            f"synchronous={sync}, databases in {run.tmp}",
             flush=True,
         )
-        raw_one = raw_fires(tmp / "raw-one.db", args.serial, 1, sync)
-        print(
-            f"raw sqlite3 firing writes (event + ledger + timer update), one firing per commit: "
-            f"{raw_one:{rate}} firings/s ({args.serial:,})",
-            flush=True,
-        )
-        raw_batch = raw_fires(tmp / "raw-batch.db", fire_n, RAW_BATCH, sync)
-        print(
-            f"raw sqlite3 firing writes, {RAW_BATCH} firings per commit: {raw_batch:{rate}} firings/s "
-            f"({fire_n:,})",
-            flush=True,
-        )
+    driver = "raw psycopg" if run.postgres else "raw sqlite3"
+    raw_one = raw_fires(run.location("raw-one.db"), args.serial, 1, sync)
+    print(
+        f"{driver} firing writes (event + ledger + timer update), one firing per commit: "
+        f"{raw_one:{rate}} firings/s ({args.serial:,})",
+        flush=True,
+    )
+    raw_batch = raw_fires(run.location("raw-batch.db"), fire_n, RAW_BATCH, sync)
+    print(
+        f"{driver} firing writes, {RAW_BATCH} firings per commit: {raw_batch:{rate}} firings/s ({fire_n:,})",
+        flush=True,
+    )
 
-        actor = trio.run(fire_through_actor, tmp / "actor.db", fire_n, sync)
-        print(
-            f"loom timers fired through the timer actor, all due at once: {actor.rate:{rate}} timers/s "
-            f"({actor.detail})",
-            flush=True,
-        )
-        print(
-            f"ratio actor/raw-one-per-commit: {actor.rate / raw_one:.2f}; "
-            f"ratio actor/raw-batched: {actor.rate / raw_batch:.3f}",
-            flush=True,
-        )
-        poll = trio.run(fire_through_poll, tmp / "poll.db", poll_n, sync)
-        print(
-            f"loom timers fired through rt.poll(limit={POLL_LIMIT}) passes (timer actor idle): "
-            f"{poll.rate:{rate}} timers/s ({poll.detail}); ratio poll/raw-one-per-commit: "
-            f"{poll.rate / raw_one:.2f}",
-            flush=True,
-        )
+    actor = trio.run(fire_through_actor, run.store("actor.db"), fire_n)
+    print(
+        f"loom timers fired through the timer actor, all due at once: {actor.rate:{rate}} timers/s "
+        f"({actor.detail})",
+        flush=True,
+    )
+    print(
+        f"ratio actor/raw-one-per-commit: {actor.rate / raw_one:.2f}; "
+        f"ratio actor/raw-batched: {actor.rate / raw_batch:.3f}",
+        flush=True,
+    )
+    poll = trio.run(fire_through_poll, run.store("poll.db"), poll_n)
+    print(
+        f"loom timers fired through rt.poll(limit={POLL_LIMIT}) passes (timer actor idle): "
+        f"{poll.rate:{rate}} timers/s ({poll.detail}); ratio poll/raw-one-per-commit: "
+        f"{poll.rate / raw_one:.2f}",
+        flush=True,
+    )
 
-        big = trio.run(big_table, tmp / "big.db", armed_n, sync)
-        due_now = min(DUE_NOW, armed_n // 10)
+    raw_fill = None
+    if run.postgres:  # the fill's baseline: the same number of rows through psycopg, as many per commit
+        raw_fill = pg.raw_batched(run.location("raw-fill"), armed_n, INSERT_CHUNK)
         print(
-            f"filling {armed_n:,} armed timer rows through the storage actor ({INSERT_CHUNK:,} per procedure): "
-            f"{big.fill_s:.1f} s ({armed_n / big.fill_s:{rate}} rows/s)",
+            f"raw psycopg batched inserts, {INSERT_CHUNK:,} rows per commit: {raw_fill:{rate}} rows/s "
+            f"({armed_n:,} rows)",
             flush=True,
         )
-        for label, loom_s, raw_s in (
-            (f"{due_now:,} of {armed_n:,} armed due", big.due_some, big.raw_due_some),
-            (f"all {armed_n:,} armed due", big.due_all, big.raw_due_all),
-        ):
-            print(
-                f"loom rt.due({POLL_LIMIT}), {label}: median {ms(statistics.median(loom_s))}, "
-                f"p99 {ms(percentile(loom_s, 0.99))} ({DUE_CALLS} calls; each commits its cursor); "
-                f"raw due query alone: median {ms(statistics.median(raw_s))}, p99 {ms(percentile(raw_s, 0.99))}; "
-                f"ratio of medians {statistics.median(loom_s) / statistics.median(raw_s):.1f}",
-                flush=True,
-            )
-        service_bytes = service_bytes_per_timer(armed_n)
+    big = trio.run(big_table, run.store("big.db"), armed_n)
+    due_now = min(DUE_NOW, armed_n // 10)
+    fill_rate = armed_n / big.fill_s
+    print(
+        f"filling {armed_n:,} armed timer rows through the storage actor ({INSERT_CHUNK:,} per procedure): "
+        f"{big.fill_s:.1f} s ({fill_rate:{rate}} rows/s)"
+        + (f"; ratio fill/raw-batched-inserts: {fill_rate / raw_fill:.2f}" if raw_fill else ""),
+        flush=True,
+    )
+    for label, loom_s, raw_s in (
+        (f"{due_now:,} of {armed_n:,} armed due", big.due_some, big.raw_due_some),
+        (f"all {armed_n:,} armed due", big.due_all, big.raw_due_all),
+    ):
         print(
-            f"memory per armed timer in the TimerService ({armed_n:,} keys scheduled, key strings not "
-            f"counted): {service_bytes:.0f} bytes",
+            f"loom rt.due({POLL_LIMIT}), {label}: median {ms(statistics.median(loom_s))}, "
+            f"p99 {ms(percentile(loom_s, 0.99))} ({DUE_CALLS} calls; each commits its cursor); "
+            f"raw due query alone: median {ms(statistics.median(raw_s))}, p99 {ms(percentile(raw_s, 0.99))}; "
+            f"ratio of medians {statistics.median(loom_s) / statistics.median(raw_s):.1f}",
             flush=True,
         )
-        print(
-            f"memory per armed timer in the timer actor after a rebuild (service, armed map and id "
-            f"strings): {big.actor_bytes:.0f} bytes",
-            flush=True,
-        )
-        print(
-            f"raw sqlite3 scan of {armed_n:,} armed timers (id, revision, fire_at): {big.raw_scan_s:.2f} s",
-            flush=True,
-        )
-        print(
-            f"TimerActor.rebuild() of {armed_n:,} pending timers into a fresh service: {big.rebuild_s:.2f} s "
-            f"(ratio to the raw scan {big.rebuild_s / big.raw_scan_s:.1f})",
-            flush=True,
-        )
-        print(
-            f"open_runtime startup with {armed_n:,} pending timers (store open, migrations check, timer "
-            f"heap rebuild, actors started): {big.startup_s:.2f} s",
-            flush=True,
-        )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    service_bytes = service_bytes_per_timer(armed_n)
+    print(
+        f"memory per armed timer in the TimerService ({armed_n:,} keys scheduled, key strings not "
+        f"counted): {service_bytes:.0f} bytes",
+        flush=True,
+    )
+    print(
+        f"memory per armed timer in the timer actor after a rebuild (service, armed map and id "
+        f"strings): {big.actor_bytes:.0f} bytes",
+        flush=True,
+    )
+    print(
+        f"{driver} scan of {armed_n:,} armed timers (id, revision, fire_at): {big.raw_scan_s:.2f} s",
+        flush=True,
+    )
+    print(
+        f"TimerActor.rebuild() of {armed_n:,} pending timers into a fresh service: {big.rebuild_s:.2f} s "
+        f"(ratio to the raw scan {big.rebuild_s / big.raw_scan_s:.1f})",
+        flush=True,
+    )
+    print(
+        f"open_runtime startup with {armed_n:,} pending timers (store open, migrations check, timer "
+        f"heap rebuild, actors started): {big.startup_s:.2f} s"
+        + (f" (ratio to the raw scan {big.startup_s / big.raw_scan_s:.1f})" if run.postgres else ""),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

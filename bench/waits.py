@@ -3,6 +3,7 @@
 Run from the repository root::
 
     python bench/waits.py [--waiting N] [--samples S] [--wakes W] [--producers P] [--dir DIR]
+                          [--backend sqlite|postgres] [--url URL]
 
 One runtime on a fresh database file with `SystemClock` and a python executor: each Work's first attempt
 returns a `Waiting` outcome (it parks on ``go.*`` Events on its key), so N Works wait. Then:
@@ -13,18 +14,23 @@ returns a `Waiting` outcome (it parks on ``go.*`` Events on its key), so N Works
   every continuation has started, as a ratio to durable acceptance alone (W Events that match no route,
   published the same way, in the same run).
 
+With ``--backend postgres`` the runtime's database is a fresh one on the server (bench/backend.py), and
+raw psycopg commit-per-row inserts measured first in the same run are the baseline of every figure: the
+latencies are also given in raw commits (how many commit-per-row transactions take as long), the rates
+as ratios to the raw rate.
+
 Figures are printed one per line; read ratios, not absolute times (this machine is shared).
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
-import tempfile
+import sys
 import time
-from pathlib import Path
 
+import backend
+import pg
 import trio
 
 import loom
@@ -90,14 +96,21 @@ async def publish_all(rt: loom.Runtime, events: list[loom.EventIn], producers: i
             nursery.start_soon(producer)
 
 
-async def run(args: argparse.Namespace, directory: Path) -> None:
+def raw_baseline(run: backend.Backend, rows: int) -> float | None:
+    """On PostgreSQL, raw psycopg commit-per-row inserts on a fresh database (rows/s); on SQLite none."""
+    if run.cluster is None:
+        return None
+    rate = pg.raw_commit_per_row(run.cluster.create_database(), rows)
+    print(f"raw psycopg commit-per-row inserts: {rate:,.0f} rows/s ({rows:,} rows)", flush=True)
+    return rate
+
+
+async def run(args: argparse.Namespace, location: str, raw: float | None) -> None:
     jobs = Jobs()
     executor = PythonExecutor()
     executor.register("job", jobs.job)
     jobs.target = args.waiting
-    async with loom.open_runtime(
-        str(directory / "waits.db"), config=CONFIG, plugins=[executor], load_entry_points=False
-    ) as rt:
+    async with loom.open_runtime(location, config=CONFIG, plugins=[executor], load_entry_points=False) as rt:
         began = time.perf_counter()
         await publish_all(rt, [start(i) for i in range(args.waiting)], args.producers)
         await jobs.all_parked.wait()
@@ -113,10 +126,15 @@ async def run(args: argparse.Namespace, directory: Path) -> None:
             await started.wait()
             latencies.append((jobs.started[work.id] - t0) * 1000)
         latencies.sort()
+        p50 = statistics.median(latencies)
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        # on PostgreSQL: how many raw commit-per-row transactions take as long
+        commits = (
+            f"; in raw psycopg commits: p50 {p50 / 1000 * raw:.1f}, p99 {p99 / 1000 * raw:.1f}" if raw else ""
+        )
         print(
-            f"event-to-continuation latency with {args.waiting} waiting: p50 {statistics.median(latencies):.2f} ms"
-            f"  p99 {p99:.2f} ms  ({args.samples} samples, one at a time)"
+            f"event-to-continuation latency with {args.waiting} waiting: p50 {p50:.2f} ms"
+            f"  p99 {p99:.2f} ms  ({args.samples} samples, one at a time){commits}"
         )
 
         first = args.samples
@@ -152,10 +170,14 @@ async def run(args: argparse.Namespace, directory: Path) -> None:
         t0 = time.perf_counter()
         await publish_all(rt, alone, args.producers)
         accept_per_s = args.wakes / (time.perf_counter() - t0)
-        print(f"durable acceptance alone, {args.producers} producers: {accept_per_s:,.0f} events/s")
+        print(
+            f"durable acceptance alone, {args.producers} producers: {accept_per_s:,.0f} events/s"
+            + (f"  = {accept_per_s / raw:.2f}x raw commit-per-row" if raw else "")
+        )
         print(
             f"wakes to started continuations, {args.producers} producers: {wakes_per_s:,.0f} wakes/s"
             f"  = {wakes_per_s / accept_per_s:.2f}x acceptance alone"
+            + (f"  = {wakes_per_s / raw:.2f}x raw commit-per-row" if raw else "")
         )
         await rt.wait_idle()
 
@@ -168,13 +190,19 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--wakes", type=int, default=2_000)
     parser.add_argument("--producers", type=int, default=100)
-    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--dir", default=None)
+    backend.add_options(parser)
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="loom-bench-", dir=args.dir))
-    try:
-        trio.run(run, args, directory)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    backend.check_options(parser, args)
+    with backend.chosen(args, "loom-bench-") as chosen:
+        if chosen.postgres:  # (on SQLite the first line is the setup's, as it always was)
+            print(
+                f"# {sys.platform}, python {sys.version.split()[0]}, {chosen.server()}, a fresh database; "
+                "baseline: raw psycopg commit-per-row inserts measured in this run",
+                flush=True,
+            )
+        raw = raw_baseline(chosen, args.wakes)  # rows: as many as the wakes
+        trio.run(run, args, chosen.location("waits.db"), raw)
 
 
 if __name__ == "__main__":
