@@ -44,7 +44,7 @@ from loom.testing.postgres import PostgresCluster
 
 CHILD = Path(__file__).parent / "drills" / "node.py"
 NODES, CYCLES = 3, 10
-SEED = 20261130
+SEED = int(os.environ.get("LOOM_DRILL_SEED", "20261130"))  # another seed: other kill moments
 DAY = 86_400_000
 WAIT_S = 180
 
