@@ -435,3 +435,35 @@ async def test_a_released_wait_rearms_its_refused_timeout_at_the_release_not_in_
         assert rearmed.revision > refused.revision
         assert rearmed.fire_at_ms == released_at, "rearmed in the past, at the deadline it missed"
         await rt.cancel(work_id)
+
+
+async def test_a_twice_resumed_attempt_is_presented_with_its_latest_winner(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A resumed attempt's trigger is the winner of its latest wake, also when its lease is presented
+    again by token (`Runtime.lease_for`, what an executor's subprocess calling the service does), and
+    `Runtime.waits` lists the waits oldest first. Here each attempt parks twice within one millisecond
+    of business time (the clock does not move), for a few keys. Catches: waits ordered by registration
+    time and then by id (a hash): two waits registered in the same millisecond come back in an
+    arbitrary order, and the presented lease names the first wake's winner as the trigger."""
+    async with loom_drivers() as driver:
+        driver.fake.capabilities.add("resume")
+        await driver.configure(config(resume=True))
+        rt = driver.runtime
+        for key in ("k0", "k1", "k2", "k3"):
+            work_id = await started(driver, key)
+            winners = []
+            for n in (1, 2):
+                driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+                winners.append(await rt.publish(ev(f"{key}-go-{n}", "w.go", key=key)))
+                await launches(driver, work_id, n + 1)
+            running = driver.fake.running(work_id)
+            assert running.request.trigger == winners[-1]
+            assert [(w.epoch, w.winner_event_id) for w in await rt.waits(work_id)] == [
+                (1, winners[0].id),
+                (2, winners[1].id),
+            ], "oldest first"
+            presented = await rt.lease_for(running.request.execution_id, running.toolbelt.lease.token)
+            assert presented.request.trigger is not None
+            assert presented.request.trigger.id == winners[-1].id, f"{key}: the first wake's winner"
+            driver.fake.finish(work_id, Completed())
