@@ -25,12 +25,16 @@ from loom import (
     Lease,
     Policy,
     Runtime,
+    Waiting,
+    WaitSpec,
+    WaitState,
     WorkState,
     open_runtime,
 )
 from loom.config import BudgetWindow
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.budgets import window_of
+from loom.kernel.executions import BindingRef
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.plugins.handlers import work_id_for_key
@@ -180,6 +184,31 @@ async def test_a_release_allows_exactly_one_more_turn(rt: Runtime) -> None:
     assert (await rt.work(lease.work_id)).held
 
 
+@pytest.mark.parametrize("budgets", [[{"name": "turns", "unit": "turns", "limit": 1}]])
+async def test_a_release_lets_one_resume_through_and_no_more(rt: Runtime) -> None:
+    """A resumed attempt is a turn like any other (docs/recovery.md, "Budgets"): an operator's release
+    lets exactly one more through, whether it starts an attempt or resumes a parked one. Catches: a
+    resume that leaves the release in force (every later resume of the parked attempt would run over
+    the limit without another release)."""
+    resumable = BindingRef(name=None, executor=None, capabilities=frozenset({"resume"}))
+    await rt.publish(EventIn(source="t", delivery_id="a-0", type="r.go", scope=SCOPE, key="a"))
+    await rt.poll()
+    lease = await rt.claim(work_id_for_key(SCOPE, "a"), owner="host", binding=resumable)  # 1 of 1 turns
+    await rt.complete(lease, Waiting(wait=WaitSpec(types=("r.go",))))
+    for n in (1, 2):
+        await rt.publish(EventIn(source="t", delivery_id=f"a-{n}", type="r.go", scope=SCOPE, key="a"))
+        await rt.poll()
+        assert (await rt.waits(lease.work_id))[-1].state is WaitState.WOKEN
+        with pytest.raises(Conflict, match="budget 'turns' reached its limit"):
+            await rt.claim(lease.work_id, owner="host", binding=resumable)
+        assert (await rt.work(lease.work_id)).held
+        await rt.release(lease.work_id)
+        resumed = await rt.claim(lease.work_id, owner="host", binding=resumable)
+        assert (resumed.execution_id, resumed.request.resumed) == (lease.execution_id, True)
+        assert not (await rt.work(lease.work_id)).released, "the release is spent by the resume"
+        await rt.complete(resumed, Waiting(wait=WaitSpec(types=("r.go",))))
+
+
 async def test_raising_the_limit_releases_the_work_it_held(rt: Runtime) -> None:
     """Catches: a budget hold that only an operator's release can end (a raised limit would leave the
     Work stuck)."""
@@ -316,6 +345,50 @@ async def test_crossing_the_warning_and_the_limit_accepts_one_root_event_each(rt
     assert events[1].payload["amount"] == 11
     history = await rt.history(lease.work_id)
     assert not {e.id for e in events} & {c.event_id for c in history.checkpoints}
+
+
+async def test_a_budget_event_is_routed_by_its_type_not_to_the_work_it_counts(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Budget Events are root Events in the Work's scope that routes can act on, and never the counted
+    Work's own input (docs/recovery.md, "Budgets"): they name the Work in their payload only. A route
+    that makes fresh Work per Event hands each one to a watcher of its own. Catches: a budget Event
+    that names the counted Work as its target (``work_id``): every route would resolve it to that
+    Work, where it is dropped, so no route could ever act on it."""
+    cfg = Config.from_dict(
+        {
+            "scopes": {
+                SCOPE: {
+                    "routes": [
+                        {
+                            "name": "watch",
+                            "types": ["core.budget.*"],
+                            "handler": "fresh",
+                            "create_work": True,
+                        },
+                        {"name": "r", "types": ["r.*"], "create_work": True, "work_kind": "job"},
+                    ]
+                }
+            },
+            "work_kinds": {"job": {"standing": True}},
+            "budgets": [usd(10, warning=8)],
+        }
+    )
+    async with open_runtime(loom_store, clock=clock, config=cfg, actors=(), load_entry_points=False) as rt:
+        lease = await turn(rt, "a", 0)
+        await spend(rt, lease, 10)  # the warning and the limit, crossed in one charge
+        await rt.poll()
+        [exceeded] = await budget_events(rt)
+        assert exceeded.type == "core.budget.exceeded"
+        assert exceeded.work_id is None, "the counted Work is named in the payload only"
+        assert exceeded.payload["work"] == lease.work_id
+        checkpoint = await rt.checkpoint(exceeded.id)
+        assert checkpoint is not None
+        assert checkpoint.status is CheckpointStatus.ROUTED, checkpoint.reason
+        assert checkpoint.work_id not in (None, lease.work_id)
+        watcher = await rt.work(checkpoint.work_id or "")
+        assert watcher.pending_inputs == (exceeded.id,)
+        assert exceeded.id not in (await rt.work(lease.work_id)).pending_inputs
 
 
 async def test_reaching_the_warning_exactly_warns(rt: Runtime) -> None:

@@ -287,6 +287,41 @@ async def test_a_refused_alias_is_diagnosed_and_checkpointed_not_retried(clock: 
         assert [a.delivery_id for a in await aliases_of(rt)] == [shallow.id], "the subscription goes on"
 
 
+async def test_an_identity_taken_by_another_event_is_refused_not_taken_for_the_alias(
+    clock: ManualClock,
+) -> None:
+    """An alias is found again by its delivery identity (``namespace/id``, original Event id), but
+    only an Event that is that alias (for the dependent Work, derived from the original) counts as
+    one; any other Event holding the identity makes the alias refused and diagnosed
+    (docs/architecture.md, "Dependency subscriptions and alias Events"). Here one impostor names the
+    dependent Work but derives from nothing, another derives from its original but names no Work.
+    Catches: an identity check that takes whatever holds the identity for the alias, or checks only
+    one of the two (the alias would be lost without a word: the dependent never hears of the source
+    Event, and nothing says why)."""
+    async with host(clock) as rt:
+        await work_on(rt, "p")
+        d = await work_on(rt, "d")
+        await rt.subscribe(d, spec())
+        first = await rt.publish(ev("p1", "build.done", "p"))
+        second = await rt.publish(ev("p2", "build.done", "p"))
+        named = await rt.publish(
+            EventIn(
+                source="deps/d-on-p", delivery_id=first.id, type="build.done", scope=SCOPE, key="d", work_id=d
+            )
+        )
+        derived = await rt.publish_derived(
+            EventIn(source="deps/d-on-p", delivery_id=second.id, type="build.done", scope=SCOPE, key="x"),
+            parent_id=second.id,
+        )
+        report = await rt.reconcile_subscriptions(10)
+        assert (report.aliases, report.refused) == ((), (first.id, second.id))
+        messages = [d.message for d in await rt.diagnostics(kind="alias_refused")]
+        for impostor in (named, derived):
+            assert any(f"its delivery identity is taken by event {impostor.id}" in m for m in messages)
+        assert (await rt.subscription("deps", "d-on-p")).checkpoint_seq >= second.seq, "not retried"
+        assert {a.id for a in await aliases_of(rt)} == {named.id, derived.id}
+
+
 # -- cross-scope aliases --------------------------------------------------------------------------------
 
 
@@ -415,6 +450,48 @@ async def test_a_cancelled_works_subscriptions_emit_nothing(clock: ManualClock) 
         assert await aliases_of(rt) == []
         with pytest.raises(Conflict, match="cancelled"):
             await rt.subscribe(d, spec("again"))
+
+
+async def test_a_completed_works_subscription_ends_at_its_next_visit(clock: ManualClock) -> None:
+    """A subscription aliases only for Work that can still take input: a visit that finds its Work
+    terminal (here completed, which, unlike a cancel, ends no subscription itself) cancels it, and it
+    emits nothing. Catches: a visit that goes on scanning for terminal Work (aliases would keep being
+    published for a completed Work, each one checkpointed as terminal)."""
+    async with host(clock) as rt:
+        await work_on(rt, "p")
+        d = await work_on(rt, "d")
+        await rt.subscribe(d, spec())
+        await rt.complete(await rt.claim(d, owner="host"), loom.Completed())
+        assert (await rt.work(d)).state is loom.WorkState.COMPLETED
+        assert (await rt.subscription("deps", "d-on-p")).state is SubscriptionState.ACTIVE
+        await rt.publish(ev("p1", "build.done", "p"))
+        report = await rt.reconcile_subscriptions(10)
+        assert (report.visited, report.aliases) == (1, ())
+        assert await aliases_of(rt) == []
+        ended = await rt.subscription("deps", "d-on-p")
+        assert (ended.state, ended.reason) == (SubscriptionState.CANCELLED, "its work is completed")
+        assert (await rt.reconcile_subscriptions(10)).visited == 0
+
+
+async def test_a_visit_chosen_before_the_subscription_ended_emits_nothing(clock: ManualClock) -> None:
+    """A reconcile pass rereads each subscription it was given and judges it as it is now: one whose
+    wait woke since it was chosen emits nothing (docs/architecture.md: the wait's wake ends its
+    subscriptions, and those emit nothing). Catches: a visit that acts on a subscription without
+    checking its state (a woken one would alias the next source Event to its Work, which no longer
+    waits on it)."""
+    async with host(clock) as rt:
+        await work_on(rt, "p")
+        d = await work_on(rt, "d")
+        await park(rt, d, spec())
+        [chosen] = await rt.subscriptions(d)
+        await rt.publish(ev("p1", "build.done", "p"))
+        assert len((await rt.reconcile_subscriptions(10)).aliases) == 1
+        assert (await rt.subscription("deps", "d-on-p")).state is SubscriptionState.WOKEN
+        await rt.publish(ev("p2", "build.done", "p"))
+        result = await storage_of(rt).submit(reconcile_in_tx, [chosen], {}, {}, CausalLimits())
+        assert (result.report.installed, result.report.aliases) == ((), ())
+        assert len(await aliases_of(rt)) == 1
+        assert (await rt.subscription("deps", "d-on-p")).state is SubscriptionState.WOKEN
 
 
 async def test_a_blocked_wait_disables_its_subscriptions_and_the_release_rearms_them(

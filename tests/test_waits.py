@@ -17,13 +17,16 @@ from loom import (
     Config,
     EventIn,
     ExecutionState,
+    FiringResult,
     StaleAuthority,
+    TimerState,
     Waiting,
     WaitSpec,
     WaitState,
     WorkState,
 )
 from loom.plugins.handlers import work_id_for_key
+from loom.records.validation import MAX_TIME_MS
 from loom.testing import RuntimeDriver, wait_routed
 from loom.testing.pytest_plugin import DriverFactory
 
@@ -329,3 +332,138 @@ async def test_input_through_a_route_without_a_binding_runs_the_next_attempt_und
         assert request.trigger.id == late.id
         assert request.binding == "fake"
         driver.fake.finish(work_id, Completed())
+
+
+async def test_a_resumed_attempt_waits_again_only_after_its_raised_watermark(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A wait with no ``after_seq`` watches what is accepted after the attempt's acknowledged
+    watermark, the highest sequence it was handed (seed 003 "Wait registration"); a resume hands the
+    attempt its winner and batch, so the watermark moves up to them. Catches: a resume that keeps the
+    first segment's watermark (the attempt's next wait would scan from there and wake at once on an
+    Event accepted before what it was handed, here one no route took while it waited)."""
+    async with loom_drivers() as driver:
+        driver.fake.capabilities.add("resume")
+        await driver.configure(config(resume=True))
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        stray = await rt.publish(ev("stray", "x.stray"))  # no route: unmatched, never input
+        go = await rt.publish(ev("go", "w.go"))
+        await launches(driver, work_id, 2)
+        resumed = driver.fake.launches_of(work_id)[1]
+        assert resumed.request.resumed
+        assert stray.seq < go.seq
+        assert (await rt.execution(resumed.request.execution_id)).watermark == go.seq
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("x.*",))))
+
+        async def second_wait() -> loom.Wait | None:
+            # one wait per epoch: the resumed segment's is the epoch-2 one
+            return next((w for w in await rt.waits(work_id) if w.epoch == 2), None)
+
+        async def registered() -> bool:
+            return await second_wait() is not None
+
+        await driver.until(registered, "the resumed segment's wait")
+        await driver.settle()
+        second = await second_wait()
+        assert second is not None
+        assert (second.after_seq, second.state) == (go.seq, WaitState.ACTIVE), (
+            f"woken by {second.winner_event_id}, accepted before the attempt's watermark"
+        )
+        assert len(driver.fake.launches_of(work_id)) == 2
+        later = await rt.publish(ev("later", "x.later"))
+        await launches(driver, work_id, 3)
+        woken = await second_wait()
+        assert woken is not None
+        assert woken.winner_event_id == later.id
+        driver.fake.finish(work_id, Completed())
+
+
+async def test_a_wait_timeout_is_clamped_to_the_last_representable_time(loom_drivers: DriverFactory) -> None:
+    """A wait's timeout is at most `MAX_TIME_MS` (times are milliseconds up to the year 9999): a
+    timeout that would run past it fires at that last instant instead. Catches: a deadline of
+    ``now + timeout_ms`` unclamped (the timer could not be armed, so a legal waiting outcome with the
+    largest timeout would be refused)."""
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",), timeout_ms=MAX_TIME_MS)))
+        wait = await wait_state(driver, work_id, WaitState.ACTIVE)
+        assert wait.timeout_at_ms == MAX_TIME_MS
+        assert wait.timeout_timer_id is not None
+        timer = await rt.timer(wait.timeout_timer_id)
+        assert (timer.state, timer.fire_at_ms) == (TimerState.ARMED, MAX_TIME_MS)
+        await rt.cancel(work_id)
+
+
+async def test_a_released_wait_rearms_its_refused_timeout_at_the_release_not_in_the_past(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A blocked wait's release rearms its unfired timeout (seed 000 "Waits": the release "rearms the
+    subscriptions and an unfired timeout"): at its deadline, or at the release if the deadline passed
+    while the wait was blocked with its timeout disarmed. Here the causal limits refuse the timeout
+    (the trigger is already at the depth limit), which blocks the wait; the release rearms it, and it
+    fires at the release. Catches: a timeout rearmed at its old deadline (its firing would be backdated
+    to a time when no timeout was armed), or one not rearmed at all."""
+    async with loom_drivers(config=config(causal={"max_depth": 1})) as driver:
+        rt = driver.runtime
+        root = await rt.publish(ev("root", "x.root", key="elsewhere"))
+        await rt.publish_derived(ev("k-start", "w.start"), parent_id=root.id)  # the trigger: depth 1
+        work_id = work_id_for_key(SCOPE, "k")
+        await launches(driver, work_id, 1)
+        deadline = driver.clock.now_ms() + 10 * SECOND
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",), timeout_ms=10 * SECOND)))
+        wait = await wait_state(driver, work_id, WaitState.ACTIVE)
+        assert wait.timeout_timer_id is not None
+        timer_id = wait.timeout_timer_id
+        driver.clock.advance(10 * SECOND)
+        blocked = await wait_state(driver, work_id, WaitState.BLOCKED)
+        assert "refused its timeout" in (blocked.reason or "")
+        [refused] = await rt.firings(timer_id)
+        assert (refused.result, refused.fire_at_ms) == (FiringResult.REFUSED, deadline)
+        driver.clock.advance(5 * SECOND)
+        released_at = driver.clock.now_ms()
+        await rt.release(work_id)
+
+        async def fired_again() -> bool:
+            return len(await rt.firings(timer_id)) == 2
+
+        await driver.until(fired_again, "the rearmed timeout to fire")
+        rearmed = (await rt.firings(timer_id))[-1]
+        assert rearmed.revision > refused.revision
+        assert rearmed.fire_at_ms == released_at, "rearmed in the past, at the deadline it missed"
+        await rt.cancel(work_id)
+
+
+async def test_a_twice_resumed_attempt_is_presented_with_its_latest_winner(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A resumed attempt's trigger is the winner of its latest wake, also when its lease is presented
+    again by token (`Runtime.lease_for`, what an executor's subprocess calling the service does), and
+    `Runtime.waits` lists the waits oldest first. Here each attempt parks twice within one millisecond
+    of business time (the clock does not move), for a few keys. Catches: waits ordered by registration
+    time and then by id (a hash): two waits registered in the same millisecond come back in an
+    arbitrary order, and the presented lease names the first wake's winner as the trigger."""
+    async with loom_drivers() as driver:
+        driver.fake.capabilities.add("resume")
+        await driver.configure(config(resume=True))
+        rt = driver.runtime
+        for key in ("k0", "k1", "k2", "k3"):
+            work_id = await started(driver, key)
+            winners = []
+            for n in (1, 2):
+                driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+                winners.append(await rt.publish(ev(f"{key}-go-{n}", "w.go", key=key)))
+                await launches(driver, work_id, n + 1)
+            running = driver.fake.running(work_id)
+            assert running.request.trigger == winners[-1]
+            assert [(w.epoch, w.winner_event_id) for w in await rt.waits(work_id)] == [
+                (1, winners[0].id),
+                (2, winners[1].id),
+            ], "oldest first"
+            presented = await rt.lease_for(running.request.execution_id, running.toolbelt.lease.token)
+            assert presented.request.trigger is not None
+            assert presented.request.trigger.id == winners[-1].id, f"{key}: the first wake's winner"
+            driver.fake.finish(work_id, Completed())

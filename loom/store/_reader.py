@@ -234,7 +234,7 @@ class Reader:
         return [_sql.timer_from_row(r) for r in rows]
 
     async def waits_of_work(self, work_id: str) -> list[Wait]:
-        rows = await self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY created_at_ms, id", (work_id,))
+        rows = await self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY attempt, epoch, id", (work_id,))
         return [wait_from_row(r) for r in rows]
 
     async def wait(self, wait_id: str) -> Wait | None:

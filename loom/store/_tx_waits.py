@@ -91,7 +91,7 @@ class WaitsTx(TxBase):
     def waits_of_work(self, work_id: str) -> list[Wait]:
         return [
             wait_from_row(r)
-            for r in self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY created_at_ms, id", (work_id,))
+            for r in self._all(f"{WAIT_SELECT} WHERE work_id = ? ORDER BY attempt, epoch, id", (work_id,))
         ]
 
     def insert_wait(self, wait: Wait) -> None:

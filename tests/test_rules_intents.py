@@ -1,0 +1,173 @@
+"""Inject intents once their attempt is gone: the rules that keep an intent from acting on input or
+attempts it no longer concerns (docs/architecture.md: inject and interrupt intents and their dispatch
+answers; docs/recovery.md, "Cancellation"). A host drives the runtime by hand (``actors=()``): it claims
+attempts pinned with the ``inject`` capability, and the dispatch steps an executor's dispatcher takes
+(`begin_dispatch_in_tx`, `finish_dispatch_in_tx`) run as single storage requests, so each answer
+arrives exactly when the test says. Each test names the rule and the wrong implementation it catches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from loom import (
+    Completed,
+    Config,
+    Event,
+    EventIn,
+    Intent,
+    IntentStatus,
+    Lease,
+    ManualClock,
+    Runtime,
+    WorkState,
+    open_runtime,
+)
+from loom.kernel.executions import BindingRef
+from loom.kernel.intents import DISPATCH_ATTEMPTS, DispatchResult, begin_dispatch_in_tx, finish_dispatch_in_tx
+from loom.plugins.handlers import work_id_for_key
+from loom.records.work import InputState
+from loom.testing import FakeExecutor
+from loom.testing.internals import storage_of
+
+SCOPE = "acme"
+LEASE_MS = 60_000
+INJECTING = BindingRef(name="fake", executor="fake", capabilities=frozenset({"inject"}))
+"""The binding the host claims its attempts under: they take injected input (nothing launches them:
+no actor runs)."""
+
+
+def config() -> Config:
+    """Input for a running attempt is injected; an inject that stays ambiguous drops its input."""
+    route = {"name": "r", "types": ["r.*"], "create_work": True, "binding": "fake", "policy": "inject",
+             "error_fallback": "drop"}  # fmt: skip
+    bindings = {"fake": {"executor": "fake", "capabilities": ["inject"]}}
+    return Config.from_dict({"scopes": {SCOPE: {"bindings": bindings, "routes": [route]}}})
+
+
+@pytest.fixture
+async def rt(loom_store: str, clock: ManualClock) -> AsyncIterator[Runtime]:
+    fake = FakeExecutor()
+    fake.capabilities.add("inject")
+    async with open_runtime(
+        loom_store, clock=clock, config=config(), plugins=[fake], actors=(), load_entry_points=False
+    ) as rt:
+        yield rt
+
+
+async def publish(rt: Runtime, n: int) -> Event:
+    event = await rt.publish(EventIn(source="t", delivery_id=f"a-{n}", type="r.go", scope=SCOPE, key="a"))
+    await rt.poll()
+    return event
+
+
+async def running(rt: Runtime) -> Lease:
+    """Work ``a`` with its first attempt running, pinned with ``inject``."""
+    await publish(rt, 0)
+    return await rt.claim(work_id_for_key(SCOPE, "a"), owner="host", lease_ms=LEASE_MS, binding=INJECTING)
+
+
+async def injected(rt: Runtime, lease: Lease, n: int) -> tuple[Event, Intent]:
+    """Input routed to the running attempt: it is pending, and an inject intent targets the attempt."""
+    event = await publish(rt, n)
+    [intent] = [i for i in await rt.intents(lease.execution_id) if i.event_id == event.id]
+    assert intent.status is IntentStatus.PENDING
+    return event, intent
+
+
+async def dispatching(rt: Runtime, intent: Intent) -> None:
+    """The dispatcher marks the intent attempted and calls the executor (whose answer is not in yet)."""
+    assert await storage_of(rt).submit(begin_dispatch_in_tx, intent.id) is not None
+
+
+async def answer(rt: Runtime, intent: Intent, result: DispatchResult) -> Intent:
+    settled: Intent = await storage_of(rt).submit(finish_dispatch_in_tx, intent.id, result)
+    return settled
+
+
+async def input_state(rt: Runtime, work_id: str, event_id: str) -> InputState | None:
+    return await storage_of(rt).submit(lambda tx, now: tx.input_state(work_id, event_id))
+
+
+async def ambiguous_until_the_last_try(rt: Runtime, intent: Intent) -> None:
+    """Every dispatch but the last stays ambiguous; the last is in flight."""
+    for _ in range(DISPATCH_ATTEMPTS - 1):
+        await dispatching(rt, intent)
+        assert (await answer(rt, intent, DispatchResult.AMBIGUOUS)).status is IntentStatus.DISPATCHING
+    await dispatching(rt, intent)
+
+
+# -- the drop error fallback drops only input still pending ---------------------------------------------
+
+
+async def test_a_given_up_inject_never_drops_input_another_attempt_consumed(rt: Runtime) -> None:
+    """An inject that stays ambiguous through every try ends in its route's error fallback; ``drop``
+    drops the input only while it is still pending (docs/architecture.md: "the input stays pending (or
+    is dropped by a ``drop`` error fallback)"). Here the attempt ends while the last try is in flight,
+    and the next attempt takes the input in and consumes it before the answer comes. Catches: a
+    fallback that drops without checking (it would try to rewrite a consumed input: the answer could
+    never be recorded, and the dispatcher would fail on it)."""
+    first = await running(rt)
+    event, intent = await injected(rt, first, 1)
+    await ambiguous_until_the_last_try(rt, intent)
+    await rt.complete(first, Completed())
+    second = await rt.claim(first.work_id, owner="host", binding=INJECTING)
+    assert event.id in [e.id for e in second.request.inputs]
+    await rt.complete(second, Completed())
+    assert await input_state(rt, first.work_id, event.id) is InputState.CONSUMED
+
+    settled = await answer(rt, intent, DispatchResult.AMBIGUOUS)
+    assert (settled.status, settled.attempts) == (IntentStatus.GAVE_UP, DISPATCH_ATTEMPTS)
+    assert await input_state(rt, first.work_id, event.id) is InputState.CONSUMED, "consumed stays consumed"
+    [diagnostic] = await rt.diagnostics(kind="dispatch_gave_up")
+    assert "dropped" not in diagnostic.message
+    assert (await rt.work(first.work_id)).state is WorkState.COMPLETED
+
+
+# -- an attempt that ends by cancel or as not adoptable takes its open intents with it -------------------
+
+
+async def statuses(rt: Runtime, lease: Lease) -> dict[str, IntentStatus]:
+    return {i.event_id: i.status for i in await rt.intents(lease.execution_id)}
+
+
+async def test_cancel_makes_the_attempts_open_intents_stale(rt: Runtime) -> None:
+    """Cancellation commits the cancellation of the live attempt and its intents before the Work is
+    terminal (docs/recovery.md, "Cancellation"): an intent not yet dispatched and one whose dispatch is
+    in flight both become stale, and the executor's late answer changes nothing. Catches: a cancel that
+    leaves them open (a dispatcher would still deliver input to a cancelled attempt, and the late answer
+    would record it as accepted)."""
+    lease = await running(rt)
+    in_flight, first = await injected(rt, lease, 1)
+    await dispatching(rt, first)
+    queued, _ = await injected(rt, lease, 2)
+    await rt.cancel(lease.work_id)
+    assert await statuses(rt, lease) == {in_flight.id: IntentStatus.STALE, queued.id: IntentStatus.STALE}
+    late = await answer(rt, first, DispatchResult.ACCEPTED)
+    assert late.status is IntentStatus.STALE
+
+
+async def test_an_attempt_found_not_adoptable_takes_its_open_intents_with_it(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """An attempt whose lease expired and whose executor cannot verify it fails under the recoverer's
+    fence (docs/recovery.md); its open intents become stale, since they never retarget another
+    attempt, and its injected input stays pending for the next one. Catches: a not-adoptable failure
+    that leaves them open: the last ambiguous answer of a dispatch in flight would end the intent in
+    its ``drop`` error fallback and drop input the next attempt should have had."""
+    lease = await running(rt)
+    in_flight, first = await injected(rt, lease, 1)
+    await ambiguous_until_the_last_try(rt, first)
+    queued, _ = await injected(rt, lease, 2)
+    clock.advance(LEASE_MS)  # expiry is exclusive: the lease has lost its authority
+    [recovery] = await rt.recover_expired(owner="recoverer")
+    assert not recovery.relaunch
+    await rt.not_adoptable(recovery.lease, "its process cannot be verified")
+    assert await statuses(rt, lease) == {in_flight.id: IntentStatus.STALE, queued.id: IntentStatus.STALE}
+    late = await answer(rt, first, DispatchResult.AMBIGUOUS)
+    assert late.status is IntentStatus.STALE
+    assert await rt.diagnostics(kind="dispatch_gave_up") == []
+    work = await rt.work(lease.work_id)
+    assert work.pending_inputs == (in_flight.id, queued.id), "kept for the next attempt"
