@@ -123,6 +123,7 @@ async def test_a_given_up_inject_never_drops_input_another_attempt_consumed(rt: 
     assert await input_state(rt, first.work_id, event.id) is InputState.CONSUMED, "consumed stays consumed"
     [diagnostic] = await rt.diagnostics(kind="dispatch_gave_up")
     assert "dropped" not in diagnostic.message
+    assert "no longer pending (consumed)" in diagnostic.message, diagnostic.message
     assert (await rt.work(first.work_id)).state is WorkState.COMPLETED
 
 

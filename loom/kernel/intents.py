@@ -127,10 +127,10 @@ def _give_up(tx: Tx, now_ms: int, intent: Intent) -> None:
     tx.set_intent_status(intent, IntentStatus.GAVE_UP, now_ms)
     detail = {"intent": intent.id, "execution": intent.execution_id, "attempts": intent.attempts}
     if intent.kind is IntentKind.INJECT:
-        if (
-            intent.error_fallback is Policy.DROP
-            and tx.input_state(intent.work_id, intent.event_id) is InputState.PENDING
-        ):
+        state = tx.input_state(intent.work_id, intent.event_id)
+        if state is not InputState.PENDING:
+            outcome = f"the input is no longer pending ({state or 'not recorded'}): it is left as it is"
+        elif intent.error_fallback is Policy.DROP:
             tx.drop_input(intent.work_id, intent.event_id)
             outcome = "the route's drop error fallback dropped the input"
         else:
