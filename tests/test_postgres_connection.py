@@ -10,7 +10,7 @@ caller left hanging, an actor that never reconnects, a timer fired twice across 
 from __future__ import annotations
 
 import logging
-import threading
+import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -34,7 +34,7 @@ def put(tx: Tx, now_ms: int, key: str) -> str:
 @pytest.fixture
 def database(loom_postgres: PostgresCluster) -> tuple[str, str]:
     """A fresh migrated database: its name and a URL that reconnects without delay."""
-    name = f"loom_cut_{threading.get_ident() % 10_000}_{id(object()) % 100_000}"
+    name = f"loom_cut_{uuid.uuid4().hex[:12]}"  # unique: the address of a fresh object is not
     url = loom_postgres.create_database(name, template=loom_postgres.migrated_template())
     return name, url
 
