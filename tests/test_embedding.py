@@ -100,6 +100,19 @@ async def test_actors_are_named_and_run_once_each() -> None:
             await nursery.start(rt.run_actor, "wait")
 
 
+async def test_an_exception_leaves_open_runtime_as_itself(tmp_path: Path) -> None:
+    """The block's own exception, and the one failure that stops the runtime (a store that cannot be
+    opened), leave `open_runtime` as themselves, so ``except KeyError`` or ``except loom.StorageError``
+    catches them; only several exceptions together come as an `ExceptionGroup`. Catches: the groups of
+    the runtime's nurseries let out as they are (a caller's own exception, nested twice)."""
+    with pytest.raises(KeyError, match="mine"):
+        async with loom.open_runtime(":memory:", load_entry_points=False):
+            raise KeyError("mine")
+    with pytest.raises(loom.StorageError, match="does not exist"):
+        async with loom.open_runtime(str(tmp_path / "missing" / "x.db"), load_entry_points=False):
+            raise AssertionError("a store that cannot be opened never yields a runtime")
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
 def test_each_example_runs_as_it_is(example: str) -> None:
     done = subprocess.run(

@@ -27,6 +27,27 @@ from ._runtime import ACTORS, Runtime
 
 DEFAULT_RESYNC_MS = 1000
 
+
+@asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """Let a lone exception out of the nurseries as itself: the caller's own exception from the block,
+    or the one failure that stopped the runtime, is caught as what it is, not inside an
+    `ExceptionGroup` (which is kept when more than one exception happened)."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if len(leaves) != 1:
+            raise
+        raise leaves[0] from None
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
 StoreLike = str | SQLiteStore | Store
 
 
@@ -50,6 +71,10 @@ async def open_runtime(
     With ``actors=()`` nothing runs in the background: the host drives the runtime through the bounded
     host calls (`Runtime.poll`, `Runtime.claim`, ...), or starts actors in its own nursery with
     `Runtime.run_actor`. Leaving the block stops every actor; the store is closed on the way out.
+
+    An exception raised in the block, or the one failure that stopped the runtime (a store that
+    cannot be opened: `StorageError`), leaves as itself; an `ExceptionGroup` only when several
+    happened together.
 
     On a database several runtimes share (PostgreSQL), each is a node: what the others commit
     reaches this one's actors through a rescan of the store every ``resync_ms`` of the clock's time
@@ -81,7 +106,7 @@ async def open_runtime(
     )
     readers: list[Reader] = []
     try:
-        async with trio.open_nursery() as nursery:
+        async with _unwrapped(), trio.open_nursery() as nursery:
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
