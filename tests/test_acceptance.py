@@ -1,5 +1,5 @@
-"""Durable acceptance through `open_runtime` (seed 003: "acceptance and dedup", "Causal bounds and
-rejection evidence", "Cited causation"), on SQLite ``:memory:`` and on a file."""
+"""Durable acceptance through `open_runtime` (docs/concepts.md "Event" and "Causal bounds":
+acceptance and dedup, rejection evidence, cited causation), on SQLite ``:memory:`` and on a file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Budgets (seed 003 "Budgets"): ledgers per Work, scope and every scope over a life, a UTC day or a UTC
+"""Budgets (docs/recovery.md "Budgets"): ledgers per Work, scope and every scope over a life, a UTC day or a UTC
 week; a turn does not start once a ledger reached its limit; warning and limit Events.
 
 Host-driven runtimes (no background actors) make each step one call, plus one test through the

@@ -1,4 +1,4 @@
-"""Gated calls (seed 003 "Gated calls"): a call gate turns a toolbelt call into a wait under the same
+"""Gated calls (docs/recovery.md "Gated calls"): a call gate turns a toolbelt call into a wait under the same
 registration rules, or refuses it; a refusal is the call's result and changes no state.
 
 An execution under the python executor makes the calls (an approval flow: deploying needs an

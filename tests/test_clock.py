@@ -1,4 +1,4 @@
-"""Trusted time (DESIGN section 3, seed 004 "test clock"): ManualClock, OffsetClock, SystemClock."""
+"""Trusted time (docs/concepts.md "Time", docs/testing.md "Clocks"): ManualClock, OffsetClock, SystemClock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The configuration layer: loading, inheritance, validation errors and generations (DESIGN section 6)."""
+"""The configuration layer: loading, inheritance, validation errors and generations (docs/configuration.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Crash points (DESIGN section 8): stop the storage actor just before or just after a commit
+"""Crash points (docs/testing.md "Crash points"): stop the storage actor just before or just after a commit
 while many producers publish, reopen the file, and check that nothing acknowledged was lost,
 nothing was half-written, and a replay of every offer converges on each Event exactly once."""
 

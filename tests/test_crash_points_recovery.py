@@ -1,5 +1,4 @@
-"""Crash points through lease recovery and retry (DESIGN section 8 "Crash points"; seed 003 "Lease
-recovery, retry and cancellation").
+"""Crash points through lease recovery and retry (docs/testing.md "Crash points"; docs/recovery.md).
 
 Five Works, each on its own path through recovery and retry:
 

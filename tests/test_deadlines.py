@@ -1,4 +1,4 @@
-"""Execution deadlines (seed 000 "Polling and execution deadlines"): an attempt of a Work kind with
+"""Execution deadlines (docs/configuration.md, a Work kind's ``timeout_ms``): an attempt of a Work kind with
 ``timeout_ms`` has a durable ``core.execution.timeout`` timer armed with its claim; when it fires the
 attempt is fenced and failed under its current fence, and the Work is ready again. Ending the segment
 first cancels the deadline; a deadline whose segment is no longer active does nothing.

@@ -1,4 +1,4 @@
-"""Executions through the runtime (seed 003: "Active-event policies and acknowledgements", "Generic inject
+"""Executions through the runtime (docs/concepts.md "Execution"; "Active-event policies and acknowledgements", "Generic inject
 acknowledgement", "Pending-job coalescing and standing Work", "Gated starts", "Lease recovery" (claim, lease,
 epoch, exclusive expiry), "Causal bounds", "Cited causation"), on SQLite ``:memory:`` and on a file.
 

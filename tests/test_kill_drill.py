@@ -1,5 +1,5 @@
 """A process killed with SIGKILL mid-load loses nothing it acknowledged, and its durable
-timers fire once each after the restart (DESIGN section 8, "Process drills")."""
+timers fire once each after the restart."""
 
 from __future__ import annotations
 

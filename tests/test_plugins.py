@@ -1,4 +1,4 @@
-"""The plugin manager: project ``loom``, every hookspec of DESIGN section 5, built-ins like third parties."""
+"""The plugin manager: project ``loom``, every hookspec (docs/plugins.md), built-ins like third parties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Lease recovery and adoption (seed 003 "Lease recovery, retry and cancellation").
+"""Lease recovery and adoption (docs/recovery.md "Leases and their expiry", "Recovery").
 
 Kernel rules are checked one transaction at a time on an in-memory store; the runtime's part (the
 recovery actor, `Runtime.poll`, the clean close) through the public API. Each test names the wrong

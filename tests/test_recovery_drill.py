@@ -1,5 +1,4 @@
-"""Restart recovery, and a SIGKILL process drill through lease recovery and retry (DESIGN section 8
-"Process drills"; seed 003 "Lease recovery, retry and cancellation").
+"""Restart recovery, and a SIGKILL process drill through lease recovery and retry (docs/recovery.md).
 
 Opening a runtime recovers, without an operator, every attempt a previous process left: with an
 expired lease (the process was killed) or a released one (it closed cleanly). Each goes through its

@@ -1,4 +1,4 @@
-"""Retry with backoff (seed 003 "Lease recovery, retry and cancellation").
+"""Retry with backoff (docs/recovery.md "Retry with backoff").
 
 A host-driven runtime (no background actors): the host routes and fires with `poll`, claims and
 completes attempts itself, so every step is one call. Each test names the wrong implementation it

@@ -1,5 +1,5 @@
-"""Routing through the runtime (seed 003: "Routing and ownership", the drop row of "Active-event policies
-and acknowledgements"), on SQLite ``:memory:`` and on a file.
+"""Routing through the runtime (docs/concepts.md "Work": routing and ownership, and the
+``drop`` policy), on SQLite ``:memory:`` and on a file.
 
 Route handlers under test are registered as a plugin, exactly as a third party would. Tests wait for the
 router with `RouterPool.wait_idle`, or (while a handler is deliberately blocked, so the router is never idle)

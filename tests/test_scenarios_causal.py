@@ -1,4 +1,4 @@
-"""The causal scenarios of seed 003 against both backends, and their negative control."""
+"""The shared causal scenarios (docs/testing.md) against both backends, and their negative control."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The recovery and retry scenarios of seed 003 against both backends, and their negative controls: a
+"""The shared recovery and retry scenarios (docs/testing.md) against both backends, and their negative controls: a
 runtime that never recovers expired leases, or whose retry timer claims at once, fails them."""
 
 from __future__ import annotations

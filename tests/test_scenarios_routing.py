@@ -1,4 +1,4 @@
-"""The routing scenarios of seed 003 against both backends; on the file backend each scenario must
+"""The shared routing scenarios (docs/testing.md) against both backends; on the file backend each scenario must
 close and reopen its store at least once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The subscription scenario of seed 003 against both backends, and its negative controls: a runtime
+"""The shared subscription scenario (docs/testing.md) against both backends, and its negative controls: a runtime
 that publishes cross-scope aliases without asking, one whose authoriser consents to everything, and one
 that does not deduplicate aliases each fail it."""
 

@@ -1,4 +1,4 @@
-"""The wait scenarios of seed 003 against both backends, and their negative control: a runtime that
+"""The shared wait scenarios (docs/testing.md) against both backends, and their negative control: a runtime that
 suppresses wakes fails every one of them."""
 
 from __future__ import annotations

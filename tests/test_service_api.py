@@ -1,4 +1,4 @@
-"""The HTTP JSON API of ``loom serve``, in-process over a real runtime on a file (DESIGN section 7).
+"""The HTTP JSON API of ``loom serve``, in-process over a real runtime on a file (docs/http-api.md).
 
 Each status code a route documents is produced here, every refusal is checked for its body
 ``{error, field, message}`` (naming the field as the client wrote it), and every refused request is

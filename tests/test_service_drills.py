@@ -1,5 +1,5 @@
-"""Kill drills against ``loom serve`` (DESIGN section 8 "Process drills"; seed 001's acceptance
-criteria): a real server process on a SQLite file with ``--test-clock``, loaded over HTTP and killed
+"""Kill drills against ``loom serve`` (docs/operations.md; nothing acknowledged is lost,
+nothing fires or wakes twice): a real server process on a SQLite file with ``--test-clock``, loaded over HTTP and killed
 with SIGKILL at seeded random moments, then restarted.
 
 Afterwards: every acknowledged Event is stored exactly once; every due timer fired exactly once; every

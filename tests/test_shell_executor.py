@@ -1,6 +1,6 @@
 """The shell executor with real subprocesses: outcomes from exit statuses, the request and credentials
 the process sees, injected input acknowledged through the inbox, interrupts by signal, and adoption
-after a restart verified by pid and start time (DESIGN section 5; the executor contract in
+after a restart verified by pid and start time (docs/plugins.md "The shell executor"; the executor contract in
 ``loom/records/executor.py``).
 
 Processes are short ``sh -c`` or ``python -c`` scripts. The tests wait for a process by polling a

@@ -1,4 +1,4 @@
-"""The storage actor (DESIGN section 2): group commit, per-request rollback, whole-batch storage
+"""The storage actor (docs/architecture.md): group commit, per-request rollback, whole-batch storage
 failure, replies and notices only after COMMIT, backpressure, shielded commits, and the store's
 opening rules (pragmas, migrations, refusing a newer schema without writing)."""
 

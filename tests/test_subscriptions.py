@@ -1,4 +1,4 @@
-"""Dependency subscriptions and alias Events (seed 000 "Subscriptions"; seed 003 on dependent
+"""Dependency subscriptions and alias Events (docs/concepts.md "Subscription": dependent
 prerequisites and cross-scope aliases). Most tests drive the runtime by hand (``actors=()``): Events
 are routed by `Runtime.poll`, attempts claimed and parked by the host, and aliases published by
 `Runtime.reconcile_subscriptions`, so each step is one visible call. The shared scenario

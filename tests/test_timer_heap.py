@@ -1,4 +1,4 @@
-"""The timer heap against seed 004 section 3's hand trace and a sorted-list model (section 2.2)."""
+"""The timer heap against a hand trace and a sorted-list model."""
 
 from __future__ import annotations
 

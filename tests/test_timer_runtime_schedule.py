@@ -1,5 +1,5 @@
-"""The schedule plugin on a running runtime (seed 000 "Timers": calendar recurrence as a hook; seed 001:
-deterministic occurrence identity; DESIGN section 5): cron and calendar timers armed with
+"""The schedule plugin on a running runtime (docs/schedules.md: calendar recurrence as a hook,
+deterministic occurrence identity): cron and calendar timers armed with
 `schedule_timer`, the six-hour catch-up after an outage, the DST gap policy, and the ``schedule`` route
 handler's overlap policy with the fake executor keeping a run going.
 

@@ -1,4 +1,4 @@
-"""The timer service on loom clocks (seed 004 sections 2.3, 2.4 and 3)."""
+"""The timer service on loom clocks (docs/architecture.md "Who owns which loop")."""
 
 from __future__ import annotations
 

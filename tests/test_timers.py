@@ -1,6 +1,6 @@
-"""Durable timers on a running runtime: seed 004's test table adapted to loom, seed 000 "Timers" and
-"Polling and execution deadlines" (`Runtime.poll`), and seed 003 "Causal bounds and rejection evidence"
-for timer firings.
+"""Durable timers on a running runtime: firing once, restarts, revisions, the
+recurrence hook, bounded and fair ``due`` and ``poll`` (`Runtime.poll`), and causal bounds for timer
+firings (docs/concepts.md "Timer").
 
 Business time is a `ManualClock`; tests wait on commits (`RuntimeDriver.until`) or trio events, never
 on time. "Nothing else fired" is shown with a sentinel timer armed last at the current instant: the
@@ -141,7 +141,7 @@ def host_driven(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TimerActor, "_fire_many", ignore)
 
 
-# -- exactly once lives in the firing ledger (seed 004: TestFireTimerIsIdempotent) -------------------
+# -- exactly once lives in the firing ledger ------------------------------------------------------------
 
 
 async def test_fire_timer_is_idempotent(loom_store: str) -> None:
@@ -208,7 +208,7 @@ async def test_fired_timers_leave_the_service(loom_store: str) -> None:
         assert len(await rt.firings("once")) == 1
 
 
-# -- a firing whose commit fails is armed again (seed 004: TestFireTimerRetriesWhenAppendFails) ---------
+# -- a firing whose commit fails is armed again ---------------------------------------------------------
 
 
 async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
@@ -250,7 +250,7 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
         assert [e.delivery_id for e in await deliveries(rt, "clock")] == ["wake"]
 
 
-# -- restarts (seed 004: TestRestartWithPendingTimers, TestSleepWorkflowSurvivesRestart) -------------
+# -- restarts (a pending timer; a durable sleep) --------------------------------------------------------
 
 
 async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline_order(
@@ -348,7 +348,7 @@ async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path)
         assert (await driver.runtime.timer("sleep:job/1")).state is TimerState.FIRED
 
 
-# -- revisions (seed 000: revisioned cancellation; seed 004: TestTimerCommandsValidated) -----------------
+# -- revisions (revisioned cancellation; refused commands) ----------------------------------------------
 
 
 async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
@@ -443,7 +443,7 @@ async def test_a_malformed_timer_is_refused_and_changes_nothing(fields: dict[str
         assert await driver.runtime.timers() == []
 
 
-# -- fixed-interval recurrence ---------------------------------------------------------------------------
+# -- fixed-interval recurrence --------------------------------------------------------------------------
 
 
 async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_jump_fires_one(
@@ -536,7 +536,7 @@ async def test_an_execution_cannot_rearm_a_timer_it_does_not_own(loom_store: str
             await rt.toolbelt(lease).arm_timer(tick("late", T0 + MINUTE))
 
 
-# -- the recurrence hook (seed 000: calendar recurrence as a hook, validated by core) ---------------
+# -- the recurrence hook (calendar recurrence as a hook, validated by core) -----------------------------
 
 
 class CalendarDouble:
@@ -696,7 +696,7 @@ async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_othe
         assert [e.delivery_id for e in await deliveries(rt, "clock")] == ["b-known#0", "c-plain"]
 
 
-# -- bounded, fair `due` and `poll` (seed 000 "Polling and execution deadlines") ---------------------------
+# -- bounded, fair `due` and `poll` ---------------------------------------------------------------------
 
 
 async def test_due_is_bounded_and_rotates_through_overdue_timers_across_a_reopen(
@@ -779,7 +779,7 @@ async def test_poll_raises_a_storage_failure(
         assert (await rt.timer("a")).state is TimerState.ARMED
 
 
-# -- causal bounds on firings (seed 003 "Causal bounds and rejection evidence") ---------------------------
+# -- causal bounds on firings (docs/concepts.md "Causal bounds") ----------------------------------------
 
 
 async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_never_retried(
@@ -877,7 +877,7 @@ async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(loom
         assert len(await deliveries(rt, "bot")) == 3
 
 
-# -- atomic fire and re-arm across a crash point (seed 000: "atomic fire/rearm process boundaries") ----
+# -- atomic fire and re-arm across a crash point --------------------------------------------------------
 
 
 @attrs.define

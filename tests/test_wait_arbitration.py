@@ -1,4 +1,4 @@
-"""Wake arbitration against a reference model (seed 003: "Wake arbitration is serializable per
+"""Wake arbitration against a reference model (docs/concepts.md "Wait": "Wake arbitration is serializable per
 Wait/Work"; "Replaying a match, a loser, a stale timer fire or wake scan cannot produce a second
 transition").
 

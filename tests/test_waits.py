@@ -1,5 +1,5 @@
-"""Waits through the runtime (seed 000 "Waits", "Resume and continuation"; seed 003 "Wait registration,
-observation and exactly one wake"): input while waiting, blocked waits and their release, the wake bridge
+"""Waits through the runtime (docs/concepts.md "Wait": registration, observation,
+exactly one wake, resume and continuation): input while waiting, blocked waits and their release, the wake bridge
 as the continuation's causal authority, active time paused while waiting, and enrichment of a parked
 waiting result. The shared wait scenarios are in `test_scenarios_waits`."""
 
@@ -290,7 +290,7 @@ def passing_config() -> Config:
 async def test_a_continuation_runs_with_the_waited_attempts_binding_whatever_route_its_winner_took(
     loom_drivers: DriverFactory,
 ) -> None:
-    """Attempt N+1 carries on the waited attempt (seed 003 "Resume, N+1 and tokens"): a winner routed
+    """Attempt N+1 carries on the waited attempt (docs/concepts.md "Wait"): a winner routed
     through a route without a binding (one that only passes replies to their Work) or with another
     binding still starts the continuation, under the binding the waited attempt ran with.
 
@@ -338,7 +338,7 @@ async def test_a_resumed_attempt_waits_again_only_after_its_raised_watermark(
     loom_drivers: DriverFactory,
 ) -> None:
     """A wait with no ``after_seq`` watches what is accepted after the attempt's acknowledged
-    watermark, the highest sequence it was handed (seed 003 "Wait registration"); a resume hands the
+    watermark, the highest sequence it was handed (docs/concepts.md "Wait"); a resume hands the
     attempt its winner and batch, so the watermark moves up to them. Catches: a resume that keeps the
     first segment's watermark (the attempt's next wait would scan from there and wake at once on an
     Event accepted before what it was handed, here one no route took while it waited)."""
@@ -401,8 +401,8 @@ async def test_a_wait_timeout_is_clamped_to_the_last_representable_time(loom_dri
 async def test_a_released_wait_rearms_its_refused_timeout_at_the_release_not_in_the_past(
     loom_drivers: DriverFactory,
 ) -> None:
-    """A blocked wait's release rearms its unfired timeout (seed 000 "Waits": the release "rearms the
-    subscriptions and an unfired timeout"): at its deadline, or at the release if the deadline passed
+    """A blocked wait's release rearms its unfired timeout (docs/concepts.md "Wait": the release rearms
+    its subscriptions and an unfired timeout): at its deadline, or at the release if the deadline passed
     while the wait was blocked with its timeout disarmed. Here the causal limits refuse the timeout
     (the trigger is already at the depth limit), which blocks the wait; the release rearms it, and it
     fires at the release. Catches: a timeout rearmed at its old deadline (its firing would be backdated
