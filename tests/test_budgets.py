@@ -209,6 +209,20 @@ async def test_a_release_lets_one_resume_through_and_no_more(rt: Runtime) -> Non
         await rt.complete(resumed, Waiting(wait=WaitSpec(types=("r.go",))))
 
 
+async def test_usage_added_to_a_parked_attempt_counts_against_the_budget(rt: Runtime) -> None:
+    """A host's later acknowledgement of a parked attempt may add usage (`Runtime.enrich_wait`), and that
+    usage is charged to the Work's ledgers like a result's. Catches: an enrichment that records the
+    usage on the attempt but charges no ledger (the spend would escape its limit)."""
+    resumable = BindingRef(name=None, executor=None, capabilities=frozenset({"resume"}))
+    await rt.publish(EventIn(source="t", delivery_id="a-0", type="r.go", scope=SCOPE, key="a"))
+    await rt.poll()
+    lease = await rt.claim(work_id_for_key(SCOPE, "a"), owner="host", binding=resumable)
+    await rt.complete(lease, Waiting(wait=WaitSpec(types=("r.go",)), usage={"usd": 3}))
+    await rt.enrich_wait(lease, usage={"usd": 7})
+    (ledger,) = await rt.budget_ledgers(subject=lease.work_id)
+    assert (ledger.amount, ledger.exceeded) == (10, True)
+
+
 async def test_raising_the_limit_releases_the_work_it_held(rt: Runtime) -> None:
     """Catches: a budget hold that only an operator's release can end (a raised limit would leave the
     Work stuck)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 
 from loom import (
@@ -20,11 +21,14 @@ from loom import (
     EventIn,
     ExecutionState,
     Failed,
+    FiringResult,
     InvalidRequest,
     Lease,
     RetryState,
     Runtime,
     TimerState,
+    Waiting,
+    WaitSpec,
     WorkState,
     open_runtime,
 )
@@ -140,6 +144,70 @@ async def test_the_due_event_carries_the_failed_triggers_ancestry(rt: Runtime, c
     assert due.parent_id == trigger.id
     assert due.root_id == trigger.root_id
     assert due.depth == trigger.depth + 1
+
+
+async def test_a_continued_attempts_retry_derives_from_its_wake_bridge(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """A retry derives from the failed attempt's causal authority: for attempt N+1 after a wait, that is
+    the wake's ``core.wait.woken`` bridge, not the winner that triggered it. Catches: a retry timer that
+    prefers the attempt's trigger (the retry chain would skip the bridge and its causal charging)."""
+    lease = await started(rt)
+    await rt.complete(lease, Waiting(wait=WaitSpec(types=("r.go",))))
+    await rt.publish(EventIn(source="t", delivery_id="go", type="r.go", scope=SCOPE, key="a"))
+    await rt.poll()
+    continued = await rt.claim(lease.work_id, owner="host")
+    execution = await rt.execution(continued.execution_id)
+    assert continued.request.trigger is not None
+    assert execution.authority_id not in (None, continued.request.trigger.id)
+    await fail(rt, continued)
+    assert (await retry_timer(rt, continued)).parent_id == execution.authority_id
+
+
+async def test_a_manual_retry_keeps_an_operators_hold(rt: Runtime) -> None:
+    """A manual retry lifts only the hold a spent budget put on the Work; a hold an operator placed
+    stays until it is released. Catches: a manual retry that lifts any hold (it would start the next
+    attempt of Work an operator stopped)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    await rt.hold(lease.work_id, reason="investigating")
+    await rt.retry(lease.work_id, reason="try again", request_id="op-1")
+    work = await rt.work(lease.work_id)
+    assert (work.retry, work.failures) == (None, 0)
+    assert (work.held, work.hold_reason) == (True, "investigating")
+
+
+async def test_a_retry_refused_by_the_causal_limits_holds_the_work(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """A retry whose Event the causal limits refuse wakes nothing: the Work is held, saying so, with its
+    budget marked spent until a manual retry. Catches: a refusal that marks the budget spent but leaves
+    the Work unheld (nothing would say why it never runs again)."""
+    async with open_runtime(
+        loom_store,
+        clock=clock,
+        config=attrs.evolve(config(), causal=CausalLimits(max_depth=1)),
+        actors=(),
+        load_entry_points=False,
+    ) as rt:
+        lease = await started(rt)  # the trigger is a root: its retry Event would be at depth 1
+        parent = lease.request.trigger
+        assert parent is not None
+        deeper = await rt.publish_derived(
+            EventIn(source="t", delivery_id="a-1", type="r.more", scope=SCOPE, key="a"), parent_id=parent.id
+        )
+        await rt.poll()
+        await rt.complete(lease, Completed())
+        second = await rt.claim(lease.work_id, owner="host")
+        assert second.request.trigger is not None
+        assert second.request.trigger.id == deeper.id
+        await fail(rt, second)
+        clock.set((await retry_timer(rt, second)).fire_at_ms)
+        (firing,) = (await rt.poll()).firings
+        assert (firing.result, firing.event_id) == (FiringResult.REFUSED, None)
+        work = await rt.work(second.work_id)
+        assert (work.retry, work.held) == (RetryState.EXHAUSTED, True)
+        assert "refused by the causal limits" in (work.hold_reason or "")
 
 
 async def test_a_configured_four_attempt_budget_adds_fifteen_minutes(

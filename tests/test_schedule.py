@@ -280,6 +280,17 @@ def test_an_on_time_firing_fires_its_occurrence_and_skips_nothing() -> None:
     assert plan.next_occurrence_id == f"hourly@{scheduled + HOUR}"
 
 
+def test_a_timer_armed_off_the_schedule_is_the_only_skip_before_the_occurrence_that_fires() -> None:
+    """The instant a timer was armed for counts as due even when it is not an occurrence (the spec
+    changed since), and the skipped range never starts after it ends: here the only skip is that
+    instant. Catches: a last-skipped instant taken from the occurrence before the one that fires even
+    when that lies before the armed instant (the skip summary would end before it begins)."""
+    armed = utc_ms("2024-05-01T10:30")  # hourly occurrences are on the hour
+    plan = plan_firing(hourly(), armed, utc_ms("2024-05-01T11:00"))
+    assert plan.fire_ms == utc_ms("2024-05-01T11:00")
+    assert (plan.skipped_count, plan.skipped_first_ms, plan.skipped_last_ms) == (1, armed, armed)
+
+
 def test_clock_jump_forward_of_days_fires_once() -> None:
     scheduled = utc_ms("2024-05-01T00:00")
     now = scheduled + 30 * DAY + 90 * MINUTE
@@ -390,6 +401,16 @@ def test_calendar_weekdays_limit_the_days() -> None:
     ]
 
 
+def test_calendar_walls_are_strictly_after_the_start() -> None:
+    """`Calendar.walls` yields the local times strictly after its start (before it, in reverse), as the
+    occurrence functions expect of any schedule. Catches: a forward stream that starts with a wall equal
+    to its start."""
+    calendar = Calendar(at=["09:00"])
+    start = datetime(2024, 5, 1, 9, 0)
+    assert next(calendar.walls(start, reverse=False)) == datetime(2024, 5, 2, 9, 0)
+    assert next(calendar.walls(start, reverse=True)) == datetime(2024, 4, 30, 9, 0)
+
+
 # --- Validation -----------------------------------------------------------------------------------
 
 
@@ -413,6 +434,7 @@ def test_calendar_weekdays_limit_the_days() -> None:
         ({"cron": "0 * * * *", "calendar": "02:30"}, "ScheduleSpec.cron, ScheduleSpec.calendar"),
         ({}, "ScheduleSpec.cron, ScheduleSpec.calendar"),
         ({"calendar": "25:00"}, "Calendar.at"),
+        ({"calendar": "24:00"}, "Calendar.at"),
         ({"calendar": {"at": []}}, "Calendar.at"),
         ({"calendar": {"at": ["02:30"], "weekdays": ["funday"]}}, "Calendar.weekdays"),
         ({"calendar": {"at": ["02:30"], "every": 2}}, "ScheduleSpec.calendar"),

@@ -203,7 +203,19 @@ async def test_active_time_pauses_while_waiting_and_resumes_with_the_budget_left
         assert execution.segment == 2
         deadline = await rt.timer(f"deadline:{execution.id}:2")
         assert deadline.fire_at_ms == driver.clock.now_ms() + 6 * SECOND, "the budget left, not a full one"
+        # the resumed segment's deadline derives from the wake's bridge, the attempt's authority now
+        assert execution.authority_id is not None
+        assert resumed.request.trigger is not None
+        assert deadline.parent_id == execution.authority_id != resumed.request.trigger.id
+        driver.clock.advance(2 * SECOND)
         driver.fake.finish(work_id, Completed())
+
+        async def completed() -> bool:
+            return (await rt.execution(execution.id)).state is ExecutionState.COMPLETED
+
+        await driver.until(completed, "the resumed attempt to complete")
+        ended = await rt.execution(execution.id)
+        assert ended.used_ms == 6 * SECOND, "active time adds up across segments, the wait not counted"
 
 
 async def test_a_parked_waiting_result_can_be_enriched_until_it_resumes(loom_drivers: DriverFactory) -> None:
@@ -222,6 +234,9 @@ async def test_a_parked_waiting_result_can_be_enriched_until_it_resumes(loom_dri
         assert enriched.outcome is not None
         assert enriched.outcome["usage"] == {"usd": 2.0}
         assert enriched.outcome["artifacts"] == ["a1", "a2"]
+        again = await rt.enrich_wait(lease, artifacts=("a2", "a3"))
+        assert again.outcome is not None
+        assert again.outcome["artifacts"] == ["a1", "a2", "a3"], "a reference already kept is not repeated"
         with pytest.raises(StaleAuthority):
             await rt.toolbelt(lease).heartbeat()
         await rt.publish(ev("go", "w.go"))
