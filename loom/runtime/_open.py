@@ -48,6 +48,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
         out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
     return out
 
+
 StoreLike = str | SQLiteStore | Store
 
 
