@@ -83,14 +83,20 @@ def has_timeout(work_id: str) -> bool:
 
 
 class Steps:
-    """Executor ``steps`` (see the module docstring): ``runtime`` is the runtime it reads the store
-    through (set once it is open); ``report`` takes each step line."""
+    """Executor ``steps`` (see the module docstring): it reads the store through the runtime given to
+    `open` once that is open; ``report`` takes each step line."""
 
     capabilities = frozenset[str]()
 
     def __init__(self, seed: str, report: Callable[[str], None] = say) -> None:
         self.seed, self.report = seed, report
         self.runtime: loom.Runtime | None = None
+        self.opened = trio.Event()
+
+    def open(self, runtime: loom.Runtime) -> None:
+        """The runtime is open: attempts it recovered or started meanwhile go on."""
+        self.runtime = runtime
+        self.opened.set()
 
     @loom.hookimpl
     def loom_executors(self) -> Mapping[str, Any]:
@@ -99,6 +105,7 @@ class Steps:
     async def launch(self, request: loom.RunRequest, toolbelt: loom.Toolbelt) -> loom.Outcome:
         step = f"{request.work_id} {request.attempt} {toolbelt.lease.epoch}"
         self.report(f"started {step}")
+        await self.opened.wait()  # an attempt started while the runtime was opening reads it after
         await trio.sleep(random.Random(f"{self.seed} {step}").uniform(0.02, 0.3))
         if await self.answered(request.work_id):
             self.report(f"done {step}")
@@ -157,7 +164,7 @@ async def main(db: str, node: str, generation: str, seed: str) -> None:
         load_entry_points=False,
         resync_ms=200,
     ) as rt:
-        steps.runtime = rt
+        steps.open(rt)
 
         async def jobs() -> None:
             for i in range(100_000):
