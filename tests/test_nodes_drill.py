@@ -321,6 +321,10 @@ def check_jobs(db: str, jobs: set[str], started: set[Step], done: set[Step]) -> 
             if run["state"] == "failed":
                 outcome = json.loads(str(run["outcome"]))
                 assert outcome.get("recovery") is True, f"{work_id} failed other than by recovery: {outcome}"
+                ran = [int(e) for w, a, e in started if (w, a) == (work_id, str(run["attempt"]))]
+                assert int(str(run["epoch"])) > max(ran, default=0), (
+                    f"{work_id} attempt {run['attempt']} recovered at epoch {run['epoch']}, not above {ran}"
+                )
         completed = [r for r in runs if r["state"] == "completed"]
         waited = waits_of.get(work_id, [])
         assert len(waited) <= 1, f"{work_id} waited {len(waited)} times"
