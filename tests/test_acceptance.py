@@ -31,7 +31,7 @@ from loom import (
     open_runtime,
 )
 from loom.config.model import MAX_CAUSAL_DEPTH, MAX_PER_MINUTE
-from loom.kernel.accept import accept_in_tx
+from loom.kernel.accept import accept_derived_in_tx, accept_in_tx
 from loom.kernel.causal import REJECTIONS_NAMESPACE
 from loom.records.ids import event_id
 from loom.records.notices import EventAccepted
@@ -181,6 +181,8 @@ BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
     ("event.delivery_id", {"delivery_id": ""}),
     ("event.delivery_id", {"delivery_id": "d-1 "}),
     ("event.delivery_id", {"delivery_id": "d\x01"}),
+    ("event.delivery_id", {"delivery_id": "d\x1f1"}),  # the last C0 control character
+    ("event.delivery_id", {"delivery_id": "d\x7f1"}),  # DEL is a control character too
     ("event.type", {"type": ""}),
     ("event.type", {"type": "pr opened"}),
     ("event.type", {"type": ".opened"}),
@@ -345,6 +347,22 @@ async def test_an_unknown_parent_is_not_found_and_nothing_is_stored(rt: Runtime)
     assert await rt.causal_rejections() == []
 
 
+async def test_the_kernel_refuses_a_malformed_parent_or_cause_id_naming_the_field(rt: Runtime) -> None:
+    """Derived acceptance checks ``parent_id`` and ``cause_id`` itself (it trusts no caller), naming the
+    field and storing nothing. Catches dropping either check in ``accept_derived_in_tx``: a parent id
+    with surrounding whitespace would then be looked up and answered `NotFound`, and a cause id that is
+    no string would be refused without naming ``cause_id`` (or reach the store as a number)."""
+    root = await rt.publish(ev("root", key="pr/1"))
+    for parent_id, cause_id, field in [(f" {root.id}", None, "parent_id"), (root.id, 7, "cause_id")]:
+        with pytest.raises(InvalidRequest, match=f"^{field}") as excinfo:
+            await storage_of(rt).submit(
+                accept_derived_in_tx, ev("child"), parent_id, CausalLimits(), cause_id=cause_id
+            )
+        assert excinfo.value.field == field
+    assert await stored(rt) == [root]
+    assert await bucket(rt, root.id) == 0
+
+
 async def test_depth_33_is_refused_with_a_redacted_durable_diagnostic(
     rt: Runtime, clock: ManualClock
 ) -> None:
@@ -370,6 +388,21 @@ async def test_depth_33_is_refused_with_a_redacted_durable_diagnostic(
 
     clock.advance(60_000)  # a new minute restores rate, never depth
     await refused(rt, ev("too-deep-later"), deepest.id)
+
+
+async def test_refusals_whose_source_and_delivery_id_join_alike_keep_a_diagnostic_each(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Each refused Event keeps its own durable diagnostic, named by its parent, source and delivery id.
+    Sources and delivery ids may hold ``|``: (``a|b``, ``c``) and (``a``, ``b|c``) are two Events, and
+    joining the three parts with ``|`` gave them one key, so the second refusal overwrote the first."""
+    async with runtime(loom_store, clock, Config(causal=CausalLimits(per_minute=1))) as rt:
+        root = await rt.publish(ev("root"))
+        await rt.publish_derived(ev("child"), parent_id=root.id)
+        first = await refused(rt, ev("c", source="a|b"), root.id)
+        second = await refused(rt, ev("b|c", source="a"), root.id)
+        assert sorted(await rt.causal_rejections(), key=lambda r: r.source) == [second, first]
+        assert len(await rt.kv(REJECTIONS_NAMESPACE)) == 2
 
 
 async def test_a_root_accepts_128_derived_events_per_utc_minute(rt: Runtime, clock: ManualClock) -> None:
@@ -452,6 +485,36 @@ async def test_configured_limits_apply(loom_store: str, clock: ManualClock) -> N
         await rt.publish_derived(ev("sibling"), parent_id=root.id)
         rate = await refused(rt, ev("one-too-many"), child.id)
         assert (rate.reason, rate.budget) == (RejectionReason.RATE_LIMIT, 3)
+
+
+async def test_a_root_pinned_looser_than_the_configuration_now_in_force_gets_the_stricter_limits(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """A root's pinned limits are never looser than the current configuration (docs/concepts.md): a
+    root pinned by a trusted path with depth 10 and 100 a minute, under a configuration of depth 2 and
+    3 a minute, is held to 2 and 3. Catches ``root_limits`` answering the pin alone."""
+    async with runtime(loom_store, clock, Config(causal=CausalLimits(max_depth=2, per_minute=3))) as rt:
+        root = await storage_of(rt).submit(
+            accept_in_tx, ev("root"), CausalLimits(max_depth=10, per_minute=100)
+        )
+        grandchild = await chain(rt, root, 2, "link")
+        deep = await refused(rt, ev("too-deep"), grandchild.id)
+        assert (deep.reason, deep.depth, deep.limit) == (RejectionReason.DEPTH_LIMIT, 3, 2)
+        await rt.publish_derived(ev("third"), parent_id=root.id)
+        rate = await refused(rt, ev("fourth"), root.id)
+        assert (rate.reason, rate.budget) == (RejectionReason.RATE_LIMIT, 3)
+
+
+async def test_a_depth_refusal_records_the_roots_own_pinned_budget(rt: Runtime) -> None:
+    """The redacted diagnostic of a depth refusal names the limits of the root it counts against: its
+    ``budget`` is that root's per-minute budget (pinned at 5 here), not the configured 128. Catches the
+    depth branch of ``check_and_charge_in_tx`` recording the configured budget."""
+    root = await storage_of(rt).submit(accept_in_tx, ev("root"), CausalLimits(max_depth=1, per_minute=5))
+    child = await rt.publish_derived(ev("child"), parent_id=root.id)
+    rejection = await refused(rt, ev("grandchild"), child.id)
+    assert (rejection.reason, rejection.depth, rejection.limit) == (RejectionReason.DEPTH_LIMIT, 2, 1)
+    assert (rejection.root_id, rejection.budget) == (root.id, 5)
+    assert await rt.causal_rejections() == [rejection]
 
 
 @pytest.mark.parametrize("key", ["max_depth", "per_minute"])

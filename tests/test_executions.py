@@ -396,6 +396,23 @@ async def test_a_hold_with_a_reason_blocks_claims_until_released(open_rt: OpenRu
         assert (await rt.claim(work.id, owner="a")).attempt == 1
 
 
+async def test_a_hold_left_on_work_that_completed_cannot_be_released(open_rt: OpenRuntime) -> None:
+    """Terminal Work is never rewritten: a Work held while its attempt ran keeps the hold when the attempt
+    completes it, and releasing it then is refused (`Conflict` naming its state), the Work unchanged.
+    Catches ``release_in_tx`` without its terminal check (it would clear the hold and set a one-shot
+    start on completed Work)."""
+    async with open_rt(config(MAIN)) as rt:
+        work, _ = await work_with_input(rt)
+        lease = await rt.claim(work.id, owner="a")
+        await rt.hold(work.id, reason="review")
+        await rt.complete(lease, Completed())
+        done = await rt.work(work.id)
+        assert (done.state, done.held) == (WorkState.COMPLETED, True)
+        with pytest.raises(Conflict, match=r"cannot release work .*: it is completed"):
+            await rt.release(work.id)
+        assert await rt.work(work.id) == done
+
+
 async def test_cancel_is_terminal_fences_the_token_and_later_events_get_terminal(
     open_rt: OpenRuntime,
 ) -> None:

@@ -503,6 +503,7 @@ async def test_an_unrouted_event_can_be_replayed_once_in_order(loom_drivers: Any
         assert routed.status is CheckpointStatus.ROUTED
         again = await driver.runtime.replay(lost.id, request_id="first")
         assert again.id == request.id, "repeating a replay request answers with its first record"
+        assert again.duplicate, "and says it is a repeat"
         with pytest.raises(loom.Conflict, match="final"):
             await driver.runtime.replay(lost.id, request_id="other")
         history = await driver.runtime.history((await driver.runtime.work_for_key("f")).id)

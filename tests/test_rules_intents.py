@@ -15,9 +15,12 @@ import pytest
 from loom import (
     Completed,
     Config,
+    Conflict,
     Event,
     EventIn,
+    ExecutionState,
     Intent,
+    IntentKind,
     IntentStatus,
     Lease,
     ManualClock,
@@ -172,3 +175,36 @@ async def test_an_attempt_found_not_adoptable_takes_its_open_intents_with_it(
     assert await rt.diagnostics(kind="dispatch_gave_up") == []
     work = await rt.work(lease.work_id)
     assert work.pending_inputs == (in_flight.id, queued.id), "kept for the next attempt"
+
+
+# -- an operator interrupt targets the running attempt, once ---------------------------------------------
+
+
+async def test_an_operator_interrupt_pins_the_attempts_epoch_and_a_stopping_attempt_takes_no_second(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """An operator interrupt records an interrupt intent fenced by the running attempt's epoch, and the
+    attempt is stopping from that commit: a second request (another request id) finds no running attempt
+    and is refused (`Conflict`), recording nothing (docs/architecture.md: interrupt intents). Catches an
+    intent recorded under another epoch than the attempt's, and an interrupt that accepts any live
+    attempt, stopping or not (a second control Event and intent against an attempt already stopping)."""
+    fake = FakeExecutor()
+    fake.capabilities.update({"inject", "interrupt"})
+    interruptible = BindingRef(name="fake", executor="fake", capabilities=frozenset({"interrupt"}))
+    async with open_runtime(
+        loom_store, clock=clock, config=config(), plugins=[fake], actors=(), load_entry_points=False
+    ) as rt:
+        await publish(rt, 0)
+        lease = await rt.claim(work_id_for_key(SCOPE, "a"), owner="host", binding=interruptible)
+        intent = await rt.interrupt(lease.work_id, request_id="op-1")
+        assert (intent.kind, intent.execution_id, intent.epoch) == (
+            IntentKind.INTERRUPT,
+            lease.execution_id,
+            lease.epoch,
+        )
+        assert (await rt.execution(lease.execution_id)).state is ExecutionState.STOPPING
+        events = await rt.events(limit=100)
+        with pytest.raises(Conflict, match="no running attempt"):
+            await rt.interrupt(lease.work_id, request_id="op-2")
+        assert await rt.events(limit=100) == events
+        assert await rt.intents(lease.execution_id) == [intent]

@@ -155,6 +155,30 @@ async def test_a_refused_wake_blocks_the_wait_and_holds_the_work_until_released(
         driver.fake.finish(work_id, Completed())
 
 
+async def test_releasing_a_hold_on_a_work_whose_wait_is_not_blocked_records_no_release_event(
+    loom_drivers: DriverFactory,
+) -> None:
+    """Only a blocked wait is rearmed by a release, with a ``core.work.released`` Event as its wake's
+    parent: an operator hold and release of a Work whose wait is simply active leave the wait as it was
+    and record no release Event. Catches ``release_in_tx`` treating every open wait as blocked."""
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.*",))))
+        active = await wait_state(driver, work_id, WaitState.ACTIVE)
+        await rt.hold(work_id, reason="a look first")
+        released = await rt.release(work_id)
+        assert not released.held
+        await rt.wait_idle()
+        assert [e for e in await rt.events(limit=1000) if e.type == "core.work.released"] == []
+        assert (await rt.waits(work_id))[-1] == active
+        done = await rt.publish(ev("done", "w.done"))
+        woken = await wait_state(driver, work_id, WaitState.WOKEN)
+        assert woken.winner_event_id == done.id
+        await launches(driver, work_id, 2)
+        driver.fake.finish(work_id, Completed())
+
+
 async def test_the_wake_bridge_is_the_continuations_causal_authority(loom_drivers: DriverFactory) -> None:
     async with loom_drivers(config=config()) as driver:
         rt = driver.runtime

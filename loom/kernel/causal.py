@@ -5,6 +5,8 @@ Pure decisions first, then the transaction helpers `accept_derived_in_tx` uses.
 
 from __future__ import annotations
 
+import json
+
 import attrs
 
 from ..config import CausalLimits
@@ -39,7 +41,9 @@ def position(parent: Event, cause: Event | None) -> Position:
 
 
 def rejection_key(parent_id: str, source: str, delivery_id: str) -> str:
-    return f"{parent_id}|{source}|{delivery_id}"
+    """The key of a refusal's diagnostic: one per parent, source and delivery id. The parts are written
+    as a JSON array, since a source or a delivery id may hold any separator (``|`` included)."""
+    return json.dumps([parent_id, source, delivery_id], ensure_ascii=False, separators=(",", ":"))
 
 
 def root_limits(tx: Tx, root_id: str, current: CausalLimits) -> CausalLimits:
