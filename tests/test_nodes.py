@@ -10,7 +10,7 @@ the others, a lease recovered twice or a stale holder on another node let throug
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
@@ -19,7 +19,7 @@ import trio
 from loom import Completed, Config, EventIn, ManualClock, Runtime, StaleAuthority, open_runtime
 from loom.records.timers import TimerSpec
 from loom.service.serve import open_service
-from loom.testing import T0_MS, raw
+from loom.testing import T0_MS, raw, until_committed
 from loom.testing.postgres import PostgresCluster
 
 CONFIG = Config.from_toml(
@@ -52,16 +52,6 @@ async def nodes(
             )
             for i in range(n)
         ]
-
-
-async def until(rt: Runtime, check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Wait on this node's commits (never on a timer) until ``check()`` holds."""
-    async with rt.watch() as notices:
-        with trio.move_on_after(STALL_SECONDS) as scope:
-            while not await check():
-                await notices.__anext__()
-        if scope.cancelled_caught:
-            raise AssertionError(f"timed out waiting for {what}")
 
 
 def order(node: int, n: int, key: int) -> EventIn:
@@ -116,7 +106,7 @@ async def test_nodes_accept_together_one_work_per_key_in_acceptance_order_and_re
             clock.advance(1000)
             return False
 
-        await until(rts[0], all_routed, "every order to be routed")
+        await until_committed(rts[0], all_routed, "every order to be routed", stall_s=STALL_SECONDS)
 
     events = raw.query(shared_db, "SELECT seq, delivery_id FROM events WHERE source = 'shop' ORDER BY seq")
     assert len(events) == NODES * per_node == len({e["delivery_id"] for e in events}), "each Event once"
@@ -157,7 +147,7 @@ async def test_due_timers_fire_once_across_nodes_and_a_closed_nodes_timers_are_f
             rows = raw.query(shared_db, "SELECT count(*) AS n FROM timers WHERE state = 'armed'")
             return bool(rows[0]["n"] == 0)
 
-        await until(rts[0], all_fired, "every timer to fire")
+        await until_committed(rts[0], all_fired, "every timer to fire", stall_s=STALL_SECONDS)
         for rt in rts:
             await rt.wait_idle()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -19,7 +19,7 @@ import trio
 from loom import EventIn, ManualClock, Runtime, StorageError, StorageUnavailable, open_runtime
 from loom.records.timers import TimerSpec
 from loom.store import StorageActor, Tx, as_store
-from loom.testing import T0_MS, raw
+from loom.testing import T0_MS, raw, until_committed
 from loom.testing.postgres import PostgresCluster
 
 NS = "test"
@@ -78,16 +78,6 @@ async def test_a_connection_cut_mid_batch_fails_every_caller_in_it_and_the_actor
     assert kv_keys(url) == ["a", "d"]
 
 
-async def until(rt: Runtime, check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """Wait on commits (never on a timer) until ``check()`` holds."""
-    async with rt.watch() as notices:
-        with trio.move_on_after(STALL_SECONDS) as scope:
-            while not await check():
-                await notices.__anext__()
-        if scope.cancelled_caught:
-            raise AssertionError(f"timed out waiting for {what}")
-
-
 def event(n: int) -> EventIn:
     return EventIn(source="test", delivery_id=f"d{n}", type="test.happened", scope="s", key=f"k{n}")
 
@@ -122,7 +112,12 @@ async def test_the_runtime_goes_on_through_a_lost_connection_and_loses_nothing_a
         )
         first = await rt.publish(event(1))
         armed.append(cut)  # the router's next batch (reading or routing event 1) is cut
-        await until(rt, lambda: has_checkpoint(rt, first.id), "event 1 to be routed after the reconnect")
+        await until_committed(
+            rt,
+            lambda: has_checkpoint(rt, first.id),
+            "event 1 to be routed after the reconnect",
+            stall_s=STALL_SECONDS,
+        )
         assert len(cuts) == 1, "the fault never cut the connection"
         assert any("actor lost the store's connection" in r.getMessage() for r in caplog.records), (
             "an actor saw the lost connection and started again"
@@ -139,8 +134,10 @@ async def test_the_runtime_goes_on_through_a_lost_connection_and_loses_nothing_a
         async def fired() -> bool:
             return (await rt.timer(timer.id)).state.value != "armed"
 
-        await until(rt, fired, "the timer to fire")
-        await until(rt, lambda: has_checkpoint(rt, again.id), "event 2 to be routed")
+        await until_committed(rt, fired, "the timer to fire", stall_s=STALL_SECONDS)
+        await until_committed(
+            rt, lambda: has_checkpoint(rt, again.id), "event 2 to be routed", stall_s=STALL_SECONDS
+        )
         firings = await rt.firings(timer.id)
 
     assert len(firings) == 1

@@ -11,6 +11,7 @@ from ._driver import T0_MS as T0_MS
 from ._driver import Driver as Driver
 from ._driver import RuntimeDriver as RuntimeDriver
 from ._driver import ScenarioHandlers as ScenarioHandlers
+from ._driver import until_committed as until_committed
 from ._driver import wait_routed as wait_routed
 from ._fake import FakeExecutor as FakeExecutor
 from ._fake import InjectAnswer as InjectAnswer

@@ -277,6 +277,19 @@ class RuntimeDriver:
         return await self.runtime.causal_rejections(limit=100_000)
 
 
+async def until_committed(
+    rt: Runtime, check: Callable[[], Awaitable[bool]], what: str, *, stall_s: float = STALL_SECONDS
+) -> None:
+    """Wait on ``rt``'s commits (never on a timer) until ``check()`` holds; fail with
+    `ScenarioFailure` naming ``what`` if ``stall_s`` pass without it."""
+    async with rt.watch() as notices:
+        with trio.move_on_after(stall_s) as scope:
+            while not await check():
+                await notices.__anext__()
+        if scope.cancelled_caught:
+            raise ScenarioFailure(f"timed out waiting for {what}")
+
+
 async def wait_routed(driver: Driver, *events: Event) -> list[Checkpoint]:
     """Wait (on commits, never a timer) until every Event has its routing checkpoint; return them."""
 
