@@ -32,6 +32,8 @@ name = "approvals"
 types = ["approval.*"]
 """
 CONFIG = loom.Config.from_toml(CONFIG_TOML)
+JSON = {"Content-Type": "application/json"}
+"""The header of a body sent as raw bytes (``content=``): the service refuses a body of any other type."""
 
 
 def snapshot(path: Path) -> dict[str, list[str]]:
@@ -89,7 +91,7 @@ async def api(
         str(db), config=config, test_clock=clock, plugins=plugins, load_entry_points=False
     ) as service:
         transport = httpx.ASGITransport(app=service.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://loom.test") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             yield Api(client=client, service=service, db=db)
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from service_kit import Api, api, order, refusal
+from service_kit import JSON, Api, api, order, refusal
 
 import loom
 from loom.records.validation import MAX_PAYLOAD_DEPTH
@@ -74,7 +74,7 @@ async def test_a_bad_event_is_400_naming_the_field_and_changes_nothing(
     """Catches a refusal without the field (or with the runtime's ``event.`` name), a 500 for a
     malformed body, and a check made after something was written."""
     async with api(tmp_path) as a:
-        response = await a.unchanged(a.client.post("/events", content=json.dumps(body)))
+        response = await a.unchanged(a.client.post("/events", content=json.dumps(body), headers=JSON))
         refusal(response, 400, "invalid_request", field)
 
 
@@ -98,7 +98,7 @@ def _nested(levels: int) -> dict[str, Any]:
 async def test_a_body_that_is_not_a_json_object_is_400(tmp_path: Path, raw: bytes, why: str) -> None:
     """Catches a decoder that lets NaN, bad UTF-8 or a RecursionError through as a 500."""
     async with api(tmp_path) as a:
-        body = refusal(await a.unchanged(a.client.post("/events", content=raw)), 400, "invalid_request")
+        body = refusal(await a.unchanged(a.client.post("/events", content=raw, headers=JSON)), 400, "invalid_request")
         assert why in body["message"]
 
 
@@ -121,13 +121,13 @@ async def test_a_body_over_the_limit_is_413_whether_or_not_its_length_is_given(t
     """Catches a limit checked only against Content-Length (a chunked body streams past it)."""
     async with api(tmp_path) as a:
         big = json.dumps(order(1, payload={"x": "y" * MAX_BODY_BYTES})).encode()
-        refusal(await a.unchanged(a.client.post("/events", content=big)), 413, "too_large")
+        refusal(await a.unchanged(a.client.post("/events", content=big, headers=JSON)), 413, "too_large")
 
         async def chunks() -> Any:
             for start in range(0, len(big), 65536):
                 yield big[start : start + 65536]
 
-        refusal(await a.unchanged(a.client.post("/events", content=chunks())), 413, "too_large")
+        refusal(await a.unchanged(a.client.post("/events", content=chunks(), headers=JSON)), 413, "too_large")
         assert (await a.client.post("/events", json=order(2))).status_code == 201
 
 
@@ -353,7 +353,7 @@ async def test_a_bad_timer_is_400_naming_the_field(
 ) -> None:
     async with api(tmp_path) as a:
         raw = json.dumps(_timer(**changes), allow_nan=True)
-        response = await a.unchanged(a.client.post("/timers", content=raw))
+        response = await a.unchanged(a.client.post("/timers", content=raw, headers=JSON))
         assert response.status_code == 400, response.text
         if field is not None:
             assert response.json()["field"] == field, response.json()
@@ -553,7 +553,7 @@ async def test_the_debug_clock_moves_only_forward(tmp_path: Path, raw: bytes, fi
     """Catches a clock that goes backwards, or takes a float, a string or a bool for milliseconds."""
     async with api(tmp_path) as a:
         before = (await a.client.get("/debug/clock")).json()
-        refusal(await a.unchanged(a.client.post("/debug/clock", content=raw)), 400, "invalid_request", field)
+        refusal(await a.unchanged(a.client.post("/debug/clock", content=raw, headers=JSON)), 400, "invalid_request", field)
         assert (await a.client.get("/debug/clock")).json() == before
 
 
@@ -649,11 +649,11 @@ async def test_bad_input_never_answers_500(tmp_path: Path) -> None:
                 "{execution_id}", lease.execution_id
             )
             path = path.replace("{timer_id}", "t").replace("{key}", "order/1").replace("{event_id}", "ev")
-            documented = {int(s) for s in op.ok} | {k.status for k in op.documented_errors}
+            documented = {int(s) for s in op.ok} | {k.status for k in op.documented_errors()}
             for field in op.body:
                 for value in hostile:
                     body = json.dumps({field.name: value})
-                    response = await a.client.post(path, content=body, headers=_bearer(lease))
+                    response = await a.client.post(path, content=body, headers=_bearer(lease) | JSON)
                     assert response.status_code < 500, (op.path, field.name, value, response.text)
                     assert response.status_code in documented, (
                         op.path,
@@ -666,6 +666,6 @@ async def test_bad_input_never_answers_500(tmp_path: Path) -> None:
 async def test_make_app_without_metrics_or_clock_still_answers(tmp_path: Path) -> None:
     async with api(tmp_path, test_clock=False) as a:
         app = make_app(a.rt)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as client:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
             assert (await client.get("/metrics")).status_code == 200
             assert (await client.get("/healthz")).json()["test_clock"] is False

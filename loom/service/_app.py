@@ -11,9 +11,10 @@ from typing import Any
 import attrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from ..records.clock import ManualClock
 from ..records.validation import MAX_LEASE_MS, MAX_RETRY_AFTER_MS, MAX_SEQ, MAX_TIME_MS
@@ -21,10 +22,11 @@ from ..runtime import Runtime
 from . import _handlers as handlers
 from . import _tool_handlers as tools
 from . import _web
+from ._access import Access, Guard
 from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, work_view
 from ._metrics import Metrics
 from ._openapi import document
-from ._ops import Call, Op, Query, Service, bearer_token, read_body
+from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
 from ._tool_handlers import CLOCK_FIELDS, OUTCOMES
 from ._wire import (
     CAUSAL,
@@ -51,8 +53,9 @@ log = logging.getLogger("loom.service")
 
 
 async def openapi(s: Service, call: Call) -> Response:
-
-    return json_response(document(OPS, test_clock=s.clock is not None))
+    return json_response(
+        document(OPS, test_clock=s.clock is not None, operator_token=s.access.token is not None)
+    )
 
 
 # -- the table --------------------------------------------------------------------------------------
@@ -68,11 +71,11 @@ LIMIT = Query(
 _TOOL_ERRORS = (NOT_FOUND, CONFLICT)
 
 OPS: tuple[Op, ...] = (
-    Op(method="GET", path="/healthz", handler=tools.healthz, summary="Liveness: the store answers", tag="service",
-       errors=(UNAVAILABLE,)),
+    Op(method="GET", path="/healthz", handler=tools.healthz, summary="Health: the store answers reads and writes",
+       tag="service", public=True, errors=(UNAVAILABLE,)),
     Op(method="GET", path="/metrics", handler=tools.metrics, summary="Prometheus metrics", tag="service",
        media="text/plain"),
-    Op(method="GET", path="/openapi.json", handler=openapi, summary="This document", tag="service"),
+    Op(method="GET", path="/openapi.json", handler=openapi, summary="This document", tag="service", public=True),
     Op(method="POST", path="/events", handler=handlers.post_event, summary="Accept an Event (exactly once)",
        tag="events", body=EVENT_FIELDS, prefixes=("event.",), ok=(201, 200)),
     Op(method="GET", path="/events", handler=handlers.list_events, summary="Accepted Events in sequence order",
@@ -184,7 +187,7 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
                 lease = await service.rt.lease_for(str(request.path_params["execution_id"]), token)
             body: dict[str, Any] = {}
             if op.body is not None:
-                raw = await read_body(request, service.max_body)
+                raw = await read_json_body(request, service.max_body)
                 body = parse_body(raw, op.body, empty_ok=not op.body_required)
             return await op.handler(service, Call(request=request, body=body, lease=lease))
         except Exception as exc:
@@ -196,11 +199,21 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
     return endpoint
 
 
+def _allowed(request: Request) -> list[str]:
+    """Every method some route takes on this path (a path may be served by several routes)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 async def _not_found(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException) and exc.status_code == 405:
-        return json_response(
-            error_body(METHOD, f"{request.method} is not allowed on {request.url.path}", None), 405
-        )
+        allowed = _allowed(request)
+        message = f"{request.method} is not allowed on {request.url.path}; it takes {', '.join(allowed)}"
+        return json_response(error_body(METHOD, message, None), 405, headers={"Allow": ", ".join(allowed)})
     return json_response(error_body(NOT_FOUND, f"no route for {request.url.path}", None), 404)
 
 
@@ -210,17 +223,30 @@ def make_app(
     metrics: Metrics | None = None,
     clock: ManualClock | None = None,
     max_body: int = MAX_BODY_BYTES,
+    access: Access | None = None,
 ) -> Starlette:
     """The service's ASGI app over ``rt``: the JSON API, the web view and ``/metrics``.
 
     ``clock`` is the test clock ``POST /debug/clock`` moves (``None``: ``/debug/clock`` is 404).
     ``metrics`` are counted by the caller (`Metrics.run`); without them ``/metrics`` shows zeros.
+    ``access``: the host names served and the operator token (default: loopback names, no token).
     """
-    service = Service(rt=rt, metrics=metrics or Metrics(), clock=clock, max_body=max_body)
-    routes: list[Route] = [
-        Route(op.path, _endpoint(service, op), methods=[op.method], name=f"{op.method} {op.path}")
+    access = access if access is not None else Access()
+    service = Service(rt=rt, metrics=metrics or Metrics(), clock=clock, max_body=max_body, access=access)
+    by_op = [
+        (op, Route(op.path, _endpoint(service, op), methods=[op.method], name=f"{op.method} {op.path}"))
         for op in OPS
     ]
+    routes = [route for _, route in by_op]
     routes += _web.routes(rt, work_view)
     routes.append(Route("/", lambda request: RedirectResponse("/ui/work"), methods=["GET"]))
-    return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_found})
+    open_routes = [route for op, route in by_op if not op.needs_operator_token]
+
+    def is_open(scope: Any) -> bool:
+        return any(route.matches(scope)[0] is Match.FULL for route in open_routes)
+
+    return Starlette(
+        routes=routes,
+        exception_handlers={404: _not_found, 405: _not_found},
+        middleware=[Middleware(Guard, access=access, is_open=is_open)],
+    )

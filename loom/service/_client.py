@@ -25,12 +25,16 @@ class UserError(Exception):
 class Client:
     """Requests to a loom server at ``url``; answers are decoded JSON."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, timeout: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, timeout: float = TIMEOUT_S, token: str | None = None
+    ) -> None:
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise UserError(f"--url must be an http:// address such as {DEFAULT_URL}, got {url!r}")
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._token = token
+        """The server's operator token, sent as ``Authorization: Bearer`` (never printed)."""
         # a loom server is normally on this machine: do not send its requests through a proxy
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -43,12 +47,10 @@ class Client:
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:
         data = json.dumps(body).encode("utf-8") if body is not None else None
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers={"Accept": "application/json", "Content-Type": "application/json"},
-        )
+        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+        if self._token is not None:
+            headers["Authorization"] = f"Bearer {self._token}"
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
                 raw = response.read()

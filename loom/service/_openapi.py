@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__
+from ..records.work import WorkState
 from ._ops import Op
-from ._wire import BAD_REQUEST, LOOKUP, SCOPE, Field
+from ._wire import BAD_REQUEST, LOOKUP, MAX_PAGE, MISDIRECTED, SCOPE, UNAUTHORIZED, Field
 
 _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},
@@ -51,7 +52,7 @@ def body_schema(fields: Sequence[Field]) -> dict[str, Any]:
     return schema
 
 
-def _operation(op: Op) -> dict[str, Any]:
+def _operation(op: Op, *, operator_token: bool) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
         for name in op.path_params
@@ -69,7 +70,7 @@ def _operation(op: Op) -> dict[str, Any]:
             "accepted again: the original, with duplicate: true" if status == 200 and 201 in op.ok else "ok"
         )
         responses[str(status)] = {"description": description, "content": {op.media: {"schema": {}}}}
-    for kind in op.documented_errors:
+    for kind in op.documented_errors(operator_token=operator_token):
         existing = responses.get(str(kind.status))
         text = f"{kind.name}: {kind.meaning}"
         if existing is not None:
@@ -93,58 +94,23 @@ def _operation(op: Op) -> dict[str, Any]:
         }
     if op.auth:
         operation["security"] = [{"executionToken": []}]
+    elif operator_token and op.needs_operator_token:
+        operation["security"] = [{"operatorToken": []}]
     return operation
 
 
-def document(ops: Sequence[Op], *, test_clock: bool) -> dict[str, Any]:
-    """The document for this server (``/debug/clock`` only under the test clock)."""
+def document(ops: Sequence[Op], *, test_clock: bool, operator_token: bool = False) -> dict[str, Any]:
+    """The document for this server (``/debug/clock`` only under the test clock; ``operator_token``:
+    the server requires its operator token)."""
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         if op.test_clock_only and not test_clock:
             continue
-        paths.setdefault(op.openapi_path, {})[op.method.lower()] = _operation(op)
-    html = {"200": {"description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}
-    html_errors = {
-        str(BAD_REQUEST.status): {
-            "description": "bad filter",
-            "content": {"text/html": {"schema": {"type": "string"}}},
-        }
-    }
-    paths["/ui/work"] = {
-        "get": {
-            "operationId": "get_ui_work",
-            "summary": "Web view: Work, filtered by scope and state",
-            "tags": ["web"],
-            "parameters": [
-                {"name": name, "in": "query", "required": False, "schema": schema}
-                for name, schema in (
-                    ("scope", {"type": "string", **SCOPE}),
-                    ("state", {"type": "string"}),
-                    ("after", {"type": "string"}),
-                    ("limit", {"type": "integer", "minimum": 1, "maximum": 1000}),
-                )
-            ],
-            "responses": html | html_errors,
-        }
-    }
-    paths["/ui/work/{work_id}"] = {
-        "get": {
-            "operationId": "get_ui_work_page",
-            "summary": "Web view: one Work with its history, waits and timers",
-            "tags": ["web"],
-            "parameters": [
-                {"name": "work_id", "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
-            ],
-            "responses": html
-            | html_errors
-            | {
-                "404": {
-                    "description": "no such Work",
-                    "content": {"text/html": {"schema": {"type": "string"}}},
-                }
-            },
-        }
-    }
+        paths.setdefault(op.openapi_path, {})[op.method.lower()] = _operation(
+            op, operator_token=operator_token
+        )
+    for path, operation in _web_operations(operator_token=operator_token).items():
+        paths[path] = {"get": operation}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -157,12 +123,83 @@ def document(ops: Sequence[Op], *, test_clock: bool) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": {"Error": ERROR_SCHEMA},
-            "securitySchemes": {
-                "executionToken": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "the token of the execution's current lease (given to its executor)",
-                }
-            },
+            "securitySchemes": _security_schemes(operator_token=operator_token),
         },
     }
+
+
+def _json_error(text: str) -> dict[str, Any]:
+    return {
+        "description": text,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def _web_operations(*, operator_token: bool) -> dict[str, dict[str, Any]]:
+    """The web view's pages. Its filter form sends the fields left empty, which mean "any"."""
+    html = {"200": {"description": "an HTML page", "content": {"text/html": {"schema": {"type": "string"}}}}}
+    errors: dict[str, Any] = {
+        str(BAD_REQUEST.status): {
+            "description": "bad filter",
+            "content": {"text/html": {"schema": {"type": "string"}}},
+        },
+        str(MISDIRECTED.status): _json_error(f"{MISDIRECTED.name}: {MISDIRECTED.meaning}"),
+    }
+    if operator_token:
+        errors[str(UNAUTHORIZED.status)] = _json_error(f"{UNAUTHORIZED.name}: the operator token is required")
+    security: dict[str, Any] = (
+        {"security": [{"operatorToken": []}, {"operatorPassword": []}]} if operator_token else {}
+    )
+    empty = {"type": "string", "maxLength": 0}
+    states = [state.value for state in WorkState]
+    list_page = {
+        "operationId": "get_ui_work",
+        "summary": "Web view: Work, filtered by scope and state",
+        "tags": ["web"],
+        "parameters": [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in (
+                ("scope", {"anyOf": [empty, {"type": "string", **SCOPE}]}),
+                ("state", {"type": "string", "enum": ["", *states]}),
+                ("after", {"anyOf": [empty, {"type": "string", **LOOKUP}]}),
+                ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
+            )
+        ],
+        "responses": html | errors,
+        **security,
+    }
+    work_page = {
+        "operationId": "get_ui_work_page",
+        "summary": "Web view: one Work with its history, waits and timers",
+        "tags": ["web"],
+        "parameters": [
+            {"name": "work_id", "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
+        ],
+        "responses": html
+        | errors
+        | {"404": {"description": "no such Work", "content": {"text/html": {"schema": {"type": "string"}}}}},
+        **security,
+    }
+    return {"/ui/work": list_page, "/ui/work/{work_id}": work_page}
+
+
+def _security_schemes(*, operator_token: bool) -> dict[str, Any]:
+    schemes: dict[str, Any] = {
+        "executionToken": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "the token of the execution's current lease (given to its executor)",
+        }
+    }
+    if operator_token:
+        schemes["operatorToken"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "the server's operator token (loom serve --token-file)",
+        }
+        schemes["operatorPassword"] = {
+            "type": "http",
+            "scheme": "basic",
+            "description": "the operator token as the password (any user name), for a browser",
+        }
+    return schemes

@@ -16,10 +16,14 @@ from ..records.clock import ManualClock
 from ..records.validation import MAX_KEY_LEN
 from ..records.work import Lease
 from ..runtime import Runtime
+from ._access import Access
 from ._metrics import Metrics
 from ._wire import (
     BAD_REQUEST,
+    FORBIDDEN,
     MAX_BODY_BYTES,
+    MEDIA_TYPE,
+    MISDIRECTED,
     NOT_FOUND,
     STALE,
     TOO_LARGE,
@@ -39,6 +43,7 @@ class Service:
     metrics: Metrics
     clock: ManualClock | None = None
     max_body: int = MAX_BODY_BYTES
+    access: Access = attrs.field(factory=Access)
 
 
 @attrs.frozen(kw_only=True)
@@ -87,6 +92,9 @@ class Op:
     ok: tuple[int, ...] = (200,)
     errors: tuple[ErrorKind, ...] = ()
     auth: bool = False
+    """The execution toolbelt: the bearer token of the execution's current lease."""
+    public: bool = False
+    """Open to every client that reaches the server, without the operator token (health, this document)."""
     media: str = "application/json"
     test_clock_only: bool = False
 
@@ -99,20 +107,60 @@ class Op:
         return re.findall(r"\{(\w+)(?::\w+)?\}", self.path)
 
     @property
-    def documented_errors(self) -> list[ErrorKind]:
+    def needs_operator_token(self) -> bool:
+        return not (self.auth or self.public)
+
+    def documented_errors(self, *, operator_token: bool = False) -> list[ErrorKind]:
+        """Every refusal this operation can answer (``operator_token``: the server requires one)."""
         kinds = list(self.errors)
         if self.body is not None or self.query or self.path_params:
             kinds.append(BAD_REQUEST)
         if self.body is not None:
-            kinds.append(TOO_LARGE)
+            kinds += [TOO_LARGE, MEDIA_TYPE]
         if self.auth:
             kinds += [UNAUTHORIZED, STALE]
+        elif operator_token and self.needs_operator_token:
+            kinds.append(UNAUTHORIZED)
+        if self.method != "GET":
+            kinds.append(FORBIDDEN)
         if self.test_clock_only:
             kinds.append(NOT_FOUND)
+        kinds.append(MISDIRECTED)
         return kinds
 
 
 # -- shared parsing ---------------------------------------------------------------------------------
+
+
+def _json_media(content_type: str) -> bool:
+    media, _, params = content_type.partition(";")
+    media = media.strip().lower()
+    if not (media == "application/json" or (media.startswith("application/") and media.endswith("+json"))):
+        return False
+    for param in params.split(";"):
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+async def read_json_body(request: Request, limit: int) -> bytes:
+    """The body of a request that must send JSON: `read_body`, refused with 415 when it declares
+    another type, or has bytes and declares none (a browser sends a form or ``text/plain`` to any
+    site without asking it first; JSON it sends only where the site allows it)."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not _json_media(content_type):
+        raise HTTPError(
+            MEDIA_TYPE,
+            f"the body must be sent as Content-Type: application/json, not {content_type[:100]!r}",
+            field="Content-Type",
+        )
+    raw = await read_body(request, limit)
+    if raw and content_type is None:
+        raise HTTPError(
+            MEDIA_TYPE, "a body must be sent with Content-Type: application/json", field="Content-Type"
+        )
+    return raw
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -20,7 +20,7 @@ from ..records.timers import Timer
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Work, WorkState
 from ..runtime import Runtime
-from ._wire import HTTPError, classify, iso, query_limit, query_text
+from ._wire import HTTPError, classify, form_params, iso, query_limit, query_text
 
 log = logging.getLogger("loom.service.web")
 
@@ -83,7 +83,7 @@ def _error_page(exc: Exception) -> HTMLResponse:
 
 async def work_list(rt: Runtime, request: Request) -> Response:
     try:
-        params = request.query_params
+        params = form_params(request.query_params)  # the filter form sends its empty fields
         scope = query_text(params, "scope")
         state = query_text(params, "state")
         after = query_text(params, "after") or ""

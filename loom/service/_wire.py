@@ -50,13 +50,16 @@ class ErrorKind:
 
 
 BAD_REQUEST = ErrorKind(400, "invalid_request", "bad input: the field and the reason are named")
-UNAUTHORIZED = ErrorKind(401, "unauthorized", "no bearer token, or one that cannot be a token")
+UNAUTHORIZED = ErrorKind(401, "unauthorized", "no bearer token, or not one this route takes")
 STALE = ErrorKind(403, "stale_authority", "the token is not the execution's current lease token")
 NOT_FOUND = ErrorKind(404, "not_found", "no such object (or route)")
-METHOD = ErrorKind(405, "method_not_allowed", "the path does not take this method")
+FORBIDDEN = ErrorKind(403, "forbidden", "a browser page of another origin may not change anything here")
+METHOD = ErrorKind(405, "method_not_allowed", "the path does not take this method (see Allow)")
 CONFLICT = ErrorKind(409, "conflict", "the object's state or revision refuses the change; reread it")
 CAUSAL = ErrorKind(409, "causal_refused", "the causal bounds refused a derived Event")
 TOO_LARGE = ErrorKind(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
+MEDIA_TYPE = ErrorKind(415, "unsupported_media_type", "a body must be sent as Content-Type: application/json")
+MISDIRECTED = ErrorKind(421, "misdirected_request", "the Host header names a host this server does not serve")
 UNAVAILABLE = ErrorKind(503, "unavailable", "the store failed or is closed; nothing was committed")
 INTERNAL = ErrorKind(500, "internal", "a fault in loom (logged); never an answer to bad input")
 
@@ -197,18 +200,67 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON data")
 
 
+class _Repeats(dict[str, Any]):
+    """A decoded JSON object in which a member name was repeated (``repeated``: the first one)."""
+
+    repeated: str = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) == len(pairs):
+        return data
+    repeats = _Repeats(data)
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            repeats.repeated = name
+            break
+        seen.add(name)
+    return repeats
+
+
+def _repeated_member(data: Any) -> tuple[str, str]:
+    """The first repeated member name in decoded JSON, and where it is as a field path
+    (``payload.items[0].a``)."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value, _Repeats):
+                return value.repeated, f"{path}.{value.repeated}" if path else value.repeated
+            stack += [(f"{path}.{key}" if path else key, item) for key, item in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [(f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value)))]
+    raise AssertionError("no repeated member")
+
+
 def parse_json(raw: bytes) -> Any:
-    """Decode a body as strict JSON (UTF-8; no NaN or Infinity); refusals are 400."""
+    """Decode a body as strict JSON (UTF-8; no NaN or Infinity; each member name once per object:
+    JSON leaves the meaning of a repeated name open, so it is refused, never read as its last
+    value); refusals are 400 naming what is wrong."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _bad(None, "the body is not UTF-8 text") from None
+    repeats = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal repeats
+        data = _object(pairs)
+        repeats = repeats or isinstance(data, _Repeats)
+        return data
+
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs_hook)
     except RecursionError:
         raise _bad(None, "the body is nested too deeply to be read") from None
     except ValueError as exc:
         raise _bad(None, f"the body is not valid JSON: {exc}") from None
+    if repeats:
+        name, where = _repeated_member(data)
+        raise _bad(where, f"the member {name!r} appears more than once in one object ({where}): send it once")
+    return data
 
 
 _JSON_TYPES = {
@@ -268,6 +320,8 @@ def parse_body(raw: bytes, fields: Sequence[Field], *, empty_ok: bool = False) -
         if value is None:
             if not f.nullable:
                 raise _bad(f.name, f"{f.name} must be {_JSON_TYPES[f.kind]}, got null")
+        elif f.kind == "integer" and isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type: 3.0 is the integer 3 (as JSON Schema reads it)
         elif not _fits(f.kind, value):
             raise _bad(f.name, f"{f.name} must be {_JSON_TYPES[f.kind]}, got {_json_name(value)}")
         out[f.name] = value
@@ -295,7 +349,7 @@ _DIGITS = re.compile(r"[0-9]{1,19}\Z")
 
 def query_int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
     raw = params.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         return default
     if not _DIGITS.match(raw):
         raise _bad(name, f"{name} must be a whole number from {low} to {high}, got {raw[:40]!r}")
@@ -306,8 +360,16 @@ def query_int(params: Mapping[str, str], name: str, default: int, low: int, high
 
 
 def query_text(params: Mapping[str, str], name: str) -> str | None:
+    """A text filter, or ``None`` when it is left out; an empty one is refused (leave it out)."""
     raw = params.get(name)
-    return None if raw is None or raw == "" else raw
+    if raw == "":
+        raise _bad(name, f"{name} is empty: give a value, or leave {name} out")
+    return raw
+
+
+def form_params(params: Mapping[str, str]) -> dict[str, str]:
+    """A web form's query: a field left empty in the form is the same as one left out."""
+    return {name: value for name, value in params.items() if value != ""}
 
 
 def query_limit(params: Mapping[str, str], default: int = 100) -> int:

@@ -26,6 +26,7 @@ from ..store import as_store, is_postgres_url
 from ._client import DEFAULT_URL, Client, UserError
 from ._demo import run_demo
 from ._render import block, humanize, items_of, table, work_view
+from ._token import read_token_file
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -40,6 +41,16 @@ R = TypeVar("R")
 
 URL = typer.Option(DEFAULT_URL, "--url", envvar="LOOM_URL", help="The running server's address.")
 AS_JSON = typer.Option(False, "--json", help="Print the server's JSON answer as it is.")
+TOKEN_FILE = typer.Option(
+    None,
+    "--token-file",
+    envvar="LOOM_API_TOKEN_FILE",
+    help="A file holding the server's operator token (when it requires one).",
+)
+
+
+def _client(url: str, token_file: Path | None) -> Client:
+    return Client(url, token=read_token_file(token_file) if token_file is not None else None)
 
 
 def fail(message: str) -> typer.Exit:
@@ -122,6 +133,19 @@ def serve(
         help="Business time that tests move with POST /debug/clock (never in production).",
     ),
     log_level: LogLevel = typer.Option(LogLevel.INFO, "--log-level", case_sensitive=False),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help="Also serve requests whose Host header names this host (repeat it for more; '*': any host)."
+        " The loopback names are always served; off loopback also the listen address and host name.",
+    ),
+    token_file: Path | None = typer.Option(
+        None,
+        "--token-file",
+        envvar="LOOM_API_TOKEN_FILE",
+        help="A file holding the operator token every route but /healthz, /openapi.json and the"
+        " toolbelt then requires (Authorization: Bearer). Required when --listen is not loopback.",
+    ),
 ) -> None:
     """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
     PostgreSQL database shared with other nodes."""
@@ -147,6 +171,8 @@ def serve(
             listen=listen,
             test_clock=test_clock,
             log_level=log_level.value,
+            allow_hosts=tuple(allow_host),
+            token_file=str(token_file) if token_file is not None else None,
         )
     )
 
@@ -195,6 +221,7 @@ def send(
         None, "--delivery-id", help="The delivery's id (default: a new one); resend with it to dedup."
     ),
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """Send an Event to a running server; it is durable once this returns."""
@@ -209,7 +236,7 @@ def send(
         body["key"] = key
     if work is not None:
         body["work_id"] = work
-    answer = Client(url).post("/events", body)
+    answer = _client(url, token_file).post("/events", body)
     if as_json or not isinstance(answer, dict):
         _show(answer, True)
         return
@@ -227,10 +254,11 @@ def work_list(
     scope: str | None = typer.Option(None, "--scope", help="Only Work in this scope."),
     state: str | None = typer.Option(None, "--state", help="ready, running, waiting, completed, ..."),
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """List Work."""
-    answer = Client(url).get("/work", {"scope": scope, "state": state})
+    answer = _client(url, token_file).get("/work", {"scope": scope, "state": state})
     if as_json:
         _show(answer, True)
         return
@@ -249,17 +277,22 @@ def _work_path(work_id: str, action: str = "") -> str:
 
 @work_app.command("get")
 @user_errors
-def work_get(work_id: str = typer.Argument(...), url: str = URL, as_json: bool = AS_JSON) -> None:
+def work_get(
+    work_id: str = typer.Argument(...),
+    url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
+    as_json: bool = AS_JSON,
+) -> None:
     """Show one Work: state, hold and its reason, keys, attempts, wait, pending input, history."""
-    answer = Client(url).get(_work_path(work_id))
+    answer = _client(url, token_file).get(_work_path(work_id))
     if as_json or not isinstance(answer, dict):
         _show(answer, True)
     else:
         typer.echo(work_view(answer))
 
 
-def _control(action: str, work_id: str, body: dict[str, Any], url: str, as_json: bool) -> None:
-    answer = Client(url).post(_work_path(work_id, action), body)
+def _control(action: str, work_id: str, body: dict[str, Any], client: Client, as_json: bool) -> None:
+    answer = client.post(_work_path(work_id, action), body)
     if as_json or not isinstance(answer, dict):
         _show(answer, True)
         return
@@ -282,24 +315,35 @@ def work_hold(
     work_id: str = typer.Argument(...),
     reason: str = typer.Option(..., "--reason", help="Why it is held (shown with the Work)."),
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """Hold Work: no attempt starts until it is released; its input keeps queueing."""
-    _control("hold", work_id, {"reason": reason}, url, as_json)
+    _control("hold", work_id, {"reason": reason}, _client(url, token_file), as_json)
 
 
 @work_app.command("release")
 @user_errors
-def work_release(work_id: str = typer.Argument(...), url: str = URL, as_json: bool = AS_JSON) -> None:
+def work_release(
+    work_id: str = typer.Argument(...),
+    url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
+    as_json: bool = AS_JSON,
+) -> None:
     """Release a hold."""
-    _control("release", work_id, {}, url, as_json)
+    _control("release", work_id, {}, _client(url, token_file), as_json)
 
 
 @work_app.command("cancel")
 @user_errors
-def work_cancel(work_id: str = typer.Argument(...), url: str = URL, as_json: bool = AS_JSON) -> None:
+def work_cancel(
+    work_id: str = typer.Argument(...),
+    url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
+    as_json: bool = AS_JSON,
+) -> None:
     """Cancel Work (terminal): its attempts lose their authority."""
-    _control("cancel", work_id, {}, url, as_json)
+    _control("cancel", work_id, {}, _client(url, token_file), as_json)
 
 
 def _reasoned(reason: str | None) -> dict[str, Any]:
@@ -309,19 +353,27 @@ def _reasoned(reason: str | None) -> dict[str, Any]:
 @work_app.command("interrupt")
 @user_errors
 def work_interrupt(
-    work_id: str = typer.Argument(...), reason: str | None = REASON, url: str = URL, as_json: bool = AS_JSON
+    work_id: str = typer.Argument(...),
+    reason: str | None = REASON,
+    url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Interrupt the running attempt; the Work stays ready with its input."""
-    _control("interrupt", work_id, _reasoned(reason), url, as_json)
+    _control("interrupt", work_id, _reasoned(reason), _client(url, token_file), as_json)
 
 
 @work_app.command("retry")
 @user_errors
 def work_retry(
-    work_id: str = typer.Argument(...), reason: str | None = REASON, url: str = URL, as_json: bool = AS_JSON
+    work_id: str = typer.Argument(...),
+    reason: str | None = REASON,
+    url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
+    as_json: bool = AS_JSON,
 ) -> None:
     """Start the next attempt now, with a fresh retry budget."""
-    _control("retry", work_id, _reasoned(reason), url, as_json)
+    _control("retry", work_id, _reasoned(reason), _client(url, token_file), as_json)
 
 
 @work_app.command("replay")
@@ -331,10 +383,11 @@ def work_replay(
     event: str = typer.Option(..., "--event", help="The unrouted Event to route again."),
     reason: str | None = REASON,
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """Route again an Event of this Work that stayed unrouted."""
-    _control("replay", work_id, {**_reasoned(reason), "event_id": event}, url, as_json)
+    _control("replay", work_id, {**_reasoned(reason), "event_id": event}, _client(url, token_file), as_json)
 
 
 @app.command()
@@ -342,10 +395,11 @@ def work_replay(
 def timers(
     state: str | None = typer.Option(None, "--state", help="armed, fired, cancelled, ..."),
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """List durable timers and when they fire."""
-    answer = Client(url).get("/timers", {"state": state})
+    answer = _client(url, token_file).get("/timers", {"state": state})
     if as_json:
         _show(answer, True)
         return
@@ -363,10 +417,11 @@ def timers(
 def diagnostics(
     kind: str | None = typer.Option(None, "--kind", help="Only this kind, e.g. executor_failed."),
     url: str = URL,
+    token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
     """List what went wrong, and with which subject (never a payload)."""
-    answer = Client(url).get("/diagnostics", {"kind": kind})
+    answer = _client(url, token_file).get("/diagnostics", {"kind": kind})
     if as_json:
         _show(answer, True)
         return

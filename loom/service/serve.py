@@ -20,7 +20,7 @@ import signal
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -37,14 +37,19 @@ from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ..store import is_postgres_url
+from ._access import Access, is_loopback
 from ._app import make_app
 from ._metrics import Metrics
+from ._token import read_token_file
 
 __all__ = ["DEFAULT_LISTEN", "Service", "open_service", "parse_listen", "run_http", "serve"]
 
 DEFAULT_LISTEN = "127.0.0.1:8440"
 GRACEFUL_SECONDS = 5.0
 """How long a stop waits for requests in flight before it closes their connections."""
+READ_TIMEOUT_S = 30.0
+"""How long a connection may send nothing while a request (its headers or its body) is due: a
+client that stalls is cut off, so stalled connections cannot use up the server's file descriptors."""
 
 log = logging.getLogger("loom.service")
 
@@ -83,6 +88,7 @@ async def open_service(
     plugins: tuple[object, ...] = (),
     load_entry_points: bool = True,
     start_actors: bool = True,
+    access: Access | None = None,
 ) -> AsyncIterator[Service]:
     """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
     actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
@@ -92,7 +98,7 @@ async def open_service(
     of its own that starts where the store's time floor is (on a new store: at the wall clock's time);
     a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
     as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
-    ``/debug/clock``."""
+    ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`)."""
     clock: ManualClock | None = None
     if isinstance(test_clock, ManualClock):
         clock = test_clock
@@ -123,7 +129,10 @@ async def open_service(
         async with trio.open_nursery() as nursery:
             await nursery.start(metrics.run, rt)
             service = Service(
-                runtime=rt, app=make_app(rt, metrics=metrics, clock=clock), clock=clock, nursery=nursery
+                runtime=rt,
+                app=make_app(rt, metrics=metrics, clock=clock, access=access),
+                clock=clock,
+                nursery=nursery,
             )
             if start_actors:
                 await service.start_actors()
@@ -146,11 +155,14 @@ def bound_socket(listen: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(sock: socket.socket, *, access_log: bool = False) -> HypercornConfig:
+def hypercorn_config(
+    sock: socket.socket, *, access_log: bool = False, read_timeout: float = READ_TIMEOUT_S
+) -> HypercornConfig:
     """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
+    config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
     config.accesslog = logging.getLogger("loom.service.access") if access_log else None
     config.errorlog = logging.getLogger("loom.service.http")
     return config
@@ -162,12 +174,14 @@ async def run_http(
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
     access_log: bool = False,
+    read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` with Hypercorn's trio worker until ``shutdown`` returns (or until cancelled);
     ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
-    that cannot be bound is `InvalidRequest` naming ``listen``."""
-    config = hypercorn_config(bound_socket(listen), access_log=access_log)
+    that cannot be bound is `InvalidRequest` naming ``listen``. A connection that sends nothing for
+    ``read_timeout`` seconds while a request is due is closed."""
+    config = hypercorn_config(bound_socket(listen), access_log=access_log, read_timeout=read_timeout)
     await hypercorn.trio.serve(
         app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
         config,
@@ -205,6 +219,8 @@ async def serve(
     test_clock: bool = False,
     log_level: str | int = "info",
     *,
+    allow_hosts: Sequence[str] = (),
+    token_file: str | Path | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
@@ -217,13 +233,26 @@ async def serve(
     ``nursery.start``). ``test_clock`` runs the runtime on a
     clock that moves only through ``POST /debug/clock``. A bad argument raises `InvalidRequest` (a
     bad config file `ConfigError`) before anything is opened.
+
+    Access (docs/http-api.md "Access"): requests must name a host the server serves (its loopback
+    names; off loopback also its address and host name; ``allow_hosts`` adds names, ``*`` any), and
+    with ``token_file`` every operator route needs the token it holds. Off loopback the token is
+    required: without one `serve` refuses to start.
     """
     _configure_logging(log_level)
-    parse_listen(listen)
+    host, _ = parse_listen(listen)
+    token = read_token_file(token_file) if token_file is not None else None
+    if token is None and not is_loopback(host):
+        raise InvalidRequest(
+            f"listen {listen} is not a loopback address: anyone who reaches it could read and control"
+            " everything, so an operator token is required there (--token-file; docs/http-api.md#access)",
+            field="token_file",
+        )
+    access = Access.for_listen(host, allow_hosts=allow_hosts, token=token)
     config = Config.load(str(config_path)) if config_path is not None else None
     stop = trio.Event()
     try:
-        await _serve(db, config, listen, test_clock, stop, task_status)
+        await _serve(db, config, listen, test_clock, access, stop, task_status)
     except BaseExceptionGroup as group:
         # one of loom's own refusals (the address is taken, the store is too new) is raised as it is
         leaves = _leaves(group)
@@ -238,12 +267,15 @@ async def _serve(
     config: Config | None,
     listen: str,
     test_clock: bool,
+    access: Access,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
-        async with open_service(str(db), config=config, test_clock=test_clock, start_actors=False) as service:
+        async with open_service(
+            str(db), config=config, test_clock=test_clock, start_actors=False, access=access
+        ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:
                 urls: list[str] = await http.start(
