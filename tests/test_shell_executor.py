@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -126,6 +127,64 @@ async def test_a_bad_binding_config_fails_the_attempt_naming_the_key(
     outcome = await ShellExecutor(state_dir=tmp_path).launch(req, Toolbelt(req))
     assert isinstance(outcome, loom.Failed)
     assert message in outcome.error
+
+
+# -- the state directory: private to this user ---------------------------------------------------------
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+async def test_the_state_directory_and_every_file_in_it_are_private(tmp_path: Path) -> None:
+    """Each attempt's token and input used to be written with mode 0644 (readable by every user of the
+    machine). Catches any file of the attempt, or a directory, open to the group or to others."""
+    root = tmp_path / "shared" / "state"
+    req = request(sh("echo out; echo err >&2"))
+    assert await ShellExecutor(state_dir=root).launch(req, Toolbelt(req)) == loom.Completed()
+    (directory,) = root.iterdir()
+    assert _mode(root) == 0o700
+    assert _mode(directory) == 0o700
+    names = {path.name for path in directory.iterdir()}
+    assert names >= {"request.json", "inbox.jsonl", "ack", "token", "stdout", "stderr", "status.json"}
+    assert {name: oct(_mode(directory / name)) for name in names} == {name: oct(0o600) for name in names}
+
+
+async def test_a_state_directory_open_to_others_is_closed_before_use(tmp_path: Path) -> None:
+    root = tmp_path / "state"
+    root.mkdir()
+    root.chmod(0o777)
+    req = request(sh("exit 0"))
+    assert await ShellExecutor(state_dir=root).launch(req, Toolbelt(req)) == loom.Completed()
+    assert _mode(root) == 0o700
+
+
+@pytest.mark.parametrize("kind", ["another user's", "a link"])
+async def test_a_state_directory_this_user_does_not_own_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Another user can make /tmp/loom-shell-<uid> first (its name is predictable), open to all: the
+    executor used to write every attempt's token into it. Now the attempt fails naming the directory,
+    nothing is written there and no process starts."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o777)
+    root = tmp_path / "state"
+    if kind == "a link":
+        root.symlink_to(elsewhere)
+    else:
+        root = elsewhere
+        if os.geteuid() == 0:
+            os.chown(root, 65534, 65534)  # nobody's
+        else:  # this user cannot give a directory away: be, to the executor, another user than its owner
+            monkeypatch.setattr(os, "geteuid", lambda: os.lstat(root).st_uid + 1)
+    started = tmp_path / "started"
+    req = request(sh(f"touch {started}"))
+    outcome = await ShellExecutor(state_dir=root).launch(req, Toolbelt(req))
+    assert isinstance(outcome, loom.Failed)
+    assert str(root) in outcome.error
+    assert ("belongs to user id" if kind != "a link" else "not a directory of its own") in outcome.error
+    assert list(elsewhere.iterdir()) == []
+    assert not started.exists()
 
 
 # -- through a runtime ---------------------------------------------------------------------------------

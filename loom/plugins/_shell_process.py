@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -84,10 +85,59 @@ def _outcome(directory: Path, status: dict[str, Any] | None, acked: list[str], i
     return Failed(error=error, consumed_inputs=tuple(acked))
 
 
+# -- private files ----------------------------------------------------------------------------------
+#
+# The state directory holds each attempt's bearer token and its input: it is this user's alone. A
+# directory under a shared /tmp may have been made by someone else first (its name is predictable),
+# so an existing one is used only when it is a directory (not a link) owned by this user.
+
+
+class StateDirRefused(Exception):
+    """The state directory cannot be kept private; nothing was written in it."""
+
+
+def private_dir(path: Path, *, create: bool = True) -> None:
+    """Make ``path`` this user's private directory (mode 0700), or check that it already is one:
+    owned by this user and not a symbolic link (one open to others is closed to 0700)."""
+    try:
+        if create:
+            path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StateDirRefused(f"cannot create the state directory {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise StateDirRefused(f"the state directory {path} cannot be read: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise StateDirRefused(f"the state directory {path} is not a directory of its own (a link or a file)")
+    if info.st_uid != os.geteuid():
+        raise StateDirRefused(
+            f"the state directory {path} belongs to user id {info.st_uid}, not to this user"
+            f" ({os.geteuid()}): refusing to keep tokens where another user can reach them"
+            " (choose the executor's state_dir)"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+
+
+def write_private(path: Path, text: str, *, replace: bool = False) -> None:
+    """Write ``path`` readable by this user only (0600); ``replace``: atomically over an old one."""
+    target = path.with_name(path.name + ".partial") if replace else path
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(target, flags if replace else flags | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a partial file left by a crash keeps its old mode through O_TRUNC
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    if replace:
+        os.replace(target, path)
+
+
 def _write_new(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    write_private(path, text, replace=True)
 
 
 def _inbox_ids(folder: Path) -> list[str]:

@@ -19,7 +19,10 @@ from typing import Any
 
 def _write(path: str, status: dict[str, Any]) -> None:
     partial = f"{path}.partial"
-    with open(partial, "w", encoding="utf-8") as file:
+    fd = os.open(
+        partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+    )  # private, as the rest of its directory
+    with open(fd, "w", encoding="utf-8") as file:
         json.dump(status, file)
         file.flush()
         os.fsync(file.fileno())

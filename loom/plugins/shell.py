@@ -50,6 +50,7 @@ from ..records.serde import unstructure
 from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
 from ._shell_process import (
+    StateDirRefused,
     _inbox_ids,
     _open_pidfd,
     _outcome,
@@ -59,7 +60,9 @@ from ._shell_process import (
     _wait_exit,
     _write_new,
     boot_id,
+    private_dir,
     process_start_time,
+    write_private,
 )
 
 WRAPPER = str(Path(__file__).with_name("_shell_wrapper.py"))
@@ -237,7 +240,10 @@ class ShellExecutor:
             return Failed(error=str(exc))
         token = toolbelt.lease.token
         url = self.url or os.environ.get("LOOM_URL")
-        directory = await trio.to_thread.run_sync(self._prepare, request, token)
+        try:
+            directory = await trio.to_thread.run_sync(self._prepare, request, token)
+        except (StateDirRefused, OSError) as exc:
+            return Failed(error=f"shell executor: {exc}")
         env = {**os.environ, **config.env, **environment(directory, request, token, url)}
         try:
             pid = _spawn(directory, config, env)
@@ -278,12 +284,12 @@ class ShellExecutor:
 
     def _prepare(self, request: RunRequest, token: str) -> Path:
         root = self._root()
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        directory = Path(tempfile.mkdtemp(prefix=f"{request.execution_id}-", dir=root))
-        (directory / "request.json").write_text(_request_json(request), encoding="utf-8")
-        (directory / "inbox.jsonl").touch()
-        (directory / "ack").touch()
-        _write_new(directory / "token", token)
+        private_dir(root)
+        directory = Path(tempfile.mkdtemp(prefix=f"{request.execution_id}-", dir=root))  # mode 0700
+        write_private(directory / "request.json", _request_json(request))
+        write_private(directory / "inbox.jsonl", "")
+        write_private(directory / "ack", "")
+        write_private(directory / "token", token)
         return directory
 
     async def _finish(self, running: _Running) -> Outcome:
@@ -376,6 +382,10 @@ class ShellExecutor:
                 await toolbelt.adopt()
                 running.read_acks()
                 return _outcome(folder, status, running.acked, interrupted=False)
+            try:
+                private_dir(folder, create=False)
+            except (StateDirRefused, OSError) as exc:
+                raise NotAdoptable(f"shell executor: {exc}") from None
             await toolbelt.adopt()
             _write_new(folder / "token", toolbelt.lease.token)
             self._running[request.execution_id] = running

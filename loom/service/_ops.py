@@ -9,7 +9,7 @@ from contextlib import aclosing
 from typing import Any
 
 import attrs
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..records.clock import ManualClock
@@ -170,12 +170,17 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise HTTPError(TOO_LARGE, f"the body is {int(length)} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
-    async with aclosing(request.stream()) as stream:
-        async for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                raise HTTPError(TOO_LARGE, f"the body is larger than the limit of {limit} bytes")
-            chunks.append(chunk)
+    try:
+        async with aclosing(request.stream()) as stream:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    raise HTTPError(TOO_LARGE, f"the body is larger than the limit of {limit} bytes")
+                chunks.append(chunk)
+    except ClientDisconnect:
+        # the client went away, or stalled and was cut off (the server's read timeout): no one hears
+        # this answer, and it is no fault of loom's
+        raise HTTPError(BAD_REQUEST, "the connection closed before the whole body arrived") from None
     return b"".join(chunks)
 
 
