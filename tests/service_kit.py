@@ -84,11 +84,18 @@ async def api(
     config: loom.Config = CONFIG,
     test_clock: bool = True,
     plugins: tuple[object, ...] = (),
+    actors: bool = True,
 ) -> AsyncIterator[Api]:
+    """``actors=False``: no background actor runs (only what requests do themselves)."""
     db = tmp_path / "service.db"
     clock = loom.ManualClock(start_ms=T0_MS) if test_clock else None
     async with open_service(
-        str(db), config=config, test_clock=clock, plugins=plugins, load_entry_points=False
+        str(db),
+        config=config,
+        test_clock=clock,
+        plugins=plugins,
+        load_entry_points=False,
+        start_actors=actors,
     ) as service:
         transport = httpx.ASGITransport(app=service.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:

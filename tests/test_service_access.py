@@ -299,6 +299,55 @@ async def test_405_names_every_method_the_path_takes(
         assert response.headers["Allow"] == allow
 
 
+async def test_an_action_path_read_with_the_wrong_method_is_405_not_a_missing_id(tmp_path: Path) -> None:
+    """``GET /work/<id>/hold`` used to be read as the Work whose id is ``<id>/hold`` (404); the path is
+    the hold action's, which takes POST. An id that holds such a suffix is still found."""
+    async with api(tmp_path) as a:
+        work_id = await _work_id(a)
+        for method in ("GET", "PUT"):
+            response = await a.client.request(method, f"/work/{work_id}/hold")
+            refusal(response, 405, "method_not_allowed")
+            assert response.headers["Allow"] == "POST"
+        timer = {"id": "t/cancel", "fire_at_ms": 0, "source": "s", "type": "a.b", "scope": "shop"}
+        assert (await a.client.post("/timers", json=timer)).status_code == 201
+        assert (await a.client.get("/timers/t/cancel")).json()["timer"]["id"] == "t/cancel"
+        refusal(await a.client.get("/timers/u/cancel"), 405, "method_not_allowed")
+
+
+async def test_a_whole_number_written_with_a_fraction_is_an_integer(tmp_path: Path) -> None:
+    """JSON has one number type, and the document's JSON Schema reads ``1.0`` as the integer 1: it was
+    refused as "not an integer"."""
+    async with api(tmp_path) as a:
+        timer = {"id": "t", "fire_at_ms": 1.767e12, "source": "s", "type": "a.b", "scope": "shop"}
+        armed = await a.client.post("/timers", json=timer)
+        assert armed.status_code == 201, armed.text
+        assert armed.json()["fire_at_ms"] == 1_767_000_000_000
+        refusal(
+            await a.client.post("/timers/t/cancel", json={"revision": 1.5}),
+            400,
+            "invalid_request",
+            "revision",
+        )
+        cancelled = await a.client.post("/timers/t/cancel", json={"revision": 1.0})
+        assert cancelled.json()["state"] == "cancelled", cancelled.text
+
+
+async def test_an_empty_filter_is_refused_by_the_api_and_means_any_in_the_web_form(tmp_path: Path) -> None:
+    """``?scope=`` was read as no filter though the document says a scope is a non-empty path; the web
+    view's own form sends its empty fields, and there they mean "any"."""
+    async with api(tmp_path) as a:
+        for path, field in [
+            ("/events", "type"),
+            ("/work", "scope"),
+            ("/timers", "state"),
+            ("/diagnostics", "kind"),
+        ]:
+            refusal(await a.client.get(path, params={field: ""}), 400, "invalid_request", field)
+        assert (
+            await a.client.get("/ui/work", params={"scope": "", "state": "", "after": ""})
+        ).status_code == 200
+
+
 async def test_a_stalled_request_body_is_cut_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A client that sends part of a body and then nothing used to hold its connection (and a file
     descriptor) for ever. The server closes it after its read timeout, logs no error for it, and goes

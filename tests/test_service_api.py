@@ -19,7 +19,7 @@ import trio.testing
 from service_kit import JSON, Api, api, order, refusal
 
 import loom
-from loom.records.validation import MAX_PAYLOAD_DEPTH
+from loom.records.validation import MAX_PAYLOAD_DEPTH, MAX_TIME_MS
 from loom.service._app import OPS, make_app
 from loom.service._wire import MAX_BODY_BYTES
 from loom.testing import T0_MS
@@ -98,7 +98,9 @@ def _nested(levels: int) -> dict[str, Any]:
 async def test_a_body_that_is_not_a_json_object_is_400(tmp_path: Path, raw: bytes, why: str) -> None:
     """Catches a decoder that lets NaN, bad UTF-8 or a RecursionError through as a 500."""
     async with api(tmp_path) as a:
-        body = refusal(await a.unchanged(a.client.post("/events", content=raw, headers=JSON)), 400, "invalid_request")
+        body = refusal(
+            await a.unchanged(a.client.post("/events", content=raw, headers=JSON)), 400, "invalid_request"
+        )
         assert why in body["message"]
 
 
@@ -275,8 +277,14 @@ async def test_interrupt_retry_and_replay_refuse_what_does_not_apply(tmp_path: P
         other = two["pending_inputs"][0]["id"]
         refusal(
             await a.unchanged(a.client.post(f"/work/{one}/replay", json={"event_id": other})),
-            400,
-            "invalid_request",
+            409,
+            "conflict",
+            "event_id",
+        )
+        refusal(
+            await a.unchanged(a.client.post(f"/work/{one}/replay", json={"event_id": "ev_nope"})),
+            404,
+            "not_found",
             "event_id",
         )
         refusal(await a.client.post(f"/work/{one}/replay", json={}), 400, "invalid_request", "event_id")
@@ -536,7 +544,7 @@ async def test_the_debug_clock_exists_only_under_the_test_clock(tmp_path: Path) 
     ("raw", "field"),
     [
         (b'{"advance_ms": -1}', "advance_ms"),
-        (b'{"now_ms": 0}', "now_ms"),
+        (b'{"now_ms": -1}', "now_ms"),
         (b'{"advance_ms": 1.5}', "advance_ms"),
         (b'{"advance_ms": "60000"}', "advance_ms"),
         (b'{"advance_ms": true}', "advance_ms"),
@@ -553,7 +561,26 @@ async def test_the_debug_clock_moves_only_forward(tmp_path: Path, raw: bytes, fi
     """Catches a clock that goes backwards, or takes a float, a string or a bool for milliseconds."""
     async with api(tmp_path) as a:
         before = (await a.client.get("/debug/clock")).json()
-        refusal(await a.unchanged(a.client.post("/debug/clock", content=raw, headers=JSON)), 400, "invalid_request", field)
+        refusal(
+            await a.unchanged(a.client.post("/debug/clock", content=raw, headers=JSON)),
+            400,
+            "invalid_request",
+            field,
+        )
+        assert (await a.client.get("/debug/clock")).json() == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field"), [({"now_ms": 0}, "now_ms"), ({"advance_ms": MAX_TIME_MS - 1}, "advance_ms")]
+)
+async def test_a_clock_move_the_clock_where_it_is_cannot_make_is_409(
+    tmp_path: Path, body: dict[str, int], field: str
+) -> None:
+    """A well-formed move that only the clock's own time refuses (backwards, or past the year 9999 from
+    where it is) is a conflict with that state, as the OpenAPI document says; not a malformed request."""
+    async with api(tmp_path) as a:
+        before = (await a.client.get("/debug/clock")).json()
+        refusal(await a.unchanged(a.client.post("/debug/clock", json=body)), 409, "conflict", field)
         assert (await a.client.get("/debug/clock")).json() == before
 
 
@@ -666,6 +693,8 @@ async def test_bad_input_never_answers_500(tmp_path: Path) -> None:
 async def test_make_app_without_metrics_or_clock_still_answers(tmp_path: Path) -> None:
     async with api(tmp_path, test_clock=False) as a:
         app = make_app(a.rt)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost"
+        ) as client:
             assert (await client.get("/metrics")).status_code == 200
             assert (await client.get("/healthz")).json()["test_clock"] is False

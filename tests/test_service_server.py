@@ -1,9 +1,10 @@
-"""``loom serve`` as a real server: schemathesis fuzzes every documented operation over HTTP with no
-5xx answer and no undocumented status, and the process stops cleanly on SIGTERM and SIGINT and
-continues where it was after a restart."""
+"""``loom serve`` as a real server: schemathesis fuzzes every documented operation over HTTP and finds
+the server doing what its OpenAPI document says, and the process stops cleanly on SIGTERM and SIGINT
+and continues where it was after a restart."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -16,11 +17,12 @@ import trio
 from service_kit import CONFIG, CONFIG_TOML, order, start_server, until
 
 import loom
+from loom.service._access import Access
 from loom.service.serve import DEFAULT_LISTEN, open_service, parse_listen, run_http
 from loom.testing import T0_MS
 from loom.testing.postgres import PostgresCluster
 
-SCHEMATHESIS_EXAMPLES = 15
+SCHEMATHESIS_EXAMPLES = 25
 SCHEMATHESIS_SEED = 20260101
 
 
@@ -29,25 +31,49 @@ def test_the_default_listen_address_is_loopback() -> None:
     assert parse_listen(DEFAULT_LISTEN) == ("127.0.0.1", 8440)
 
 
-async def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp_path: Path) -> None:
+CHECKS = (
+    "not_a_server_error",
+    "status_code_conformance",
+    "content_type_conformance",
+    "positive_data_acceptance",
+    "negative_data_rejection",
+    "missing_required_header",
+    "ignored_auth",
+    "unsupported_method",
+    "allow_header_conformance",
+)
+"""What the server and its OpenAPI document must agree on: every request the document calls valid is
+accepted (or refused for a state it documents: 404, 409), every one it calls invalid is refused, each
+answer's status and type are documented, the operator token and the execution tokens are required
+where the document says, and a method the path does not take is 405 with ``Allow``."""
+
+TOKEN = "fuzz-operator-token-0123456789"
+
+
+async def test_the_server_does_what_its_openapi_document_says(tmp_path: Path) -> None:
     """Every operation in the OpenAPI document, fuzzed against the real server (Hypercorn, the runtime,
-    a file store): no 5xx, every status and content type as documented. The toolbelt is fuzzed with a
-    real execution's token, the controls against a real Work, the reads with real ids."""
+    a file store, an operator token): the checks in `CHECKS`. The toolbelt is fuzzed with a real
+    execution's token, the controls against a real Work, the reads with real ids. (The document once
+    refused 12 kinds of valid request and accepted 3 invalid ones: control characters in query
+    filters, ``3.0`` for an integer, empty filters, keys the runtime refuses, a state-dependent
+    refusal answered 400.) Requests that name state or a plugin's spec are left out of the valid ones
+    by ``schemathesis_hooks.py``, which says why."""
     st = shutil.which("st", path=str(Path(sys.executable).parent)) or shutil.which("st")
     assert st is not None, "schemathesis is part of the dev extra: pip install -e '.[dev]'"
-    clock_start = trio.current_time()
     async with (
         open_service(
             str(tmp_path / "fuzz.db"),
             config=CONFIG,
             test_clock=loom.ManualClock(start_ms=T0_MS),
             load_entry_points=False,
+            access=Access(token=TOKEN),
         ) as service,
         trio.open_nursery() as nursery,
     ):
         urls = await nursery.start(run_http, service.app, "127.0.0.1:0")
         url = urls[0]
-        async with httpx.AsyncClient(base_url=url) as client:
+        operator = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=url, headers=operator) as client:
             for n in (1, 2):
                 assert (await client.post("/events", json=order(n))).status_code == 201
             await service.runtime.wait_idle()
@@ -73,8 +99,12 @@ async def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp
             f'"path.event_id" = "{other["pending_inputs"][0]["id"]}"\n'
             '"path.timer_id" = "t1"\n'
             '"path.key" = "order/2"\n'
-            "[headers]\n"
-            f'Authorization = "Bearer {lease.token}"\n'
+            "[auth.openapi.operatorToken]\n"
+            f'bearer = "{TOKEN}"\n'
+            "[auth.openapi.operatorPassword]\n"
+            f'username = "fuzz"\npassword = "{TOKEN}"\n'
+            "[auth.openapi.executionToken]\n"
+            f'bearer = "{lease.token}"\n'
         )
         result = await trio.run_process(
             [
@@ -84,7 +114,7 @@ async def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp
                 "run",
                 f"{url}/openapi.json",
                 "--checks",
-                "not_a_server_error,status_code_conformance,content_type_conformance",
+                ",".join(CHECKS),
                 "--max-examples",
                 str(SCHEMATHESIS_EXAMPLES),
                 "--seed",
@@ -98,12 +128,16 @@ async def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp
             capture_stderr=True,
             check=False,
             cwd=str(tmp_path),
+            env={
+                **os.environ,
+                "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
+                "PYTHONPATH": str(Path(__file__).parent),
+            },
         )
         output = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
         assert result.returncode == 0, output[-6000:]
         assert "29 selected / 29 total" in output or "Operations:" in output, output[-2000:]
         nursery.cancel_scope.cancel()
-    assert trio.current_time() - clock_start < 120
 
 
 def _config(tmp_path: Path) -> Path:

@@ -17,13 +17,21 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Match, Route
 
 from ..records.clock import ManualClock
-from ..records.validation import MAX_LEASE_MS, MAX_RETRY_AFTER_MS, MAX_SEQ, MAX_TIME_MS
+from ..records.validation import (
+    CORE_UNITS,
+    MAX_INT,
+    MAX_LEASE_MS,
+    MAX_REASON_LEN,
+    MAX_RETRY_AFTER_MS,
+    MAX_SEQ,
+    MAX_TIME_MS,
+)
 from ..runtime import Runtime
 from . import _handlers as handlers
 from . import _tool_handlers as tools
 from . import _web
 from ._access import Access, Guard
-from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, work_view
+from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES, work_view
 from ._metrics import Metrics
 from ._openapi import document
 from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
@@ -31,6 +39,7 @@ from ._tool_handlers import CLOCK_FIELDS, OUTCOMES
 from ._wire import (
     CAUSAL,
     CONFLICT,
+    KEY,
     LOOKUP,
     MAX_BODY_BYTES,
     METHOD,
@@ -69,6 +78,29 @@ LIMIT = Query(
     schema={"minimum": 1, "maximum": 1000},
 )
 _TOOL_ERRORS = (NOT_FOUND, CONFLICT)
+KEYS = Field("keys", "strings", doc="correlation keys", schema={"items": KEY})
+CONSUMED = Field(
+    "consumed_inputs", "strings", doc="ids of the input Events it consumed", schema={"items": TEXT}
+)
+USAGE = Field(
+    "usage",
+    "amounts",
+    doc="what it consumed, by unit (turns and attempts are counted by the runtime)",
+    schema={
+        "propertyNames": {**TEXT, "not": {"enum": list(CORE_UNITS)}},
+        "additionalProperties": {
+            "anyOf": [
+                {"type": "integer", "minimum": 0, "maximum": MAX_INT},
+                {"type": "number", "minimum": 0, "not": {"type": "integer"}},
+            ]
+        },
+    },
+)
+OUTCOME_RULES = {  # error is required by a failed outcome, and it and the retry hints belong to one only
+    "if": {"properties": {"outcome": {"const": "failed"}}},
+    "then": {"required": ["error"]},
+    "else": {"properties": {"error": False, "retry_after_ms": False, "rate_limited": False}},
+}
 
 OPS: tuple[Op, ...] = (
     Op(method="GET", path="/healthz", handler=tools.healthz, summary="Health: the store answers reads and writes",
@@ -83,7 +115,7 @@ OPS: tuple[Op, ...] = (
            Query(name="after", kind="integer", doc="only Events after this sequence",
                  schema={"minimum": 0, "maximum": MAX_SEQ}),
            LIMIT,
-           Query(name="type", kind="string", doc="only Events of this type"),
+           Query(name="type", kind="string", doc="only Events of this type", schema=LOOKUP),
        )),
     Op(method="GET", path="/events/{event_id:path}", handler=handlers.get_event,
        summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
@@ -91,7 +123,7 @@ OPS: tuple[Op, ...] = (
        renames={"after_id": "after"}, query=(
         Query(name="scope", kind="string", doc="only this scope and the scopes below it", schema=SCOPE),
         Query(name="state", kind="string", doc="only Work in this state", choices=_WORK_STATES),
-        Query(name="after", kind="string", doc="only Work whose id sorts after this"),
+        Query(name="after", kind="string", doc="only Work whose id sorts after this", schema=LOOKUP),
         LIMIT,
     )),
     Op(method="GET", path="/work/by-key/{key:path}", handler=handlers.work_by_key,
@@ -117,22 +149,23 @@ OPS: tuple[Op, ...] = (
     Op(method="GET", path="/timers", handler=handlers.list_timers, summary="Timers, by id", tag="timers",
        renames={"after_id": "after", "work_id": "work"}, query=(
         Query(name="state", kind="string", doc="only timers in this state", choices=_TIMER_STATES),
-        Query(name="work", kind="string", doc="only timers of this Work"),
-        Query(name="after", kind="string", doc="only timers whose id sorts after this"),
+        Query(name="work", kind="string", doc="only timers of this Work", schema=LOOKUP),
+        Query(name="after", kind="string", doc="only timers whose id sorts after this", schema=LOOKUP),
         LIMIT,
     )),
     Op(method="POST", path="/timers", handler=handlers.arm_timer, summary="Arm a root timer (a schedule, a reminder)",
-       tag="timers", body=TIMER_FIELDS, prefixes=("timer.", "event."), ok=(201,), errors=(CONFLICT,)),
+       tag="timers", body=TIMER_FIELDS, body_schema=TIMER_RULES, prefixes=("timer.", "event."), ok=(201,),
+       errors=(CONFLICT,)),
     Op(method="POST", path="/timers/{timer_id:path}/cancel", handler=handlers.cancel_timer,
        summary="Cancel a timer at its revision", tag="timers",
-       body=(Field("revision", "integer", required=True, schema={"minimum": 1}),),
+       body=(Field("revision", "integer", required=True, schema={"minimum": 1, "maximum": MAX_INT}),),
        errors=(NOT_FOUND, CONFLICT)),
     Op(method="GET", path="/timers/{timer_id:path}", handler=handlers.get_timer,
        summary="One timer and its firing ledger", tag="timers", errors=(NOT_FOUND,)),
     Op(method="GET", path="/diagnostics", handler=handlers.list_diagnostics, summary="Durable diagnostics",
        tag="service", query=(
-           Query(name="kind", kind="string", doc="only this kind (handler_error, ...)"),
-           Query(name="subject", kind="string", doc="only about this subject"),
+           Query(name="kind", kind="string", doc="only this kind (handler_error, ...)", schema=LOOKUP),
+           Query(name="subject", kind="string", doc="only about this subject", schema=LOOKUP),
            LIMIT,
        )),
     Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tools.tool_emit,
@@ -141,19 +174,19 @@ OPS: tuple[Op, ...] = (
        prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/child", handler=tools.tool_child,
        summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
-       body=(Field("name", "string", required=True, schema=TEXT), Field("keys", "strings"),
+       body=(Field("name", "string", required=True, schema=TEXT), KEYS,
              Field("kind", "string", nullable=True, schema=TEXT)),
        prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/timer", handler=tools.tool_timer,
        summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
-       prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
+       body_schema=TIMER_RULES, prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/wait", handler=tools.tool_wait,
        summary="Park the attempt on a wait", tag="toolbelt", auth=True,
-       body=(Field("keys", "strings"), Field("types", "strings"),
+       body=(KEYS, Field("types", "strings", doc="type patterns like order.*", schema={"items": TEXT}),
              Field("after_seq", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_SEQ}),
              Field("timeout_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_TIME_MS}),
-             Field("consumed_inputs", "strings"),
-             Field("usage", "amounts"), Field("artifacts", "strings")),
+             CONSUMED, USAGE,
+             Field("artifacts", "strings", schema={"items": {**TEXT, "maxLength": MAX_REASON_LEN}})),
        prefixes=("outcome.wait.", "outcome."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/heartbeat", handler=tools.tool_heartbeat,
        summary="Renew the attempt's lease", tag="toolbelt", auth=True,
@@ -163,16 +196,16 @@ OPS: tuple[Op, ...] = (
        summary="End the attempt: completed, handoff or failed", tag="toolbelt", auth=True,
        body=(Field("outcome", "string", required=True, doc="completed, handoff or failed",
                    schema={"enum": list(OUTCOMES)}),
-             Field("consumed_inputs", "strings"), Field("usage", "amounts"),
-             Field("error", "string", schema=REASON_TEXT),
+             CONSUMED, USAGE,
+             Field("error", "string", doc="why it failed (a failed outcome only)", schema=REASON_TEXT),
              Field("retry_after_ms", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_RETRY_AFTER_MS}),
              Field("rate_limited", "boolean")),
-       prefixes=("outcome.",), errors=_TOOL_ERRORS),
+       body_schema=OUTCOME_RULES, prefixes=("outcome.",), errors=_TOOL_ERRORS),
     Op(method="GET", path="/debug/clock", handler=tools.get_clock, summary="The test clock", tag="debug",
        test_clock_only=True),
     Op(method="POST", path="/debug/clock", handler=tools.post_clock, summary="Move the test clock forward",
        tag="debug", body=CLOCK_FIELDS, body_schema={"minProperties": 1, "maxProperties": 1},
-       test_clock_only=True),
+       errors=(CONFLICT,), test_clock_only=True),
 )  # fmt: skip
 
 
@@ -194,26 +227,44 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
             kind, _ = classify(exc, op.prefixes, op.renames)
             if kind is INTERNAL:
                 log.exception("%s %s failed", op.method, op.openapi_path)
+            if kind is NOT_FOUND and all(route.endpoint is not endpoint for route in _routes_of(request)):
+                # no object has this id with its '/': the path is an action's, in another method
+                return _method_not_allowed(request)
             return error_response(exc, op.prefixes, op.renames)
 
     return endpoint
 
 
-def _allowed(request: Request) -> list[str]:
-    """Every method some route takes on this path (a path may be served by several routes)."""
-    methods: set[str] = set()
+def _routes_of(request: Request) -> list[Any]:
+    """The routes whose path template matches this path, whatever the method. A template that matches
+    only by taking a ``/`` into an id (``/work/{work_id:path}`` for ``/work/wk_1/hold``) yields to one
+    that matches it as written (``/work/{work_id:path}/hold``)."""
+    found: list[tuple[bool, Any]] = []
     for route in request.app.routes:
-        match, _ = route.matches(request.scope)
+        match, child = route.matches(request.scope)
         if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+            swallows = any("/" in str(value) for value in child.get("path_params", {}).values())
+            found.append((swallows, route))
+    exact = [route for swallows, route in found if not swallows]
+    return exact or [route for _, route in found]
+
+
+def _allowed(request: Request) -> list[str]:
+    """Every method the path takes (several routes may serve one path)."""
+    return sorted(
+        {method for route in _routes_of(request) for method in getattr(route, "methods", None) or ()}
+    )
+
+
+def _method_not_allowed(request: Request) -> Response:
+    allowed = _allowed(request)
+    message = f"{request.method} is not allowed on {request.url.path}; it takes {', '.join(allowed)}"
+    return json_response(error_body(METHOD, message, None), 405, headers={"Allow": ", ".join(allowed)})
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException) and exc.status_code == 405:
-        allowed = _allowed(request)
-        message = f"{request.method} is not allowed on {request.url.path}; it takes {', '.join(allowed)}"
-        return json_response(error_body(METHOD, message, None), 405, headers={"Allow": ", ".join(allowed)})
+        return _method_not_allowed(request)
     return json_response(error_body(NOT_FOUND, f"no route for {request.url.path}", None), 404)
 
 
@@ -243,7 +294,7 @@ def make_app(
     open_routes = [route for op, route in by_op if not op.needs_operator_token]
 
     def is_open(scope: Any) -> bool:
-        return any(route.matches(scope)[0] is Match.FULL for route in open_routes)
+        return any(route.matches(scope)[0] is not Match.NONE for route in open_routes)  # its path, any method
 
     return Starlette(
         routes=routes,

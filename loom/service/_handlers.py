@@ -6,6 +6,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from ..kernel.timers import MAX_INTERVAL_MS, MAX_TIMER_ID_LEN
 from ..records.core_events import CORE_PREFIX
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import EventIn
@@ -15,12 +16,15 @@ from ..runtime import Runtime
 from ._ops import Call, Service, next_cursor
 from ._wire import (
     BAD_REQUEST,
+    CONFLICT,
+    JSON_OBJECT,
     KEY,
+    NOT_FOUND,
+    OUTSIDE_CORE,
     REASON_TEXT,
     SCOPE,
     TEXT,
     TIME,
-    TYPE,
     Field,
     HTTPError,
     json_response,
@@ -41,11 +45,13 @@ EVENT_FIELDS = (
         doc="the sender's id: (source, delivery_id) is accepted once",
         schema=TEXT,
     ),
-    Field("type", "string", required=True, doc="a dotted name like pr.opened (not core.*)", schema=TYPE),
+    Field(
+        "type", "string", required=True, doc="a dotted name like pr.opened (not core.*)", schema=OUTSIDE_CORE
+    ),
     Field("scope", "string", required=True, doc="a scope path like org/team/repo", schema=SCOPE),
     Field("key", "string", nullable=True, doc="the correlation key", schema=KEY),
     Field("work_id", "string", nullable=True, doc="an explicit target Work", schema=TEXT),
-    Field("payload", "object", doc="a JSON object, at most 1 MiB"),
+    Field("payload", "object", doc="a JSON object, at most 1 MiB", schema=JSON_OBJECT),
 )
 
 
@@ -161,7 +167,9 @@ async def replay(s: Service, call: Call) -> Response:
     event_id = call.body["event_id"]
     try:
         event = await s.rt.event(event_id)
-    except (NotFound, InvalidRequest) as exc:
+    except NotFound as exc:
+        raise HTTPError(NOT_FOUND, str(exc), field="event_id") from None
+    except InvalidRequest as exc:
         raise HTTPError(BAD_REQUEST, str(exc), field="event_id") from None
     checkpoint = await s.rt.checkpoint(event.id)
     if not (
@@ -169,7 +177,7 @@ async def replay(s: Service, call: Call) -> Response:
         or (event.key is not None and event.key in work.keys)
         or (checkpoint is not None and checkpoint.work_id == work.id)
     ):
-        raise HTTPError(BAD_REQUEST, f"event {event.id} is not an event of work {work.id}", field="event_id")
+        raise HTTPError(CONFLICT, f"event {event.id} is not an event of work {work.id}", field="event_id")
     replayed = await s.rt.replay(
         event.id, reason=call.body.get("reason", "operator replay"), request_id=call.body.get("request_id")
     )
@@ -178,26 +186,67 @@ async def replay(s: Service, call: Call) -> Response:
 
 # -- timers and diagnostics -------------------------------------------------------------------------
 
+TIMER_ID = {**TEXT, "maxLength": MAX_TIMER_ID_LEN}
 TIMER_FIELDS = (
-    Field("id", "string", required=True, doc="the timer's id (arming it again replaces it)", schema=TEXT),
+    Field("id", "string", required=True, doc="the timer's id (arming it again replaces it)", schema=TIMER_ID),
     Field("fire_at_ms", "integer", required=True, doc="when it fires, Unix milliseconds", schema=TIME),
     Field("source", "string", required=True, schema=TEXT),
-    Field("type", "string", required=True, schema=TYPE),
+    Field(
+        "type",
+        "string",
+        required=True,
+        doc="the type of the Event it fires (not core.*)",
+        schema=OUTSIDE_CORE,
+    ),
     Field("scope", "string", required=True, schema=SCOPE),
     Field("key", "string", nullable=True, schema=KEY),
     Field("work_id", "string", nullable=True, schema=TEXT),
-    Field("payload", "object"),
+    Field("payload", "object", doc="the Event's payload, a JSON object", schema=JSON_OBJECT),
     Field(
         "delivery_id",
         "string",
         nullable=True,
         doc="the firing's delivery identity (default: the id)",
+        schema=TIMER_ID,
+    ),
+    Field(
+        "interval_ms",
+        "integer",
+        nullable=True,
+        doc="recur at this fixed interval (not with recurrence)",
+        schema={"minimum": 1, "maximum": MAX_INTERVAL_MS},
+    ),
+    Field(
+        "recurrence",
+        "string",
+        nullable=True,
+        doc="recur by this policy (cron, calendar), which reads and checks spec",
         schema=TEXT,
     ),
-    Field("interval_ms", "integer", nullable=True, doc="recur at this fixed interval", schema={"minimum": 1}),
-    Field("recurrence", "string", nullable=True, doc="recur by this policy (cron, calendar)", schema=TEXT),
-    Field("spec", "object", nullable=True, doc="the recurrence policy's spec"),
+    Field(
+        "spec",
+        "object",
+        nullable=True,
+        doc="the recurrence policy's spec (with recurrence only)",
+        schema=JSON_OBJECT,
+    ),
 )
+TIMER_RULES = {
+    "allOf": [
+        {  # a fixed interval or a recurrence policy, not both
+            "not": {
+                "required": ["interval_ms", "recurrence"],
+                "properties": {"interval_ms": {"type": "integer"}, "recurrence": {"type": "string"}},
+            }
+        },
+        {  # a spec goes with a recurrence, and a recurrence with a spec
+            "if": {"required": ["recurrence"], "properties": {"recurrence": {"type": "string"}}},
+            "then": {"required": ["spec"], "properties": {"spec": {"type": "object"}}},
+            "else": {"properties": {"spec": {"type": "null"}}},
+        },
+    ]
+}
+"""The rules across a timer's fields, for the OpenAPI document (the runtime checks them)."""
 
 
 def timer_spec(body: dict[str, Any]) -> TimerSpec:

@@ -9,7 +9,7 @@ from typing import Any
 from .. import __version__
 from ..records.work import WorkState
 from ._ops import Op
-from ._wire import BAD_REQUEST, LOOKUP, MAX_PAGE, MISDIRECTED, SCOPE, UNAUTHORIZED, Field
+from ._wire import BAD_REQUEST, JSON_VALUE, LOOKUP, MAX_PAGE, MISDIRECTED, SCOPE, UNAUTHORIZED, Field
 
 _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "string": {"type": "string"},
@@ -32,7 +32,10 @@ ERROR_SCHEMA = {
 
 
 def _field_schema(field: Field) -> dict[str, Any]:
-    schema = dict(_FIELD_SCHEMAS[field.kind]) | dict(field.schema)
+    schema = dict(_FIELD_SCHEMAS[field.kind])
+    for name, value in field.schema.items():  # items and additionalProperties add to their JSON type
+        base = schema.get(name)
+        schema[name] = base | value if isinstance(base, dict) and isinstance(value, dict) else value
     if field.nullable:
         schema["type"] = [schema["type"], "null"]
     if field.doc:
@@ -122,7 +125,7 @@ def document(ops: Sequence[Op], *, test_clock: bool, operator_token: bool = Fals
         },
         "paths": paths,
         "components": {
-            "schemas": {"Error": ERROR_SCHEMA},
+            "schemas": {"Error": ERROR_SCHEMA, "JsonValue": JSON_VALUE},
             "securitySchemes": _security_schemes(operator_token=operator_token),
         },
     }

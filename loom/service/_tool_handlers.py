@@ -16,6 +16,7 @@ from ._metrics import CONTENT_TYPE
 from ._ops import Call, Service
 from ._wire import (
     BAD_REQUEST,
+    CONFLICT,
     TIME,
     Field,
     HTTPError,
@@ -120,7 +121,10 @@ async def tool_complete(s: Service, call: Call) -> Response:
 
 
 async def healthz(s: Service, call: Call) -> Response:
-    await s.rt.events(limit=1)  # the store answers reads
+    # the store answers a read and commits a write (the time floor, which only ever moves up): a
+    # store that is corrupt, full, deleted or closed answers 503 here as every write would
+    await s.rt.events(limit=1)
+    await s.rt.mark_time()
     now = s.rt.clock.now_ms()
     return json_response({"status": "ok", "now_ms": now, "now": iso(now), "test_clock": s.clock is not None})
 
@@ -134,7 +138,7 @@ CLOCK_FIELDS = (
         "advance_ms",
         "integer",
         doc="move the clock forward by this many milliseconds (>= 0)",
-        schema={"minimum": 0},
+        schema={"minimum": 0, "maximum": MAX_TIME_MS},
     ),
     Field("now_ms", "integer", doc="move the clock to this time (never backwards)", schema=TIME),
 )
@@ -162,8 +166,8 @@ async def post_clock(s: Service, call: Call) -> Response:
     if given[0] == "advance_ms":
         step = call.body["advance_ms"]
         if not 0 <= step <= MAX_TIME_MS - now:
-            raise HTTPError(
-                BAD_REQUEST,
+            raise HTTPError(  # well formed, but too far from where the clock is
+                CONFLICT if 0 <= step <= MAX_TIME_MS else BAD_REQUEST,
                 f"advance_ms must be from 0 to {MAX_TIME_MS - now}, got {step}",
                 field="advance_ms",
             )
@@ -171,8 +175,8 @@ async def post_clock(s: Service, call: Call) -> Response:
     else:
         target = call.body["now_ms"]
         if not now <= target <= MAX_TIME_MS:
-            raise HTTPError(
-                BAD_REQUEST,
+            raise HTTPError(  # well formed, but behind where the clock is
+                CONFLICT if 0 <= target <= MAX_TIME_MS else BAD_REQUEST,
                 f"now_ms must be from the clock's time {now} to {MAX_TIME_MS}: time never moves backwards,"
                 f" got {target}",
                 field="now_ms",

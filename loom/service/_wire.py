@@ -29,7 +29,7 @@ from ..records.errors import (
     StorageError,
 )
 from ..records.serde import unstructure
-from ..records.validation import MAX_ID_LEN, MAX_KEY_LEN, MAX_REASON_LEN, MAX_TIME_MS
+from ..records.validation import MAX_ID_LEN, MAX_INT, MAX_KEY_LEN, MAX_REASON_LEN, MAX_TIME_MS, MIN_INT
 
 MAX_BODY_BYTES = 2 * 1024 * 1024
 """The largest request body: a payload may be 1 MiB as canonical JSON, and a body carries it as
@@ -179,15 +179,35 @@ class Field:
 
 
 # JSON Schema for the documented limits of `loom.records.validation` (the runtime checks them)
+# Whitespace as Python's str.strip() reads it, spelled out: JSON Schema validators differ on ``\s``.
+_SPACE = r"\t\n\u000b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+_CONTROL = r"\u0000-\u001f\u007f"
 TEXT = {
     "minLength": 1,
     "maxLength": MAX_ID_LEN,
-    "pattern": r"^[^\s\u0000-\u001f\u007f]([^\u0000-\u001f\u007f]*[^\s\u0000-\u001f\u007f])?$",
+    "pattern": rf"^[^{_SPACE}{_CONTROL}]([^{_CONTROL}]*[^{_SPACE}{_CONTROL}])?$",
 }
 KEY = {**TEXT, "maxLength": MAX_KEY_LEN}
-LOOKUP = {"minLength": 1, "maxLength": MAX_KEY_LEN, "pattern": r"^[^\u0000-\u001f\u007f]+$"}
-REASON_TEXT = {"minLength": 1, "maxLength": MAX_REASON_LEN, "pattern": r"\S"}
+LOOKUP = {"minLength": 1, "maxLength": MAX_KEY_LEN, "pattern": rf"^[^{_CONTROL}]+$"}
+REASON_TEXT = {"minLength": 1, "maxLength": MAX_REASON_LEN, "pattern": rf"[^{_SPACE}]"}
+JSON_VALUE_REF = {"$ref": "#/components/schemas/JsonValue"}
+JSON_VALUE = {
+    "description": "JSON data as loom stores it: integers within 64 bits, finite numbers, valid Unicode",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string"},
+        {"type": "integer", "minimum": MIN_INT, "maximum": MAX_INT},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": JSON_VALUE_REF},
+        {"type": "object", "additionalProperties": JSON_VALUE_REF},
+    ],
+}
+JSON_OBJECT = {"additionalProperties": JSON_VALUE_REF}
+"""A payload or spec: a JSON object of `JSON_VALUE` (at most 1 MiB and 64 levels deep)."""
 TYPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"}
+OUTSIDE_CORE = {**TYPE, "not": {"pattern": r"^core\."}}
+"""An Event type a client may send: the ``core.*`` family is the runtime's own."""
 SCOPE = {"maxLength": MAX_ID_LEN, "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"}
 TIME = {"minimum": 0, "maximum": MAX_TIME_MS}
 

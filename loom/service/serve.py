@@ -34,7 +34,7 @@ from starlette.applications import Starlette
 
 from ..config import Config
 from ..records.clock import ManualClock, SystemClock
-from ..records.errors import InvalidRequest, LoomError
+from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ..store import is_postgres_url
 from ._access import Access, is_loopback
@@ -254,12 +254,27 @@ async def serve(
     try:
         await _serve(db, config, listen, test_clock, access, stop, task_status)
     except BaseExceptionGroup as group:
-        # one of loom's own refusals (the address is taken, the store is too new) is raised as it is
-        leaves = _leaves(group)
-        if len(leaves) == 1 and isinstance(leaves[0], LoomError):
-            raise leaves[0] from None
-        raise
+        reason = _reason(group)
+        if reason is None:
+            raise
+        raise reason from None
     log.info("stopped cleanly")
+
+
+def _reason(group: BaseExceptionGroup[BaseException]) -> LoomError | None:
+    """Why `serve` stopped, when only loom's own errors stopped it: one of its refusals (the address
+    is taken, the store is too new) or the store's failure, which every actor meets at once (a full
+    disk fails each of them): the store's failure first, said once. ``None`` for anything else (a
+    fault in loom), which keeps its traceback."""
+    leaves = _leaves(group)
+    if not leaves or not all(isinstance(leaf, LoomError) for leaf in leaves):
+        return None
+    failures = [leaf for leaf in leaves if isinstance(leaf, StorageError)]
+    first = failures[0] if failures else leaves[0]
+    assert isinstance(first, LoomError)
+    if len(leaves) > 1:
+        log.debug("stopped by %d failures; the first: %s", len(leaves), first)
+    return first
 
 
 async def _serve(

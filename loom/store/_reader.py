@@ -3,17 +3,25 @@
 Reads never block the writer (WAL) and a cancelled read interrupts its query. A
 ``:memory:`` database has no second connection, so its reads go through the storage
 actor instead (`ActorReader`); both readers offer the same methods, mirroring `Tx`.
+
+A read that fails in the store (a corrupt page, an I/O error), or finds the file deleted or replaced
+since it was opened, raises `StorageError` (a closed reader `StorageClosed`): what the store answers
+is never mistaken for a fault of loom's, and never read from a file that is no longer the database.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import sqlite_anyio
 import trio
 
 from ..records.budgets import BudgetLedger
-from ..records.errors import StorageClosed
+from ..records.errors import StorageClosed, StorageError
 from ..records.events import Diagnostic, Event, KVEntry
 from ..records.subscriptions import Subscription
 from ..records.timers import Firing, Timer
@@ -27,6 +35,12 @@ from ._tx_subscriptions import SUBSCRIPTION_SELECT, subscription_from_row
 from ._tx_waits import WAIT_SELECT, wait_from_row
 
 Rows = list[tuple[Any, ...]]
+T = TypeVar("T")
+
+
+def _file_of(uri: str) -> str | None:
+    parts = urlsplit(uri)
+    return unquote(parts.path) if parts.scheme == "file" and parts.path else None
 
 
 class Reader:
@@ -36,9 +50,45 @@ class Reader:
         self._uri = uri
         self._conn: sqlite_anyio.Connection | None = None
         self._lock = trio.Lock()
+        self._path = _file_of(uri)
+        self._identity: tuple[int, int] | None = None
 
     async def open(self) -> None:
-        self._conn = await sqlite_anyio.connect(self._uri, uri=True)
+        try:
+            self._conn = await sqlite_anyio.connect(self._uri, uri=True)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open a reader on {self._path or self._uri}: {exc}") from exc
+        if self._path is not None:
+            info = os.stat(self._path)
+            self._identity = (info.st_dev, info.st_ino)
+
+    def _check_file(self) -> None:
+        if self._path is None or self._identity is None:
+            return
+        try:
+            info = os.stat(self._path)
+        except FileNotFoundError:
+            raise StorageError(f"the database file {self._path} was deleted while loom had it open") from None
+        if (info.st_dev, info.st_ino) != self._identity:
+            raise StorageError(f"the database file {self._path} was replaced while loom had it open")
+
+    async def _guarded(self, run: Callable[[sqlite_anyio.Connection], Awaitable[T]]) -> T:
+        """Run ``run`` on the connection, one read at a time; the store's failures as `StorageError`."""
+        if self._conn is None:
+            raise StorageClosed("the store is closed: reads end with the runtime")
+        async with self._lock:
+            conn = self._conn
+            if conn is None:
+                raise StorageClosed("the store is closed: reads end with the runtime")
+            self._check_file()
+            try:
+                return await run(conn)
+            except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+                if self._conn is None:
+                    raise StorageClosed("the store is closed: reads end with the runtime") from None
+                raise  # a fault in loom's own query
+            except sqlite3.Error as exc:
+                raise StorageError(f"reading {self._path or 'the store'} failed: {exc}") from exc
 
     async def aclose(self) -> None:
         if self._conn is not None:
@@ -46,22 +96,21 @@ class Reader:
             await conn.close()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
-        if self._conn is None:
-            raise StorageClosed("the store is closed: reads end with the runtime")
-        async with self._lock:
-            cursor = await self._conn.cursor()
+        async def query(conn: sqlite_anyio.Connection) -> Rows:
+            cursor = await conn.cursor()
             try:
                 await cursor.execute(sql, params)
                 return await cursor.fetchall()
             finally:
                 await cursor.close()
 
+        return await self._guarded(query)
+
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         """Several queries in one read transaction: one consistent snapshot."""
-        if self._conn is None:
-            raise StorageClosed("the store is closed: reads end with the runtime")
-        async with self._lock:
-            cursor = await self._conn.cursor()
+
+        async def snapshot(conn: sqlite_anyio.Connection) -> list[Rows]:
+            cursor = await conn.cursor()
             try:
                 await cursor.execute("BEGIN")
                 try:
@@ -75,6 +124,8 @@ class Reader:
                 return out
             finally:
                 await cursor.close()
+
+        return await self._guarded(snapshot)
 
     async def event(self, event_id: str) -> Event | None:
         rows = await self._all(_sql.EVENT_BY_ID, (event_id,))

@@ -2,12 +2,23 @@
 
 WAL, ``synchronous=FULL`` by default (``NORMAL`` on request), foreign keys on, a busy
 timeout. ``:memory:`` keeps one connection (readers go through the storage actor).
+
+One process writes a file (docs/operations.md): opening the writer takes an OS lock on
+``<file>.lock`` beside it, held while the process has the file open (the OS drops it when the
+process dies, even by ``kill -9``); a second process is refused before it touches the file. The
+writer connection (`WriterConnection`) fails for good once the file is found corrupt, or deleted or
+replaced under it (its device and inode, checked at each write transaction's start and after its
+COMMIT): nothing is acknowledged that a restart would not find.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -58,15 +69,23 @@ class SQLiteStore:
             conn.close()
 
     def open_writer(self) -> sqlite3.Connection:
-        """Open the write connection, refusing a newer schema before writing anything."""
+        """Open the write connection, refusing a file another process writes, and a newer schema,
+        before writing anything."""
+        lock = None
         if not self.in_memory:
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise StorageError(f"cannot open {self.path}: directory {parent} does not exist")
+            lock = _FileLock.acquire(self.path)
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, factory=WriterConnection
+            )
         except sqlite3.Error as exc:
+            if lock is not None:
+                lock.release()
             raise StorageError(f"cannot open {self.path}: {exc}") from exc
+        conn.attach(None if self.in_memory else self.path, lock)
         try:
             version = read_schema_version(conn)
             if version > SCHEMA_VERSION:
@@ -119,3 +138,141 @@ def migrate(conn: sqlite3.Connection, current: int) -> None:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+
+# -- one writing process per file ---------------------------------------------------------------------
+
+
+class _FileLock:
+    """This process's lock on a database's ``<file>.lock``, shared by the writers it opens on that
+    file (an OS lock belongs to the process: a second one taken here would refuse the first)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, db_path: str) -> _FileLock:
+        path = os.path.realpath(db_path + ".lock")
+        with _HELD_GUARD:
+            lock = _HELD.get(path)
+            if lock is None:
+                lock = cls(path, _lock_file(db_path, path))
+                _HELD[path] = lock
+            lock.users += 1
+            return lock
+
+    def release(self) -> None:
+        with _HELD_GUARD:
+            self.users -= 1
+            if self.users == 0:
+                del _HELD[self.path]
+                os.close(self.fd)  # closing the only descriptor drops the lock
+
+
+_HELD: dict[str, _FileLock] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _lock_file(db_path: str, path: str) -> int:
+    """Open ``path`` and lock it for this process, writing its pid there; `StorageError` naming the
+    process that holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise StorageError(f"cannot open {db_path}: its lock file {path}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        by = f" (pid {holder})" if holder.isdigit() else ""
+        raise StorageError(
+            f"{db_path} is in use by another loom process{by}: only one process may write a SQLite file"
+            f" (the lock is {path}); stop that one first, or share a PostgreSQL database between"
+            " several (docs/operations.md)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+# -- the writer connection ----------------------------------------------------------------------------
+
+_CORRUPT = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_BEGIN = SQLITE.begin
+
+
+class WriterConnection(sqlite3.Connection):
+    """The write connection: a ``sqlite3.Connection`` that fails every statement, once the file is
+    found corrupt or gone, with the reason (an `OperationalError`: the storage actor fails the batch
+    as a storage failure), and drops the process's lock on the file when it closes."""
+
+    _path: str | None = None
+    _identity: tuple[int, int] | None = None
+    _lock: _FileLock | None = None
+    _failure: str | None = None
+
+    def attach(self, path: str | None, lock: _FileLock | None) -> None:
+        """Watch the file at ``path`` (``None``: in memory) from now on; ``lock`` is released at close."""
+        self._path, self._lock = path, lock
+        if path is not None:
+            info = os.stat(path)
+            self._identity = (info.st_dev, info.st_ino)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
+        if self._failure is not None and not sql.startswith("ROLLBACK"):  # undoing is always allowed
+            raise sqlite3.OperationalError(self._failure)
+        if sql == _BEGIN:
+            self._check_file()
+        try:
+            cursor = super().execute(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            self._note(exc)
+            raise
+        if sql == "COMMIT":
+            # a batch committed into a file that is no longer the path's is lost at the next open:
+            # it must not be acknowledged
+            self._check_file()
+        return cursor
+
+    def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
+        if self._failure is not None:
+            raise sqlite3.OperationalError(self._failure)
+        try:
+            return super().executemany(sql, parameters)
+        except sqlite3.DatabaseError as exc:
+            self._note(exc)
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            lock, self._lock = self._lock, None
+            if lock is not None:
+                lock.release()
+
+    def _note(self, exc: sqlite3.DatabaseError) -> None:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CORRUPT:
+            self._failure = (
+                f"the database file {self._path or ':memory:'} is corrupt ({exc}): loom writes nothing more"
+                " to it; restore it from a backup (docs/operations.md)"
+            )
+
+    def _check_file(self) -> None:
+        if self._path is None:
+            return
+        try:
+            info = os.stat(self._path)
+        except FileNotFoundError:
+            lost = "was deleted"
+        else:
+            lost = "was replaced" if (info.st_dev, info.st_ino) != self._identity else ""
+        if lost:
+            self._failure = (
+                f"the database file {self._path} {lost} while loom had it open: loom writes nothing more"
+                " to what is left of it; restart loom (docs/operations.md)"
+            )
+            raise sqlite3.OperationalError(self._failure)

@@ -1,0 +1,245 @@
+"""``loom serve`` as a failing disk meets it (docs/operations.md): one process per SQLite file, a file
+deleted, corrupt or full under a running server. Whatever the store cannot do is answered 503 (reads
+too, and ``/healthz``), nothing is acknowledged that a restart would not find, and a server the store
+stopped says why in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from service_kit import api, order, refusal, start_server
+
+import loom
+from loom.service.serve import serve
+from loom.store import SQLiteStore
+
+PAGE = 4096
+
+
+def _serve_args(db: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "loom", "serve", "--db", str(db), "--listen", "127.0.0.1:0", *extra]
+
+
+# -- one process per file ------------------------------------------------------------------------------
+
+
+async def test_a_second_serve_on_the_same_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Two servers on one file both held leases as owner ``loom`` (each recovering the other's attempts
+    as its own). Catches a lock taken only after the file was migrated or written, a lock that
+    outlives its process (a restart after the first one stops must work), and a traceback."""
+    db = tmp_path / "loom.db"
+    first = await trio.to_thread.run_sync(lambda: start_server(db))
+    try:
+        with trio.fail_after(60):  # a second server that starts would serve for ever: a deadline, not a wait
+            second = await trio.run_process(
+                _serve_args(db), capture_stdout=True, capture_stderr=True, check=False
+            )
+        stderr = second.stderr.decode()
+        assert second.returncode == 1, stderr
+        assert stderr.count("\n") == 1, stderr
+        assert f"in use by another loom process (pid {first.proc.pid})" in stderr
+        assert b"listening" not in second.stdout
+        async with httpx.AsyncClient(base_url=first.url) as client:
+            assert (await client.post("/events", json=order(1))).status_code == 201
+    finally:
+        assert await trio.to_thread.run_sync(first.stop) == 0
+    again = await trio.to_thread.run_sync(lambda: start_server(db))
+    await trio.to_thread.run_sync(again.kill)  # a killed holder's lock goes with it
+    last = await trio.to_thread.run_sync(lambda: start_server(db))
+    await trio.to_thread.run_sync(last.stop)
+
+
+EMBEDDED = """
+import sys, trio, loom
+async def main():
+    try:
+        async with loom.open_runtime(sys.argv[1], load_entry_points=False, actors=()):
+            print("opened")
+    except loom.StorageError as exc:
+        print("refused:", exc)
+trio.run(main)
+"""
+
+
+async def test_open_runtime_from_a_second_process_is_refused_until_the_first_closes(tmp_path: Path) -> None:
+    db = str(tmp_path / "loom.db")
+
+    async def other_process() -> str:
+        done = await trio.run_process([sys.executable, "-c", EMBEDDED, db], capture_stdout=True, check=True)
+        return done.stdout.decode().strip()
+
+    async with loom.open_runtime(db, load_entry_points=False, actors=()) as rt:
+        answer = await other_process()
+        assert answer.startswith("refused:"), answer
+        assert f"{db} is in use by another loom process (pid {os.getpid()})" in answer
+        async with loom.open_runtime(db, load_entry_points=False, actors=()) as same_process:
+            assert await same_process.events() == await rt.events()  # this process may open it again
+        assert await other_process() == "refused: " + answer.removeprefix("refused: ")
+    assert await other_process() == "opened"
+
+
+# -- a file deleted, corrupt or full under a running server ------------------------------------------
+
+
+async def test_a_deleted_file_is_never_written_again_and_answers_503(tmp_path: Path) -> None:
+    """After the file was deleted, ``POST /events`` kept answering 201 and the Events were gone at
+    restart. Catches a check of the path only at open, and reads served from the deleted file. (No
+    actor runs: the first of them to write would stop the runtime, as any storage failure does.)"""
+    async with api(tmp_path, actors=False) as a:
+        assert (await a.client.post("/events", json=order(1))).status_code == 201
+        os.unlink(a.db)
+        for n in (2, 3):
+            refusal(await a.client.post("/events", json=order(n)), 503, "unavailable")
+        body = refusal(await a.client.get("/events"), 503, "unavailable")
+        assert "deleted" in body["message"]
+        refusal(await a.client.get("/healthz"), 503, "unavailable")
+        assert not a.db.exists()
+
+
+def _corrupt(db: Path, table: str, *, index: bool) -> None:
+    """Overwrite the root page of ``table`` (or of its unique index on source and delivery id)."""
+    store = SQLiteStore(path=str(db))
+    store.open_writer().close()
+    conn = sqlite3.connect(db)
+    kind, name = ("index", "sqlite_autoindex_events_2") if index else ("table", table)
+    (page,) = conn.execute(
+        "SELECT rootpage FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)
+    ).fetchone()
+    conn.close()
+    with db.open("r+b") as file:
+        file.seek((page - 1) * PAGE)
+        file.write(b"\xff" * PAGE)
+
+
+async def test_on_a_corrupt_store_writes_and_health_answer_503(tmp_path: Path) -> None:
+    """Every write got 503 while ``/healthz`` kept answering 200. Catches a health check that only
+    reads (this corruption is in the index acceptance writes, not in what a read of Events touches),
+    and one whose write probe touches only healthy pages (once found corrupt, the store takes no more
+    writes). No actor runs: the first of them to write would stop the runtime."""
+    _corrupt(tmp_path / "service.db", "events", index=True)
+    async with api(tmp_path, actors=False) as a:
+        body = refusal(await a.client.post("/events", json=order(1)), 503, "unavailable")
+        assert "malformed" in body["message"] or "corrupt" in body["message"]
+        body = refusal(await a.client.get("/healthz"), 503, "unavailable")
+        assert "corrupt" in body["message"]
+        refusal(await a.client.post("/events", json=order(2)), 503, "unavailable")
+
+
+async def test_a_read_the_store_fails_answers_503_not_500(tmp_path: Path) -> None:
+    _corrupt(tmp_path / "service.db", "events", index=False)
+    async with api(tmp_path, actors=False) as a:
+        refusal(await a.client.get("/events"), 503, "unavailable")
+        page = await a.client.get("/ui/work/wk_nope")
+        assert page.status_code in (404, 503)
+
+
+def _disk_full_after(pages: int) -> Any:
+    """An ``open_writer`` whose file can grow by ``pages`` pages only, as a disk that fills up."""
+    opener = SQLiteStore.open_writer
+
+    def open_writer(self: SQLiteStore) -> sqlite3.Connection:
+        conn = opener(self)
+        count = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {count + pages}")
+        return conn
+
+    return open_writer
+
+
+FULL_DISK = """
+import sqlite3, sys
+from loom.store import SQLiteStore
+
+opener = SQLiteStore.open_writer
+
+def open_writer(self):  # a disk with room for two more pages
+    conn = opener(self)
+    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0] + 2}")
+    return conn
+
+SQLiteStore.open_writer = open_writer
+from loom.service.cli import main
+main()
+"""
+
+
+async def test_a_full_disk_stops_serve_with_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """When the disk filled up, every actor's storage failure came out of ``loom serve`` as exception
+    groups: hundreds of lines of traceback. Catches a one-line reason only for a single failure."""
+    config = tmp_path / "loom.toml"
+    config.write_text('[[scopes.shop.routes]]\nname = "orders"\ntypes = ["order.*"]\ncreate_work = true\n')
+    args = [sys.executable, "-c", FULL_DISK, "serve", "--db", str(tmp_path / "loom.db"), "--listen", "127.0.0.1:0",
+            "--config", str(config)]  # fmt: skip
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True)  # noqa: ASYNC220
+    assert proc.stdout is not None
+    try:
+        line = await trio.to_thread.run_sync(proc.stdout.readline)
+        url = line.split("listening on ", 1)[1].split()[0]
+        async with httpx.AsyncClient(base_url=url) as client:
+            for n in range(200):
+                try:
+                    await client.post("/events", json=order(n, payload={"pad": "x" * 3000}))
+                except httpx.TransportError:
+                    break  # the store stopped the server
+        proc.send_signal(signal.SIGTERM)
+        status = await trio.to_thread.run_sync(lambda: proc.wait(30))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    text = log.read_text()
+    assert status == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "╭" not in text, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("loom: "), text[-3000:]
+    assert "disk is full" in last, text[-3000:]
+
+
+class _Started:
+    """Where `serve` reports its addresses when it is awaited directly (not through a nursery)."""
+
+    def __init__(self) -> None:
+        self.urls: list[str] = []
+        self.event = trio.Event()
+
+    def started(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.event.set()
+
+
+async def _load_until_gone(started: _Started) -> None:
+    await started.event.wait()
+    async with httpx.AsyncClient(base_url=started.urls[0]) as client:
+        for n in range(200):
+            try:
+                await client.post("/events", json=order(n, payload={"pad": "x" * 3000}))
+            except httpx.TransportError:
+                return
+
+
+async def test_serve_raises_the_storage_failure_that_stopped_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `StorageError`, not exception groups of every actor's failure."""
+    monkeypatch.setattr(SQLiteStore, "open_writer", _disk_full_after(2))
+    monkeypatch.setenv("LOOM_URL", "")  # serve sets it for the processes it runs: restored after
+    config = tmp_path / "loom.toml"
+    config.write_text('[[scopes.shop.routes]]\nname = "orders"\ntypes = ["order.*"]\ncreate_work = true\n')
+    started = _Started()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_load_until_gone, started)
+        with pytest.raises(loom.StorageError, match="disk is full"):
+            await serve(tmp_path / "loom.db", config, "127.0.0.1:0", log_level="error", task_status=started)  # type: ignore[arg-type]
