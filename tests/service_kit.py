@@ -19,6 +19,7 @@ import trio
 
 import loom
 from loom.service.serve import Service, open_service
+from loom.store import SQLiteStore
 from loom.testing import T0_MS
 
 CONFIG_TOML = """
@@ -222,3 +223,40 @@ def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
             proc.stdout.close()
             raise AssertionError(f"loom serve printed nothing in {timeout}s")
     return proc.stdout.readline()
+
+
+# -- a disk that fills up ------------------------------------------------------------------------------
+
+
+class FullDisk:
+    """A store's write connection on a disk that is full once ``flag`` exists: from then on every
+    write transaction fails at its COMMIT with SQLite's "database or disk is full" (reads go on).
+    `open_writer_on` puts it under ``SQLiteStore.open_writer``."""
+
+    def __init__(self, conn: Any, flag: Path) -> None:
+        self._conn = conn
+        self._flag = flag
+        self._changes = 0
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        if sql.startswith("BEGIN"):
+            self._changes = self._conn.total_changes
+        elif sql == "COMMIT" and self._conn.total_changes != self._changes and self._flag.exists():
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._conn.execute(sql, parameters)
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
+        return self._conn.executemany(sql, parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def open_writer_on(flag: Path) -> Callable[..., Any]:
+    """An ``SQLiteStore.open_writer`` whose connection is a `FullDisk` once ``flag`` exists."""
+    opener = SQLiteStore.open_writer
+
+    def open_writer(self: SQLiteStore) -> Any:
+        return FullDisk(opener(self), flag)
+
+    return open_writer

@@ -6,19 +6,18 @@ stopped says why in one line."""
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import trio
-from service_kit import api, order, refusal, start_server
+from service_kit import api, open_writer_on, order, refusal, start_server, until
 
 import loom
+from loom.plugins.shell import default_executor
 from loom.service.serve import serve
 from loom.store import SQLiteStore
 
@@ -142,58 +141,69 @@ async def test_a_read_the_store_fails_answers_503_not_500(tmp_path: Path) -> Non
         assert page.status_code in (404, 503)
 
 
-def _disk_full_after(pages: int) -> Any:
-    """An ``open_writer`` whose file can grow by ``pages`` pages only, as a disk that fills up."""
-    opener = SQLiteStore.open_writer
-
-    def open_writer(self: SQLiteStore) -> sqlite3.Connection:
-        conn = opener(self)
-        count = conn.execute("PRAGMA page_count").fetchone()[0]
-        conn.execute(f"PRAGMA max_page_count = {count + pages}")
-        return conn
-
-    return open_writer
-
-
 FULL_DISK = """
-import sqlite3, sys
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv.pop(1))
+from service_kit import open_writer_on
 from loom.store import SQLiteStore
-
-opener = SQLiteStore.open_writer
-
-def open_writer(self):  # a disk with room for two more pages
-    conn = opener(self)
-    conn.execute(f"PRAGMA max_page_count = {conn.execute('PRAGMA page_count').fetchone()[0] + 2}")
-    return conn
-
-SQLiteStore.open_writer = open_writer
+SQLiteStore.open_writer = open_writer_on(Path(sys.argv.pop(1)))
 from loom.service.cli import main
 main()
 """
+"""``loom serve`` on a disk that is full once a flag file exists (`service_kit.FullDisk`)."""
+
+ATTEMPTS = 4
+
+
+def _config(tmp_path: Path, flag: Path) -> Path:
+    """Orders start shell attempts that run until the disk is full, then complete: each completion is
+    a write of the router, from one lane per Work, all at once."""
+    config = tmp_path / "loom.toml"
+    config.write_text(
+        "[scopes.shop.bindings.wait]\n"
+        'executor = "shell"\n'
+        f'config = {{ command = ["sh", "-c", "while [ ! -e {flag} ]; do sleep 0.02; done"] }}\n'
+        "[[scopes.shop.routes]]\n"
+        'name = "orders"\ntypes = ["order.*"]\ncreate_work = true\nbinding = "wait"\n'
+    )
+    return config
+
+
+async def fill_the_disk(url: str, flag: Path) -> None:
+    """Start `ATTEMPTS` attempts, then fill the disk: their completions fail, which stops the server."""
+    async with httpx.AsyncClient(base_url=url) as client:
+        for n in range(ATTEMPTS):
+            assert (await client.post("/events", json=order(n))).status_code == 201
+
+        async def all_running() -> bool:
+            return len((await client.get("/work", params={"state": "running"})).json()["work"]) == ATTEMPTS
+
+        await until(all_running, f"{ATTEMPTS} attempts to run")
+        flag.touch()  # noqa: ASYNC240 - a local file, made once
 
 
 async def test_a_full_disk_stops_serve_with_one_line_not_a_traceback(tmp_path: Path) -> None:
     """When the disk filled up, every actor's storage failure came out of ``loom serve`` as exception
     groups: hundreds of lines of traceback. Catches a one-line reason only for a single failure."""
-    config = tmp_path / "loom.toml"
-    config.write_text('[[scopes.shop.routes]]\nname = "orders"\ntypes = ["order.*"]\ncreate_work = true\n')
-    args = [sys.executable, "-c", FULL_DISK, "serve", "--db", str(tmp_path / "loom.db"), "--listen", "127.0.0.1:0",
-            "--config", str(config)]  # fmt: skip
+    flag = tmp_path / "full"
+    args = [sys.executable, "-c", FULL_DISK, str(Path(__file__).parent), str(flag), "serve", "--db",
+            str(tmp_path / "loom.db"), "--listen", "127.0.0.1:0", "--config", str(_config(tmp_path, flag))]  # fmt: skip
     log = tmp_path / "serve.log"
     with log.open("w") as stderr:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, text=True)  # noqa: ASYNC220
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            args,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+        )
     assert proc.stdout is not None
     try:
         line = await trio.to_thread.run_sync(proc.stdout.readline)
-        url = line.split("listening on ", 1)[1].split()[0]
-        async with httpx.AsyncClient(base_url=url) as client:
-            for n in range(200):
-                try:
-                    await client.post("/events", json=order(n, payload={"pad": "x" * 3000}))
-                except httpx.TransportError:
-                    break  # the store stopped the server
-        proc.send_signal(signal.SIGTERM)
-        status = await trio.to_thread.run_sync(lambda: proc.wait(30))
+        assert "listening on " in line, log.read_text()[-3000:]
+        await fill_the_disk(line.split("listening on ", 1)[1].split()[0], flag)
+        status = await trio.to_thread.run_sync(lambda: proc.wait(60))  # a deadline, not a wait for time
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -220,26 +230,23 @@ class _Started:
         self.event.set()
 
 
-async def _load_until_gone(started: _Started) -> None:
-    await started.event.wait()
-    async with httpx.AsyncClient(base_url=started.urls[0]) as client:
-        for n in range(200):
-            try:
-                await client.post("/events", json=order(n, payload={"pad": "x" * 3000}))
-            except httpx.TransportError:
-                return
-
-
 async def test_serve_raises_the_storage_failure_that_stopped_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One `StorageError`, not exception groups of every actor's failure."""
-    monkeypatch.setattr(SQLiteStore, "open_writer", _disk_full_after(2))
+    """One `StorageError`, not the exception groups of every lane's failure."""
+    flag = tmp_path / "full"
+    monkeypatch.setattr(SQLiteStore, "open_writer", open_writer_on(flag))
+    monkeypatch.setattr(default_executor(), "state_dir", tmp_path / "shell")
     monkeypatch.setenv("LOOM_URL", "")  # serve sets it for the processes it runs: restored after
-    config = tmp_path / "loom.toml"
-    config.write_text('[[scopes.shop.routes]]\nname = "orders"\ntypes = ["order.*"]\ncreate_work = true\n')
     started = _Started()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(_load_until_gone, started)
-        with pytest.raises(loom.StorageError, match="disk is full"):
-            await serve(tmp_path / "loom.db", config, "127.0.0.1:0", log_level="error", task_status=started)  # type: ignore[arg-type]
+
+    async def fill_when_started() -> None:
+        await started.event.wait()
+        await fill_the_disk(started.urls[0], flag)
+
+    with trio.fail_after(60):  # a deadline, not a wait for time to pass
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(fill_when_started)
+            with pytest.raises(loom.StorageError, match="disk is full"):
+                await serve(tmp_path / "loom.db", _config(tmp_path, flag), "127.0.0.1:0", log_level="error",
+                            task_status=started)  # type: ignore[arg-type]  # fmt: skip

@@ -112,6 +112,8 @@ class AttemptRunner:
             except StaleAuthority:
                 pass  # cancelled, or recovered by another recoverer meanwhile
             return None
+        except StorageError:
+            raise  # the store failed under the executor's toolbelt call: not the executor's fault
         except Exception as exc:
             # a boundary failure fails this one attempt: it could not be verified (retry applies)
             reason = f"executor {name!r} recover raised {describe(exc)}"
@@ -144,6 +146,8 @@ class AttemptRunner:
                 answer = await executor.launch(lease.request, toolbelt)
         except CallParked:
             return Failed(error="parked by a call gate")  # not committed: the attempt is parked
+        except StorageError:
+            raise  # the store failed under the executor's toolbelt call: not the executor's fault
         except Exception as exc:
             reason = f"executor {name!r} raised {describe(exc)}"
             await self._contain(name, "launch", lease, reason, exc)

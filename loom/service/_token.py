@@ -1,5 +1,5 @@
 """The operator token of ``loom serve``, kept in a file that the server and the command line read
-(docs/http-api.md "Access"). Only the standard library: the command line imports it."""
+(docs/http-api.md "Access"). Nothing of the HTTP server is imported here: the command line uses it."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ COMMIT): nothing is acknowledged that a restart would not find.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import sqlite3
@@ -154,7 +155,7 @@ class _FileLock:
 
     @classmethod
     def acquire(cls, db_path: str) -> _FileLock:
-        path = os.path.realpath(db_path + ".lock")
+        path = os.path.realpath(db_path) + ".lock"  # one lock whatever name or link the file is opened by
         with _HELD_GUARD:
             lock = _HELD.get(path)
             if lock is None:
@@ -184,7 +185,12 @@ def _lock_file(db_path: str, path: str) -> int:
         raise StorageError(f"cannot open {db_path}: its lock file {path}: {exc.strerror or exc}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            os.close(fd)
+            raise StorageError(
+                f"cannot lock {db_path} (its lock file {path}): {exc.strerror or exc}"
+            ) from None
         holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
         os.close(fd)
         by = f" (pid {holder})" if holder.isdigit() else ""
