@@ -348,6 +348,14 @@ async def test_an_empty_filter_is_refused_by_the_api_and_means_any_in_the_web_fo
         ).status_code == 200
 
 
+@pytest.mark.parametrize("seconds", [0, -1, 3601, True])
+async def test_a_read_timeout_that_is_no_timeout_is_refused(tmp_path: Path, seconds: Any) -> None:
+    with pytest.raises(loom.InvalidRequest, match="read_timeout") as refused:
+        await serve(tmp_path / "loom.db", None, "127.0.0.1:0", log_level="warning", read_timeout=seconds)
+    assert refused.value.field == "read_timeout"
+    assert not (tmp_path / "loom.db").exists()
+
+
 async def test_a_stalled_request_body_is_cut_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A client that sends part of a body and then nothing used to hold its connection (and a file
     descriptor) for ever. The server closes it after its read timeout, logs no error for it, and goes

@@ -146,6 +146,11 @@ def serve(
         help="A file holding the operator token every route but /healthz, /openapi.json and the"
         " toolbelt then requires (Authorization: Bearer). Required when --listen is not loopback.",
     ),
+    read_timeout: float = typer.Option(
+        30.0,
+        "--read-timeout",
+        help="Seconds a client may send nothing while its request is due before it is cut off.",
+    ),
 ) -> None:
     """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
     PostgreSQL database shared with other nodes."""
@@ -173,6 +178,7 @@ def serve(
             log_level=log_level.value,
             allow_hosts=tuple(allow_host),
             token_file=str(token_file) if token_file is not None else None,
+            read_timeout=read_timeout,
         )
     )
 

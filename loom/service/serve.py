@@ -221,6 +221,7 @@ async def serve(
     *,
     allow_hosts: Sequence[str] = (),
     token_file: str | Path | None = None,
+    read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
@@ -237,10 +238,19 @@ async def serve(
     Access (docs/http-api.md "Access"): requests must name a host the server serves (its loopback
     names; off loopback also its address and host name; ``allow_hosts`` adds names, ``*`` any), and
     with ``token_file`` every operator route needs the token it holds. Off loopback the token is
-    required: without one `serve` refuses to start.
+    required: without one `serve` refuses to start. A connection that sends nothing for
+    ``read_timeout`` seconds while a request is due is closed.
     """
     _configure_logging(log_level)
     host, _ = parse_listen(listen)
+    if (
+        isinstance(read_timeout, bool)
+        or not isinstance(read_timeout, int | float)
+        or not 0 < read_timeout <= 3600
+    ):
+        raise InvalidRequest(
+            f"read_timeout must be seconds above 0, at most 3600, got {read_timeout!r}", field="read_timeout"
+        )
     token = read_token_file(token_file) if token_file is not None else None
     if token is None and not is_loopback(host):
         raise InvalidRequest(
@@ -252,7 +262,7 @@ async def serve(
     config = Config.load(str(config_path)) if config_path is not None else None
     stop = trio.Event()
     try:
-        await _serve(db, config, listen, test_clock, access, stop, task_status)
+        await _serve(db, config, listen, test_clock, access, float(read_timeout), stop, task_status)
     except BaseExceptionGroup as group:
         reason = _reason(group)
         if reason is None:
@@ -283,6 +293,7 @@ async def _serve(
     listen: str,
     test_clock: bool,
     access: Access,
+    read_timeout: float,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
@@ -300,6 +311,7 @@ async def _serve(
                         listen,
                         shutdown=stop.wait,
                         access_log=logging.getLogger("loom").isEnabledFor(logging.DEBUG),
+                        read_timeout=read_timeout,
                     )
                 )
                 # executors hand this address to the processes they run (the shell executor's
