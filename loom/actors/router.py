@@ -8,8 +8,11 @@ each notice to the part it concerns. At start, and whenever the feed lags, it re
 
 from __future__ import annotations
 
+from functools import partial
+
 import trio
 
+from ..kernel.admission import readmit_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.resolve import RouteRequest
 from ..records.notices import (
@@ -19,7 +22,9 @@ from ..records.notices import (
     ExecutionFenced,
     IntentPending,
     Lagged,
+    StoreChanged,
     WorkChanged,
+    WorkReady,
 )
 from ..store import Tx
 from .attempts import AttemptRunner
@@ -76,9 +81,13 @@ class RouterPool:
                     try:
                         quick: list[RouteRequest] = []
                         for notice in notices:
-                            if isinstance(notice, Lagged):
+                            if isinstance(notice, Lagged) or (
+                                isinstance(notice, StoreChanged) and notice.everything
+                            ):
                                 activity.wake_all()
                                 await self._resync()
+                            elif isinstance(notice, StoreChanged):
+                                self._on_remote(notice)
                             else:
                                 self._on_notice(notice, quick)
                         if quick:
@@ -92,8 +101,13 @@ class RouterPool:
 
     def on_reload(self) -> None:
         """A new configuration generation is in force: Work a budget held is released if its ledgers
-        are below the limits now."""
-        self._s.activity.spawn(self._rebudget)
+        are below the limits now, and the admission pass looks again at every Work it passed over
+        (capacities, routes and bindings may have changed)."""
+        self._s.activity.spawn(self._reconfigured)
+
+    async def _reconfigured(self) -> None:
+        await self._rebudget()
+        await self._s.storage.submit(readmit_in_tx)
 
     async def _rebudget(self) -> None:
         await self._s.storage.submit(rebudget_in_tx, self._s.config().budgets)
@@ -102,8 +116,24 @@ class RouterPool:
         """Rebuild in-memory work lists from the store (at start, and after a lagging feed)."""
         await self._rebudget()
         await self.lanes.resync()
-        await self.starter.resync()
+        self.starter.kick()
         await self.dispatcher.resync()
+
+    def _on_remote(self, notice: StoreChanged) -> None:
+        """Another node committed (or the periodic check of a shared database came round)."""
+        activity = self._s.activity
+        if notice.routed or notice.check:
+            activity.wake_all()  # a lane or completion waiting for another node's Event looks again
+        if notice.work_ready or notice.check:
+            self.starter.kick()
+        if notice.intents or notice.check:
+            activity.spawn(self.dispatcher.resync)
+        for execution_id in notice.fenced:
+            activity.spawn(partial(self.dispatcher.stop, execution_id, None, remote=True))
+        if notice.check:
+            # Events another node accepted and has not routed for a whole check period (it may have
+            # stopped): routed here, in order, from the routing watermark
+            activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)
 
     def _on_notice(self, notice: object, quick: list[RouteRequest]) -> None:
         if isinstance(notice, EventAccepted):
@@ -121,7 +151,8 @@ class RouterPool:
             self._s.activity.signal_change()
         elif isinstance(notice, WorkChanged):
             self._s.activity.signal_change()
-            self.starter.on_work_changed(notice.work_id)
+        elif isinstance(notice, WorkReady):
+            self.starter.kick()
         elif isinstance(notice, IntentPending):
             self.dispatcher.dispatch(notice.intent_id)
         elif isinstance(notice, ExecutionFenced):

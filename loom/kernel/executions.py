@@ -42,6 +42,7 @@ from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
 from .budgets import admit_turn, charge_in_tx
+from .capacity import capacity_pool
 from .continuation import park_in_tx, resume_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
@@ -84,6 +85,7 @@ class ClaimRequest:
     binding: BindingRef
     kind: KindPolicy
     capacity: int | None
+    """The capacity of ``pool`` (``None``: no capacity applies)."""
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
@@ -94,12 +96,17 @@ class ClaimRequest:
     """The budgets in force: a turn is admitted against them, and counted in ``turns`` and ``attempts``."""
     limits: CausalLimits = attrs.field(factory=CausalLimits)
     """The causal limits the budget Events are accepted under."""
+    pool: str | None = None
+    """The capacity pool the attempt counts against (`capacity.capacity_pool`); ``None`` with a
+    ``capacity``: the Work's own scope."""
 
 
-def scope_capacity(config: Config, scope: str) -> int | None:
-    """How many attempts may run at once in ``scope`` (``None``: no limit)."""
-    declared = config.scopes.get(scope)
-    return declared.capacity if declared is not None else None
+class AtCapacity(Conflict):
+    """A claim found its capacity pool full: the Work waits for a slot."""
+
+    def __init__(self, message: str, *, pool: str) -> None:
+        super().__init__(message)
+        self.pool = pool
 
 
 def claim_request(
@@ -117,6 +124,7 @@ def claim_request(
     ``token`` is the new lease's secret, made by the caller (procedures use no randomness).
     """
     kind = kind_policy(config, work.kind)
+    pool = capacity_pool(config, work.scope)
     return ClaimRequest(
         work_id=work.id,
         owner=owner,
@@ -124,7 +132,8 @@ def claim_request(
         lease_ms=lease_ms,
         binding=binding,
         kind=kind,
-        capacity=scope_capacity(config, work.scope),
+        capacity=pool.capacity if pool is not None else None,
+        pool=pool.scope if pool is not None else None,
         generation=config.generation,
         timeout_ms=kind.timeout_ms,
         handed=handed,
@@ -232,20 +241,45 @@ def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) ->
 
 def claimable(work: Work) -> str | None:
     """Why ``work`` cannot start an attempt now (``None``: it can)."""
-    if work.state.terminal:
-        return f"work {work.id} is {work.state}"
-    if work.current_execution_id is not None and work.execution_state is not ExecutionState.PARKED:
-        return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
-    if work.held:
-        return f"work {work.id} is held: {work.hold_reason}"
-    if work.retry is RetryState.BACKOFF:
-        return f"work {work.id} is in its retry backoff: its next attempt starts when the retry is due"
-    if work.retry is RetryState.EXHAUSTED:
-        return f"work {work.id} has spent its retry budget: request a retry to start the next attempt"
-    if work.state is not WorkState.READY:
-        return f"work {work.id} is {work.state}"
-    if not work.pending_inputs:
-        return f"work {work.id} has no pending input"
+    return start_refusal(
+        work.id,
+        work.state,
+        held=work.held,
+        hold_reason=work.hold_reason,
+        retry=work.retry,
+        execution_state=work.execution_state,
+        execution_id=work.current_execution_id,
+        has_pending=bool(work.pending_inputs),
+    )
+
+
+def start_refusal(
+    work_id: str,
+    state: WorkState,
+    *,
+    held: bool,
+    hold_reason: str | None,
+    retry: RetryState | None,
+    execution_state: ExecutionState | None,
+    execution_id: str | None,
+    has_pending: bool,
+) -> str | None:
+    """Why a Work in this condition cannot start an attempt now (``None``: it can; it belongs in the
+    ready queue). A parked attempt does not stop a start: a claim resumes it once it is woken."""
+    if state.terminal:
+        return f"work {work_id} is {state}"
+    if execution_state is not None and execution_state is not ExecutionState.PARKED:
+        return f"work {work_id} already has a nonterminal attempt {execution_id}"
+    if held:
+        return f"work {work_id} is held: {hold_reason}"
+    if retry is RetryState.BACKOFF:
+        return f"work {work_id} is in its retry backoff: its next attempt starts when the retry is due"
+    if retry is RetryState.EXHAUSTED:
+        return f"work {work_id} has spent its retry budget: request a retry to start the next attempt"
+    if state is not WorkState.READY:
+        return f"work {work_id} is {state}"
+    if not has_pending:
+        return f"work {work_id} has no pending input"
     return None
 
 
@@ -258,10 +292,13 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
     admit_turn(tx, now_ms, work, req.budgets)
-    if req.capacity is not None and tx.running_in_scope(work.scope) >= req.capacity:
-        raise Conflict(
-            f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
-        )
+    pool = req.pool if req.pool is not None else work.scope if req.capacity is not None else None
+    if pool is not None and req.capacity is not None:
+        tx.lock_pool(pool)
+        if tx.pool_running(pool) >= req.capacity:
+            raise AtCapacity(
+                f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
+            )
     inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
     wake = tx.untaken_wake(work.id)
     if work.execution_state is ExecutionState.PARKED:
@@ -281,6 +318,8 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             lease_ms=req.lease_ms,
             config=req.binding.config,
         )
+        if pool is not None:
+            tx.update_execution(parked.id, pool=pool)
         if req.budgets:
             charge_in_tx(tx, now_ms, work, {"turns": 1}, req.budgets, req.limits)
         return resumed
@@ -311,6 +350,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         now_ms=now_ms,
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
+        pool=pool,
     )
     tx.update_execution(
         execution_id,

@@ -28,7 +28,7 @@ from ..records.validation import check_json_value
 from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
 from ._common import require_event, require_work
-from .authority import Authority, authorize, authorize_recovery, same_token
+from .authority import Authority, authorize, authorize_recovery, lease_token, same_token
 from .executions import consume_claimed_inputs_in_tx
 from .intents import stale_open_intents_in_tx
 from .retry import apply_failure_in_tx
@@ -59,6 +59,43 @@ def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
         last = found[-1]
         tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last.expires_at_ms, "id": last.id}, now_ms)
     return [Expired(execution_id=x.id, epoch=x.epoch) for x in found]
+
+
+@attrs.frozen(kw_only=True)
+class RecoverPass:
+    recoveries: tuple[Recovery, ...]
+    more: bool
+    """The pass found as many expired attempts as it may take: another may find more."""
+
+
+def recover_expired_in_tx(
+    tx: Tx,
+    now_ms: int,
+    limit: int,
+    *,
+    owner: str,
+    token_seed: str,
+    lease_ms: int,
+    executors: frozenset[str] = frozenset(),
+) -> RecoverPass:
+    """The recovery pass that the lease recoverer and `Runtime.recover_expired` both make: claim up to
+    ``limit`` attempts whose lease has expired (`expired_in_tx`, fair), each at the next epoch under a
+    token derived from ``token_seed`` (`recover_claim_in_tx`), in one transaction."""
+    expired = expired_in_tx(tx, now_ms, limit)
+    recoveries = []
+    for index, seen in enumerate(expired):
+        recovery = recover_claim_in_tx(
+            tx,
+            now_ms,
+            seen,
+            owner=owner,
+            token=lease_token(token_seed, index),
+            lease_ms=lease_ms,
+            executors=executors,
+        )
+        if recovery is not None:
+            recoveries.append(recovery)
+    return RecoverPass(recoveries=tuple(recoveries), more=len(expired) >= limit)
 
 
 def recover_claim_in_tx(

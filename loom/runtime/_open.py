@@ -14,6 +14,7 @@ import trio
 
 from ..actors.ingress import IngressActor
 from ..config import Config, ConfigHolder
+from ..kernel.admission import settle_in_tx
 from ..kernel.executions import TRIGGER_SELECTORS
 from ..kernel.recovery import release_leases_in_tx
 from ..plugins import make_plugin_manager
@@ -111,10 +112,10 @@ async def open_runtime(
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
-                _shielded, StorageActor(opened, clock, fault=fault).run, storage_scope
+                _shielded,
+                StorageActor(opened, clock, fault=fault, settle=settle_in_tx, check_ms=resync_ms).run,
+                storage_scope,
             )
-            if opened.dialect.shared:
-                nursery.start_soon(_resync_shared, storage, clock, resync_ms)
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
@@ -149,13 +150,6 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
-
-
-async def _resync_shared(storage: StorageActor, clock: Clock, every_ms: int) -> None:
-    """Other nodes' commits make no notices here: every ``every_ms`` the actors rescan the store."""
-    while True:
-        await clock.sleep_until(clock.now_ms() + every_ms)
-        storage.announce_lagged()
 
 
 async def _shielded(

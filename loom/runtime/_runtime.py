@@ -16,7 +16,6 @@ from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
-from ..actors.timer_service import TimerService
 from ..actors.timers import TimerActor
 from ..config import Config
 from ..records.clock import Clock
@@ -25,6 +24,7 @@ from ..records.events import Event, EventIn
 from ..records.validation import check_int
 from ..store import Tx
 from ._host import Host
+from ._passes import Passes
 from ._reads import Reads
 from ._subscriptions import Subscriptions
 from ._watch import Watch
@@ -56,7 +56,7 @@ def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
     """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
-class Runtime(Reads, Host, Subscriptions):
+class Runtime(Reads, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property
@@ -169,7 +169,7 @@ class Runtime(Reads, Host, Subscriptions):
         elif name == "timers":
             return TimerActor(
                 p.storage,
-                TimerService[str](p.clock),
+                p.clock,
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )

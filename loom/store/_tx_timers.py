@@ -102,6 +102,27 @@ class TimersTx(TxBase):
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    def due_head(self, now_ms: int, limit: int) -> list[tuple[str, int, int]]:
+        """(id, revision, fire_at) of up to ``limit`` armed timers due at ``now_ms``, earliest first. On a
+        shared database the rows are locked until the transaction ends, skipping those another node's
+        firing holds: nodes divide the due timers."""
+        rows = self._all(
+            f"SELECT id, revision, fire_at_ms FROM timers{self.dialect.due_hint}"
+            " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, id"
+            f" LIMIT ?{self.dialect.skip_locked}",
+            (now_ms, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def next_armed(self, limit: int) -> list[tuple[str, int]]:
+        """(id, fire_at) of the ``limit`` earliest armed timers (an indexed range: the next deadlines)."""
+        rows = self._all(
+            f"SELECT id, fire_at_ms FROM timers{self.dialect.due_hint}"
+            " WHERE state = 'armed' ORDER BY fire_at_ms, id LIMIT ?",
+            (limit,),
+        )
+        return [(r[0], r[1]) for r in rows]
+
     def take_timer(self, timer_id: str) -> bool:
         """Lock the timer's row until this transaction ends, so that only one node fires it; ``False``:
         another node holds it now (the row is skipped, not waited for). Alone on the database
