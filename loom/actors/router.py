@@ -66,6 +66,7 @@ class RouterPool:
     async def run(self, *, task_status: trio.TaskStatus[RouterPool] = trio.TASK_STATUS_IGNORED) -> None:
         storage, activity = self._s.storage, self._s.activity
         feed = storage.feed()
+        storage.routing = True
         try:
             async with trio.open_nursery() as nursery:
                 activity.bind(nursery)
@@ -97,6 +98,7 @@ class RouterPool:
         except trio.EndOfChannel:
             return  # the storage actor stopped: the runtime is going down
         finally:
+            storage.routing = False
             storage.unsubscribe(feed)
 
     def on_reload(self) -> None:
@@ -106,6 +108,7 @@ class RouterPool:
         self._s.activity.spawn(self._reconfigured)
 
     async def _reconfigured(self) -> None:
+        self.starter.forget_elsewhere()
         await self._rebudget()
         await self._s.storage.submit(readmit_in_tx)
 
@@ -124,13 +127,17 @@ class RouterPool:
         activity = self._s.activity
         if notice.routed or notice.check:
             activity.wake_all()  # a lane or completion waiting for another node's Event looks again
+        if notice.check:
+            self.starter.forget_elsewhere()
         if notice.work_ready or notice.check:
             self.starter.kick()
         if notice.intents or notice.check:
             activity.spawn(self.dispatcher.resync)
         for execution_id in notice.fenced:
             activity.spawn(partial(self.dispatcher.stop, execution_id, None, remote=True))
-        if notice.check:
+        if notice.unrouted:
+            activity.spawn(self.lanes.resync)  # a node that routes nothing: its Events are routed here
+        elif notice.check:
             # Events another node accepted and has not routed for a whole check period (it may have
             # stopped): routed here, in order, from the routing watermark
             activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)

@@ -41,11 +41,18 @@ class Starter:
         self._passing = False
         self._gating: set[str] = set()
         """Works whose start gates are being asked now (a pass goes by them)."""
+        self._elsewhere: set[str] = set()
+        """Works whose executor is not installed here, left to other nodes (forgotten at each check
+        of a shared database and at each new configuration, so a pass looks at them again)."""
         self.stats = Admission()
         """What the last pass did."""
         self.claims = 0
         """Claims tried since this starter began (a measure of wasted work: each starts an attempt or
         finds its Work changed)."""
+
+    def forget_elsewhere(self) -> None:
+        """Look again at Works left to other nodes (they may have gone, or the configuration changed)."""
+        self._elsewhere.clear()
 
     def kick(self) -> None:
         """Make a pass soon (coalesced with one that is running or due)."""
@@ -65,7 +72,8 @@ class Starter:
             advertised=extensions.advertised(),
             executors=frozenset(extensions.executors),
             gated=bool(extensions.start_gates),
-            skip=frozenset(self._gating),
+            skip=frozenset(self._gating | self._elsewhere),
+            sole=not self._s.storage.shared,
         )
 
     async def _passes(self) -> None:
@@ -75,6 +83,7 @@ class Starter:
                 admission: Admission = await self._s.storage.submit(admit_in_tx, self.request())
                 self.stats = admission
                 self.claims += admission.claims
+                self._elsewhere.update(admission.elsewhere)
                 for started in admission.started:
                     self._launch(started.lease, started.executor or "")
                 for work, binding in admission.gate:

@@ -22,7 +22,7 @@ import trio
 from ..config import CausalLimits
 from ..kernel.firing import FirePass, fire_due_in_tx, next_due_in_tx
 from ..records.clock import Clock
-from ..records.errors import StorageClosed, StorageError
+from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Lagged, StoreChanged, TimerArmed
 from ..records.timers import RecurrencePolicy
 from ..store import NoticeFeed, StorageActor
@@ -148,8 +148,8 @@ class TimerActor:
                 done: FirePass = await self._storage.submit(
                     fire_due_in_tx, PAGE, self._limits(), self.policies, frozenset(self._retrying)
                 )
-            except StorageClosed:
-                raise
+            except (StorageClosed, StorageUnavailable):
+                raise  # stopping, or a lost connection: the actor starts again from the store
             except StorageError as exc:
                 # the batch failed as a whole and committed nothing: every due timer is still armed
                 self.next_due_ms = self._clock.now_ms() + self._retry_ms

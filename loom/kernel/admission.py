@@ -123,7 +123,13 @@ class AdmitRequest:
     """First starts go to the start gates (outside storage) before they are claimed: the pass returns
     them instead of claiming them."""
     skip: frozenset[str] = frozenset()
-    """Works the caller is still deciding about (their gates are being asked): passed by."""
+    """Works the caller is still deciding about (their gates are being asked), or knows it cannot run:
+    passed by (the page grows by as many, so they never crowd out the rest)."""
+    sole: bool = True
+    """The caller's runtime is the only one on its store, so what its executors cannot run nothing
+    can: such a Work is passed over for good (until it or the configuration changes), with a
+    diagnostic. Several nodes may install different executors: then it is left to the others
+    (`Admission.elsewhere`)."""
     page: int = DEFAULT_PAGE
     """How many queued Works the pass looks at, at most."""
 
@@ -141,6 +147,8 @@ class Admission:
     started: tuple[Started, ...] = ()
     gate: tuple[tuple[Work, BindingRef], ...] = ()
     """First starts to put to the start gates, with the binding each would run under."""
+    elsewhere: tuple[str, ...] = ()
+    """Works whose executor is not installed here, left for another node (not ``sole``)."""
     looked_at: int = 0
     claims: int = 0
     """Claims tried (each started an attempt, or found the Work changed under it)."""
@@ -150,22 +158,28 @@ class Admission:
 
 def admit_in_tx(tx: Tx, now_ms: int, req: AdmitRequest) -> Admission:
     """Start what can start from the head of the ready queue, in readiness order (see the module)."""
-    page = tx.admission_page(req.page)
+    page = tx.admission_page(req.page + len(req.skip))
     started: list[Started] = []
     gate: list[tuple[Work, BindingRef]] = []
+    elsewhere: list[str] = []
     slots: dict[str, int] = {}
     looked_at = claims = 0
     for work_id, _ in page:
         if len(started) >= req.limit:
             return Admission(
-                started=tuple(started), gate=tuple(gate), looked_at=looked_at, claims=claims, more=True
+                started=tuple(started),
+                gate=tuple(gate),
+                elsewhere=tuple(elsewhere),
+                looked_at=looked_at,
+                claims=claims,
+                more=True,
             )
         looked_at += 1
         if work_id in req.skip:
             continue
         try:
             with tx.savepoint():
-                claimed = _look_at(tx, now_ms, work_id, req, slots, gate, len(started))
+                claimed = _look_at(tx, now_ms, work_id, req, slots, gate, elsewhere, len(started))
         except Exception as exc:
             if tx.is_storage_failure(exc):
                 raise
@@ -183,9 +197,10 @@ def admit_in_tx(tx: Tx, now_ms: int, req: AdmitRequest) -> Admission:
     return Admission(
         started=tuple(started),
         gate=tuple(gate),
+        elsewhere=tuple(elsewhere),
         looked_at=looked_at,
         claims=claims,
-        more=len(page) >= req.page,
+        more=len(page) >= req.page + len(req.skip),
     )
 
 
@@ -196,6 +211,7 @@ def _look_at(
     req: AdmitRequest,
     slots: dict[str, int],
     gate: list[tuple[Work, BindingRef]],
+    elsewhere: list[str],
     index: int,
 ) -> Lease | Conflict | None:
     """Start one queued Work if it can start: the lease, what refused its claim, or ``None`` when no
@@ -210,7 +226,10 @@ def _look_at(
     binding = binding_for_in_tx(tx, now_ms, work.id, req.config, req.advertised)
     why = _unstartable(binding, req.executors)
     if why is not None:
-        _pass_over(tx, now_ms, work, why)
+        if req.sole or binding is None or binding.executor is None:
+            _pass_over(tx, now_ms, work, why)
+        else:
+            elsewhere.append(work.id)  # another node may have the executor
         return None
     if req.gated and not work.started and not work.released:
         gate.append((work, binding or NO_BINDING))

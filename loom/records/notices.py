@@ -141,6 +141,8 @@ class StoreChanged:
     """The node that committed (the random name its storage actor drew), or ``""`` for a check."""
     events_through: int = 0
     """The highest Event sequence it accepted (``0``: none)."""
+    unrouted: bool = False
+    """It runs no router: its Events wait for another node's (a publisher that only accepts)."""
     timer_due_ms: int | None = None
     """The earliest deadline among the timers it armed (``None``: it armed none)."""
     lease_expiry_ms: int | None = None

@@ -44,6 +44,9 @@ class Parts:
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
+    readmit: bool = False
+    """The configuration changed with no router running: the next host admission pass first lets the
+    Work passed over for capacity or a missing binding be looked at again."""
 
     def config(self) -> Config:
         return self.holder.current

@@ -14,7 +14,7 @@ from ..actors.activity import Activity
 from ..actors.gates import ask_start_gates
 from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
-from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, start_in_tx
+from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, readmit_in_tx, start_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.control import hold_in_tx
 from ..kernel.executions import BindingRef, claimable
@@ -94,6 +94,7 @@ class Passes(RuntimeBase):
         if owner is not None:
             check_text("owner", owner)
         check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
+        await self._readmit()
         leases: list[Lease] = []
         gated: set[str] = set()
         while len(leases) < limit:
@@ -116,6 +117,11 @@ class Passes(RuntimeBase):
             if not admission.more and not admission.gate:
                 break
         return leases
+
+    async def _readmit(self) -> None:
+        if self._p.readmit:
+            self._p.readmit = False
+            await self._submit(readmit_in_tx)
 
     def _admit_request(self, owner: str, lease_ms: int, limit: int) -> AdmitRequest:
         extensions = self._p.extensions

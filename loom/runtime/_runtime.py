@@ -79,6 +79,8 @@ class Runtime(Reads, Host, Passes, Subscriptions):
         replaced = self._p.holder.replace(config)
         if self._p.router is not None:
             self._p.router.on_reload()  # a raised budget limit releases the Work it held
+        else:
+            self._p.readmit = True  # the host's next admission pass looks again at what it passed over
         return replaced
 
     # -- acceptance -----------------------------------------------------------------

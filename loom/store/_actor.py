@@ -164,6 +164,8 @@ class StorageActor:
         self._check_ms = check_ms
         self.origin = secrets.token_hex(8)
         """This actor's name in the payloads it sends other nodes (they ignore their own)."""
+        self.routing = False
+        """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
         self._limiter = anyio.CapacityLimiter(1)
@@ -199,6 +201,11 @@ class StorageActor:
         feed = NoticeFeed(send, receive, commits=commits)
         self._feeds.append(feed)
         return feed
+
+    @property
+    def shared(self) -> bool:
+        """Whether other runtimes (nodes) may write the same database."""
+        return self._dialect.shared
 
     @property
     def check_ms(self) -> int:
@@ -375,7 +382,7 @@ class StorageActor:
                         raise
                     request.error = exc
             if dialect.notify is not None:
-                payload = summarize(tx.notices, self.origin)
+                payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:
                     conn.execute(dialect.notify, (payload,))
             if self._fault is not None:

@@ -31,7 +31,7 @@ MAX_KEY_BYTES = 4000
 """A payload stays well under PostgreSQL's 8000 bytes: a batch that would list more says ``everything``."""
 
 
-def summarize(notices: Iterable[object], origin: str) -> str | None:
+def summarize(notices: Iterable[object], origin: str, *, routing: bool = True) -> str | None:
     """The payload announcing a batch's notices to other nodes (``None``: nothing they need)."""
     seq = 0
     due: int | None = None
@@ -59,6 +59,8 @@ def summarize(notices: Iterable[object], origin: str) -> str | None:
     out: dict[str, object] = dict(flags)
     if seq:
         out["e"] = seq
+        if not routing:
+            out["u"] = 1
     if due is not None:
         out["t"] = due
     if expiry is not None:
@@ -88,6 +90,7 @@ def parse(payload: str, origin: str) -> StoreChanged | None:
         return StoreChanged(
             origin=str(data.get("o", "")),
             events_through=int(data.get("e", 0)),
+            unrouted=bool(data.get("u")),
             timer_due_ms=int(data["t"]) if "t" in data else None,
             lease_expiry_ms=int(data["l"]) if "l" in data else None,
             work_ready=bool(data.get("w")),
