@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 import loom
 import loom.kernel.admission
 from loom import Config, EventIn, ManualClock, Runtime, open_runtime
+from loom.kernel.executions import BindingRef
 from loom.plugins.python_executor import PythonExecutor
 from loom.records.executor import Toolbelt
-from loom.kernel.executions import BindingRef
 from loom.records.work import Completed, ExecutionState, Lease, RunRequest, WorkState
 from loom.testing import T0_MS
 
