@@ -32,7 +32,7 @@ from ..kernel.subscriptions import (
 from ..plugins.registry import Extensions
 from ..records.core_events import CORE_PREFIX
 from ..records.events import DiagnosticKind
-from ..records.notices import EventAccepted, Lagged, StoreChanged, SubscriptionChanged
+from ..records.notices import EventAccepted, Lagged, Notice, StoreChanged, SubscriptionChanged
 from ..records.subscriptions import AliasAuthorization, ReconcileReport, Subscription
 from ..store import NoticeFeed, StorageActor
 from .supervision import contained, describe
@@ -192,7 +192,7 @@ class SubscriptionReconciler:
             self._feed = None
             self._signal_progress()
 
-    def _on_notice(self, notice: object) -> None:
+    def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, EventAccepted):
             event = notice.event
             if event.key in self._watched and not event.type.startswith(CORE_PREFIX):

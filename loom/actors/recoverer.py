@@ -18,21 +18,17 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..kernel.authority import Authority
-from ..kernel.recovery import RecoverPass, not_adoptable_in_tx, recover_expired_in_tx
+from ..kernel.recovery import RecoverPass, next_expiry_in_tx, not_adoptable_in_tx, recover_expired_in_tx
 from ..records.errors import StaleAuthority
 from ..records.notices import Lagged, LeaseExpiry, StoreChanged
 from ..records.work import Lease, Recovery
-from ..store import NoticeFeed, Tx
+from ..store import NoticeFeed
 from .attempts import AttemptRunner
 from .shared import Shared
 
 log = logging.getLogger("loom.recovery")
 
 PAGE = 100
-
-
-def _next_expiry(tx: Tx, now_ms: int) -> int | None:
-    return tx.next_lease_expiry()
 
 
 class LeaseRecoverer:
@@ -76,7 +72,7 @@ class LeaseRecoverer:
                     self._passing = True
                     self._signal()
                     await self.recover_pass()
-                    self._next = await storage.submit(_next_expiry)
+                    self._next = await storage.submit(next_expiry_in_tx)
                     self._passing = False
                     self._feed_pending = feed.pending
                     self._signal()

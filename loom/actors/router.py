@@ -12,6 +12,7 @@ from functools import partial
 
 import trio
 
+from ..kernel._common import barrier_in_tx
 from ..kernel.admission import readmit_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.resolve import RouteRequest
@@ -22,20 +23,16 @@ from ..records.notices import (
     ExecutionFenced,
     IntentPending,
     Lagged,
+    Notice,
     StoreChanged,
     WorkChanged,
     WorkReady,
 )
-from ..store import Tx
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
 from .lanes import RoutingLanes
 from .shared import Shared
 from .starter import Starter
-
-
-def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
-    """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
 class RouterPool:
@@ -59,7 +56,7 @@ class RouterPool:
             # A commit's notices are handed straight to the waiting feed reader, which has not
             # run yet, so the pool can look idle with a notice in flight. Once a round trip
             # through storage returns, every earlier commit's notices have been taken.
-            await self._s.storage.submit(_barrier_in_tx)
+            await self._s.storage.submit(barrier_in_tx)
             if activity.idle:
                 return
 
@@ -142,7 +139,7 @@ class RouterPool:
             # stopped): routed here, in order, from the routing watermark
             activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)
 
-    def _on_notice(self, notice: object, quick: list[RouteRequest]) -> None:
+    def _on_notice(self, notice: Notice, quick: list[RouteRequest]) -> None:
         if isinstance(notice, EventAccepted):
             event = notice.event
             request = self.lanes.without_handler(event)

@@ -219,7 +219,15 @@ def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:
 
 def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     """The executor verified the process (or its finished result): the attempt runs again under the
-    recoverer's lease, with the new token only."""
+    recoverer's lease, with the new token only. Idempotent: the same adoption already committed (the
+    attempt runs at this epoch under this token) answers it again."""
+    current = tx.execution(auth.execution_id)
+    if (
+        current is not None
+        and current.state is ExecutionState.RUNNING
+        and (current.epoch, current.attempt) == (auth.epoch, auth.attempt)
+    ):
+        return authorize(tx, now_ms, auth)
     execution = authorize_recovery(tx, now_ms, auth)
     tx.set_execution_state(execution, ExecutionState.RUNNING)
     tx.notify(WorkChanged(work_id=execution.work_id))
@@ -257,6 +265,11 @@ def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Ex
     assert failed is not None
     apply_failure_in_tx(tx, now_ms, work.id, failed, error=error)
     return failed
+
+
+def next_expiry_in_tx(tx: Tx, now_ms: int) -> int | None:
+    """The earliest expiry among running and recovering attempts (``None``: none holds a lease)."""
+    return tx.next_lease_expiry()
 
 
 def mark_handed_in_tx(tx: Tx, now_ms: int, auth: Authority) -> None:

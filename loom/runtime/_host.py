@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from ..actors.toolbelt import RuntimeToolbelt
-from ..kernel.authority import Authority, authorize
+from ..kernel.authority import Authority
 from ..kernel.continuation import enrich_waiting_in_tx
 from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
 from ..kernel.executions import complete_in_tx, kind_policy, renew_in_tx
@@ -40,24 +40,10 @@ from ..records.validation import (
     validate_outcome,
 )
 from ..records.waits import Waiting, WaitSpec
-from ..records.work import Execution, ExecutionState, Intent, Lease, Outcome, Work
-from ..store import Tx
+from ..records.work import Execution, Intent, Lease, Outcome, Work
 from ._base import DEFAULT_LEASE_MS, RuntimeBase, lookup
 
 log = logging.getLogger("loom.runtime")
-
-
-def _adopt(tx: Tx, now_ms: int, auth: Authority) -> Execution:
-    """Adopt, or find the same adoption already committed (the same epoch, running)."""
-    execution = tx.execution(auth.execution_id)
-    if (
-        execution is not None
-        and execution.state is ExecutionState.RUNNING
-        and execution.epoch == auth.epoch
-        and execution.attempt == auth.attempt
-    ):
-        return authorize(tx, now_ms, auth)
-    return adopt_in_tx(tx, now_ms, auth)
 
 
 def _listed(field: str, value: object) -> tuple[Any, ...]:
@@ -317,7 +303,7 @@ class Host(RuntimeBase):
         """The recovering attempt's process is verified: it runs again under ``lease`` (the recoverer's,
         from `Recovery.lease`); the old token stays stale. Idempotent for the same lease."""
         check_lease("lease", lease)
-        execution: Execution = await self._submit(_adopt, Authority.of(lease))
+        execution: Execution = await self._submit(adopt_in_tx, Authority.of(lease))
         return attrs.evolve(lease, expires_at_ms=execution.expires_at_ms or lease.expires_at_ms)
 
     async def not_adoptable(self, lease: Lease, reason: str) -> Execution:

@@ -17,6 +17,7 @@ from ..actors.shared import Shared
 from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, readmit_in_tx, start_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.control import hold_in_tx
+from ..kernel.diagnostics import record_diagnostic_in_tx
 from ..kernel.executions import BindingRef, claimable
 from ..kernel.firing import FirePass, fire_due_in_tx
 from ..kernel.recovery import RecoverPass, recover_expired_in_tx
@@ -26,7 +27,6 @@ from ..records.events import DiagnosticKind
 from ..records.timers import Firing
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..records.work import Lease, Recovery
-from ..store import Tx
 from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit, lookup
 
 log = logging.getLogger("loom.runtime")
@@ -43,10 +43,6 @@ class PollReport:
     recoveries: tuple[Recovery, ...] = ()
     """Expired attempts this pass claimed for recovery, for the host to relaunch, adopt
     (`Runtime.adopt`) or declare not adoptable (`Runtime.not_adoptable`)."""
-
-
-def _diagnose(tx: Tx, now_ms: int, kind: DiagnosticKind, subject: str, message: str) -> None:
-    tx.add_diagnostic(kind, subject, message, {}, now_ms)
 
 
 class Passes(RuntimeBase):
@@ -163,7 +159,9 @@ class Passes(RuntimeBase):
             if isinstance(result, str):
                 message = f"timer {request.timer_id}: firing failed: {result}"
                 failures.append(message)
-                await self._submit(_diagnose, DiagnosticKind.POLL_ITEM_FAILED, request.timer_id, message)
+                await self._submit(
+                    record_diagnostic_in_tx, DiagnosticKind.POLL_ITEM_FAILED, request.timer_id, message, {}
+                )
             else:
                 firings.append(result)
         return PollReport(

@@ -18,11 +18,11 @@ from ..actors.router import RouterPool
 from ..actors.shared import Shared
 from ..actors.timers import TimerActor
 from ..config import Config
+from ..kernel._common import barrier_in_tx
 from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
-from ..store import Tx
 from ._host import Host
 from ._passes import Passes
 from ._reads import Reads
@@ -50,10 +50,6 @@ publishes their aliases. Each needs only the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
-
-
-def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
-    """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
 class Runtime(Reads, Host, Passes, Subscriptions):
@@ -109,7 +105,7 @@ class Runtime(Reads, Host, Passes, Subscriptions):
         while True:
             for actor in self._actors():
                 await actor.wait_idle()
-            await self._submit(_barrier_in_tx)
+            await self._submit(barrier_in_tx)
             if all(actor.idle for actor in self._actors()):
                 return
 

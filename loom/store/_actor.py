@@ -37,7 +37,7 @@ import trio
 
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
-from ..records.notices import Committed, Lagged, StoreChanged
+from ..records.notices import Committed, Lagged, Notice, StoreChanged
 from ._dialect import Dialect, RowConflict
 from ._notify import parse, summarize
 from ._tx import Tx
@@ -105,12 +105,12 @@ class NoticeFeed:
     ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
     """
 
-    _send: trio.MemorySendChannel[list[object]]
-    _receive: trio.MemoryReceiveChannel[list[object]]
+    _send: trio.MemorySendChannel[list[Notice]]
+    _receive: trio.MemoryReceiveChannel[list[Notice]]
     commits: bool = False
     lagged: bool = False
 
-    async def next_batch(self) -> list[object]:
+    async def next_batch(self) -> list[Notice]:
         """The notices of the next committed batch (``[Lagged()]``: you missed some, rescan)."""
         if self.lagged:
             self.lagged = False
@@ -122,7 +122,7 @@ class NoticeFeed:
         """Whether committed notices wait to be read."""
         return self.lagged or self._receive.statistics().current_buffer_used > 0
 
-    def _offer(self, notices: list[object]) -> None:
+    def _offer(self, notices: list[Notice]) -> None:
         try:
             self._send.send_nowait(notices)
         except trio.WouldBlock:
@@ -197,7 +197,7 @@ class StorageActor:
 
     def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
         """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
-        send, receive = trio.open_memory_channel[list[object]](capacity)
+        send, receive = trio.open_memory_channel[list[Notice]](capacity)
         feed = NoticeFeed(send, receive, commits=commits)
         self._feeds.append(feed)
         return feed
@@ -345,7 +345,7 @@ class StorageActor:
             elif notices:
                 feed._offer(notices)
 
-    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
         """Run the batch; one that raced another node runs again (after a short random pause)."""
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
@@ -356,7 +356,7 @@ class StorageActor:
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise AssertionError("unreachable")
 
-    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
         conn = self._conn
         assert conn is not None
         dialect = self._dialect

@@ -76,6 +76,11 @@ class Dialect:
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
 
+    def failure(self, message: str) -> Exception:
+        """The error this backend's driver raises when the store itself fails (an I/O error, a full
+        disk): fault injection raises it on purpose, and the batch it is in must fail as a whole."""
+        return sqlite3.OperationalError(message)
+
 
 _SQLITE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
 

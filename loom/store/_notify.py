@@ -19,6 +19,7 @@ from ..records.notices import (
     ExecutionFenced,
     IntentPending,
     LeaseExpiry,
+    Notice,
     StoreChanged,
     SubscriptionChanged,
     TimerArmed,
@@ -31,7 +32,7 @@ MAX_KEY_BYTES = 4000
 """A payload stays well under PostgreSQL's 8000 bytes: a batch that would list more says ``everything``."""
 
 
-def summarize(notices: Iterable[object], origin: str, *, routing: bool = True) -> str | None:
+def summarize(notices: Iterable[Notice], origin: str, *, routing: bool = True) -> str | None:
     """The payload announcing a batch's notices to other nodes (``None``: nothing they need)."""
     seq = 0
     due: int | None = None

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 import attrs
 import psycopg
+import psycopg.errors
 import trio
 from psycopg import conninfo
 from psycopg.pq import TransactionStatus
@@ -76,6 +77,9 @@ class PostgresDialect(Dialect):
 
     def is_conflict(self, exc: BaseException) -> bool:
         return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
+
+    def failure(self, message: str) -> Exception:
+        return psycopg.errors.DiskFull(message)
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, psycopg.Error):

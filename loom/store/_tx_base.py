@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
+from ..records.notices import Notice
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
@@ -16,7 +17,7 @@ class TxBase:
     def __init__(self, conn: Connection, dialect: Dialect = SQLITE) -> None:
         self._conn = conn
         self.dialect = dialect
-        self.notices: list[object] = []
+        self.notices: list[Notice] = []
         self.touched: dict[str, None] = {}
         """Works whose state, inputs or attempts this transaction changed, in the order first touched
         (the kernel settles their place in the ready queue: `kernel.admission.settle_in_tx`)."""
@@ -87,7 +88,7 @@ class TxBase:
         rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
         return rows
 
-    def notify(self, notice: object) -> None:
+    def notify(self, notice: Notice) -> None:
         """Queue a notice for publication after this batch commits."""
         self.notices.append(notice)
 
