@@ -194,6 +194,10 @@ def admit_in_tx(tx: Tx, now_ms: int, req: AdmitRequest) -> Admission:
         if free > 0:
             for work_id in tx.unblock(Pool(scope, 0).blocked, free):
                 tx.notify(WorkReady(work_id=work_id))
+    if elsewhere:
+        # the rows this pass held are free again once it commits: a node that can run them, whose
+        # own pass skipped them meanwhile, looks again
+        tx.notify(WorkReady(work_id=None))
     return Admission(
         started=tuple(started),
         gate=tuple(gate),
