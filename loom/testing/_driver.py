@@ -245,7 +245,10 @@ class RuntimeDriver:
     async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
         async with self.runtime.watch() as notices:
             with trio.move_on_after(self.stall_s) as scope:
-                while not await check():
+                while True:
+                    launched = self.fake.launch_signal()  # before the check: a launch after it is seen
+                    if await check():
+                        break
                     async with trio.open_nursery() as nursery:
 
                         async def on_commit() -> None:
@@ -253,7 +256,7 @@ class RuntimeDriver:
                             nursery.cancel_scope.cancel()
 
                         async def on_launch() -> None:
-                            await self.fake.next_launch()
+                            await launched.wait()
                             nursery.cancel_scope.cancel()
 
                         nursery.start_soon(on_commit)
