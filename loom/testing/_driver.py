@@ -255,12 +255,8 @@ class RuntimeDriver:
                             await notices.__anext__()
                             nursery.cancel_scope.cancel()
 
-                        async def on_launch() -> None:
-                            await launched.wait()
-                            nursery.cancel_scope.cancel()
-
                         nursery.start_soon(on_commit)
-                        nursery.start_soon(on_launch)
+                        nursery.start_soon(_cancel_when_set, launched, nursery.cancel_scope)
             if scope.cancelled_caught:
                 raise ScenarioFailure(f"timed out waiting for {what}")
 
@@ -278,6 +274,11 @@ class RuntimeDriver:
 
     async def causal_rejections(self) -> list[CausalRejection]:
         return await self.runtime.causal_rejections(limit=100_000)
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def until_committed(
