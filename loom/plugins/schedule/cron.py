@@ -192,7 +192,11 @@ class CronExpression:
 
     def _is_day(self, day: date) -> bool:
         last = calendar.monthrange(day.year, day.month)[1]
-        return day.day in self.days or (self.last_day and day.day == last) or last - day.day in self.last_day_offsets
+        return (
+            day.day in self.days
+            or (self.last_day and day.day == last)
+            or last - day.day in self.last_day_offsets
+        )
 
     def _is_last_nearest_weekday(self, day: date) -> bool:
         assert self.last_nearest_weekday is not None
@@ -200,7 +204,13 @@ class CronExpression:
         return nearest_weekday(day.year, day.month, last - self.last_nearest_weekday) == day.day
 
     def _croniter_text(self, day: str, weekday: str) -> str:
-        fields = [_render(self.minutes, MINUTE), _render(self.hours, HOUR), day, _render(self.months, MONTH), weekday]
+        fields = [
+            _render(self.minutes, MINUTE),
+            _render(self.hours, HOUR),
+            day,
+            _render(self.months, MONTH),
+            weekday,
+        ]
         if self.seconds != {0} or self.years is not None:
             fields.append(_render(self.seconds, SECOND))
         if self.years is not None:

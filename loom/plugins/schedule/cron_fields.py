@@ -67,8 +67,8 @@ YEAR = Field("year", 6, YEAR_MIN, YEAR_MAX)
 _ITEM_RE = re.compile(r"(?P<start>\*|\d+|[a-z]+)(?:-(?P<end>\d+|[a-z]+))?(?:/(?P<step>\d+))?")
 _NEAREST_RE = re.compile(r"(\d+)w|w(\d+)")
 _LAST_OFFSET_RE = re.compile(r"l(?:-(\d+))?(w?)")
-_HASH_RE = re.compile(r"(?P<base>[a-z\d-]+)#(?P<n>\d+|l)")
-_LAST_SUFFIX_RE = re.compile(r"(?P<base>[a-z\d-]+)l")
+_HASH_RE = re.compile(r"(?P<base>[^#]+)#(?P<n>\d+|l)")
+_LAST_SUFFIX_RE = re.compile(r"(?P<base>[^#]+)l")
 _LAST_PREFIX_RE = re.compile(r"l(?P<day>\d+)")
 _BASE_RE = re.compile(r"(?:\d+|[a-z]{3})(?:-(?:\d+|[a-z]{3}))?")
 _DAY_NUMBER_RE = re.compile(r"(?<![/#\d])\d+")
@@ -127,7 +127,10 @@ def cron_reading(field: Field, item: str) -> frozenset[int]:
             elif high == 0:
                 high = 7  # "FRI-SUN": Sunday closes the week
         if field is YEAR and low > high:
-            raise Refusal(f"{item!r} runs backwards; ranges of years do not wrap around, write {high}-{low}")
+            raise Refusal(
+                f"{item!r} runs backwards, and ranges of years do not wrap around (where the year field "
+                f"ends differs between tools); write {high}-{low}, or {low}-{YEAR_MAX},{YEAR_MIN}-{high}"
+            )
     values = _walk(field, low, high, step)
     return frozenset(v % 7 for v in values) if field is WEEKDAY else frozenset(values)
 
