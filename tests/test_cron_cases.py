@@ -257,6 +257,9 @@ CASES = [
          "2010-09-24T10:15+00:00", "2010-10-26T10:15+00:00", seconds="first"),  # Quartz's test
     case("weekday-nearest-the-day-before-the-last", "0 15 10 L-1W * ? 2010", "2010-10-01T00:00+00:00",
          "2010-10-29T10:15+00:00", seconds="first"),  # Quartz's test
+    case("two-days-before-the-last-every-month", "0 0 L-2 * *", "2024-01-01T00:00+00:00",  # the docs' example
+         "2024-01-29T00:00+00:00", "2024-02-27T00:00+00:00", "2024-03-29T00:00+00:00",
+         "2024-04-28T00:00+00:00"),
     case("thirty-days-before-the-last-skips-short-months", "0 0 L-30 * *", "2024-01-01T00:00+00:00",
          "2024-03-01T00:00+00:00", "2024-05-01T00:00+00:00", "2024-07-01T00:00+00:00"),
     case("the-first-and-three-days-before-the-last", "0 0 1,L-3 * *", "2024-01-15T00:00+00:00",
@@ -433,6 +436,7 @@ REFUSED = [
     ("0 0 30 2 *", {}, r"never occurs: no month it names has day 30"),
     ("0 0 31 4,6,9,11 *", {}, r"never occurs"),
     ("0 0 L-29 2 *", {}, r"never occurs: no month it names has a day L-29"),
+    ("0 0 L-29W 2 *", {}, r"never occurs: no month it names has a day L-29"),
     ("0 0 0 29 2 * 2025-2027", {"seconds": "first"}, r"never occurs"),
     ("0 0 0 1 1 * 2100", {"seconds": "first"}, r"year field '2100': 2100 is outside 1970-2099"),
     ("0 0 0 1 1 * 1969", {"seconds": "first"}, r"1969 is outside 1970-2099"),

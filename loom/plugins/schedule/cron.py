@@ -41,10 +41,8 @@ from .cron_fields import (
     HOUR,
     MINUTE,
     MONTH,
-    MONTH_NAMES,
     SECOND,
     WEEKDAY,
-    WEEKDAY_NAMES,
     YEAR,
     YEAR_MAX,
     YEAR_MIN,
@@ -59,8 +57,6 @@ from .cron_fields import (
 
 __all__ = [
     "ALIASES",
-    "MONTH_NAMES",
-    "WEEKDAY_NAMES",
     "YEAR_MAX",
     "YEAR_MIN",
     "CronExpression",
@@ -102,15 +98,11 @@ class SecondsField(enum.StrEnum):
 
 
 def nearest_weekday(year: int, month: int, day: int) -> int | None:
-    """The weekday (Monday to Friday) nearest ``day`` within its month, as croniter and Quartz find it.
-
-    A day past the month's end stands for its last day (croniter's reading of ``31W`` in April);
-    a day before the 1st (``L-30W`` in February) has none.
-    """
-    last = calendar.monthrange(year, month)[1]
+    """The weekday (Monday to Friday) nearest ``day`` within its month, as croniter and Quartz find it
+    (``None`` for a day before the 1st, such as ``L-30W`` in February)."""
     if day < 1:
         return None
-    day = min(day, last)
+    last = calendar.monthrange(year, month)[1]
     weekday = calendar.weekday(year, month, day)
     if weekday == 5:  # Saturday: the Friday before, unless that is in the previous month
         return day - 1 if day > 1 else day + 2
@@ -139,7 +131,8 @@ class CronExpression:
     last_day_offsets: frozenset[int] = frozenset()
     """``L-3``: the n-th day before the last day of the month."""
     nearest_weekday: int | None = None
-    """``15W``: the weekday nearest the 15th, within its month (`nearest_weekday`)."""
+    """``15W``: the weekday nearest the 15th, within its month (`nearest_weekday`); as croniter reads
+    it, a day the month lacks stands for its last day (``31W`` in April: the weekday nearest the 30th)."""
     last_nearest_weekday: int | None = None
     """``LW`` (0), ``L-3W`` (3): the weekday nearest the n-th day before the last, within its month."""
     days_restricted: bool
@@ -156,25 +149,23 @@ class CronExpression:
 
     def croniter_terms(self) -> list[tuple[str, DayTest | None]]:
         """The croniter expressions whose occurrences together are this expression's, each with the
-        test a day must pass (``None``: every day croniter finds is one)."""
-        terms: list[tuple[str, tuple[str, DayTest | None]]] = []
+        test a day must pass (``None``: every day croniter finds is one).
+
+        Each has one restricted day field at most, so croniter never combines two; the other is
+        ``?`` rather than ``*``, because next to a ``*`` croniter reads a list of 31 days (or 7
+        weekdays) as no restriction at all.
+        """
+        terms: list[tuple[str, DayTest | None]] = []
         if self.days_restricted:
-            terms.append(("day", self._day_term()))
-        if self.weekdays_restricted:
-            if self.weekdays:
-                terms.append(("weekday", (",".join(map(str, sorted(self.weekdays))), None)))
+            day, test = self._day_term()
+            terms.append((self._croniter_text(day, "?"), test))
+        if self.weekdays_restricted and self.weekdays:
+            terms.append((self._croniter_text("?", ",".join(map(str, sorted(self.weekdays)))), None))
+        if self.weekdays_restricted and (self.nth_weekdays or self.last_weekdays):
             special = [f"{d}#{n}" for d, n in sorted(self.nth_weekdays)]
             special += [f"L{d}" for d in sorted(self.last_weekdays)]
-            if special:
-                terms.append(("weekday", (",".join(special), None)))
-        if not terms:
-            return [(self._croniter_text("*", "*"), None)]
-        # The other day field is '?', not '*': next to a '*', croniter reads a list of 31 days (or 7
-        # weekdays) as the whole field.
-        return [
-            (self._croniter_text(text, "?") if kind == "day" else self._croniter_text("?", text), test)
-            for kind, (text, test) in terms
-        ]
+            terms.append((self._croniter_text("?", ",".join(special)), None))
+        return terms or [(self._croniter_text("*", "*"), None)]
 
     def _day_term(self) -> tuple[str, DayTest | None]:
         if self.nearest_weekday is not None:
@@ -399,12 +390,11 @@ def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
 
 def _check_occurs(e: CronExpression) -> None:
     """Refuse days of the month that no month the expression names has (the spec searches the rest)."""
-    if not e.days_restricted or e.weekdays_restricted or e.last_day:
-        return
-    if e.nearest_weekday is not None or e.last_nearest_weekday is not None:
+    if not e.days_restricted or e.weekdays_restricted or e.last_day or e.nearest_weekday is not None:
         return
     longest = max(calendar.monthrange(2000, month)[1] for month in e.months)
-    if any(d <= longest for d in e.days) or any(longest - n >= 1 for n in e.last_day_offsets):
+    offsets = e.last_day_offsets if e.last_nearest_weekday is None else {e.last_nearest_weekday}
+    if any(d <= longest for d in e.days) or any(longest - n >= 1 for n in offsets):
         return
-    what = f"day {min(e.days)}" if e.days else f"a day L-{min(e.last_day_offsets)}"
+    what = f"day {min(e.days)}" if e.days else f"a day L-{min(offsets)}"
     raise Refusal(f"never occurs: no month it names has {what}")
