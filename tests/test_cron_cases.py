@@ -238,6 +238,13 @@ CASES = [
          "2024-11-29T09:00+00:00", "2024-12-31T09:00+00:00"),
     case("nearest-weekday-to-a-monday-31st", "0 9 31W * *", "2025-03-01T00:00+00:00",
          "2025-03-31T09:00+00:00"),
+    case("nearest-weekdays-listed", "0 0 1W,15W 1 *", "2024-12-31T00:00+00:00",  # croner's test
+         "2025-01-01T00:00+00:00", "2025-01-15T00:00+00:00"),
+    case("a-nearest-weekday-and-a-day", "0 15 10 2W,16 * ? 2010", "2010-10-01T00:00+00:00",  # Quartz's test
+         "2010-10-01T10:15+00:00", "2010-10-16T10:15+00:00", "2010-11-02T10:15+00:00",
+         "2010-11-16T10:15+00:00", seconds="first"),
+    case("last-weekday-and-the-day-before-the-last", "0 15 10 L-1W,L-1 * ? 2010", "2010-10-01T00:00+00:00",
+         "2010-10-29T10:15+00:00", "2010-10-30T10:15+00:00", seconds="first"),  # Quartz's test
     case("nearest-weekday-to-the-29th-of-february", "0 9 29W 2 *", "2025-01-01T00:00+00:00",
          "2025-02-28T09:00+00:00", "2026-02-27T09:00+00:00"),  # the 28th: a Friday, a Saturday
     # --- LW, L-n, L-nW: the last weekday, days before the last (Quartz; LW also croner) ---------------
@@ -480,9 +487,8 @@ REFUSED = [
     ("H 2 * * *", {}, r"random or hashed field; .* write a fixed value"),
     ("R * * * *", {}, r"random or hashed field"),
     # What no cron tool reads this way.
-    ("0 0 1W,15W * *", {}, r"W takes one day and stands alone"),
-    ("0 0 LW,1 * *", {}, r"W takes one day and stands alone"),
     ("0 0 32W * *", {}, r"W takes a day from 1 to 31"),
+    ("0 0 1-15W * *", {}, r"'1-15w' is not a day-of-month form .* W takes one day, not a range"),
     ("0 0 L-31 * *", {}, r"an offset from the last day is 0 to 30"),
     ("0 0 L/2 * *", {}, r"'l/2' is not a day-of-month form"),
     ("0 0 * * 5#6", {}, r"the n in day#n is 1 to 5 \(or L for the last\)"),
@@ -558,11 +564,8 @@ def _day_matches(e: CronExpression, d: date) -> bool:
         d.day in e.days
         or (e.last_day and d.day == last)
         or any(d.day == last - n for n in e.last_day_offsets)
-        or (e.nearest_weekday is not None and d.day == _nearest_weekday(d.year, d.month, e.nearest_weekday))
-        or (
-            e.last_nearest_weekday is not None
-            and d.day == _nearest_weekday(d.year, d.month, last - e.last_nearest_weekday)
-        )
+        or any(d.day == _nearest_weekday(d.year, d.month, n) for n in e.nearest_weekdays)
+        or any(d.day == _nearest_weekday(d.year, d.month, last - n) for n in e.last_nearest_weekdays)
     )
     weekday = d.isoweekday() % 7
     by_weekday = (
@@ -622,6 +625,11 @@ day_of_month = st.one_of(
     st.tuples(st.integers(1, 31), st.integers(1, 9)).map(lambda t: f"{t[0]}-L/{t[1]}"),
     st.integers(0, 30).map(lambda n: f"L-{n}"), st.integers(0, 30).map(lambda n: f"L-{n}W"),
     st.tuples(st.integers(1, 31), st.integers(1, 30)).map(lambda t: f"{t[0]},L-{t[1]}"),
+    st.lists(
+        st.one_of(st.integers(1, 31).map(lambda n: f"{n}W"), st.integers(0, 30).map(lambda n: f"L-{n}W"),
+                  st.integers(1, 31).map(str), st.just("L"), st.just("LW")),
+        min_size=2, max_size=3,
+    ).map(",".join),
 )  # fmt: skip
 weekday_range = st.tuples(st.sampled_from(WEEKDAYS), st.sampled_from(WEEKDAYS)).map(
     lambda t: f"{t[0]}-{t[1]}"

@@ -130,10 +130,10 @@ class CronExpression:
     """``L`` in day-of-month: the last day of the month."""
     last_day_offsets: frozenset[int] = frozenset()
     """``L-3``: the n-th day before the last day of the month."""
-    nearest_weekday: int | None = None
+    nearest_weekdays: frozenset[int] = frozenset()
     """``15W``: the weekday nearest the 15th, within its month (`nearest_weekday`); as croniter reads
     it, a day the month lacks stands for its last day (``31W`` in April: the weekday nearest the 30th)."""
-    last_nearest_weekday: int | None = None
+    last_nearest_weekdays: frozenset[int] = frozenset()
     """``LW`` (0), ``L-3W`` (3): the weekday nearest the n-th day before the last, within its month."""
     days_restricted: bool
     months: frozenset[int]
@@ -157,8 +157,7 @@ class CronExpression:
         """
         terms: list[tuple[str, DayTest | None]] = []
         if self.days_restricted:
-            day, test = self._day_term()
-            terms.append((self._croniter_text(day, "?"), test))
+            terms += [(self._croniter_text(day, "?"), test) for day, test in self._day_terms()]
         if self.weekdays_restricted and self.weekdays:
             terms.append((self._croniter_text("?", ",".join(map(str, sorted(self.weekdays)))), None))
         if self.weekdays_restricted and (self.nth_weekdays or self.last_weekdays):
@@ -167,19 +166,21 @@ class CronExpression:
             terms.append((self._croniter_text("?", ",".join(special)), None))
         return terms or [(self._croniter_text("*", "*"), None)]
 
-    def _day_term(self) -> tuple[str, DayTest | None]:
-        if self.nearest_weekday is not None:
-            return f"{self.nearest_weekday}W", None
-        if self.last_nearest_weekday == 0:
-            return "31W", None  # croniter's 31W is the last weekday: the 31st stands for the last day
-        if self.last_nearest_weekday is not None:
-            n = self.last_nearest_weekday
-            return _days(range(max(1, 26 - n), min(31, 33 - n) + 1)), self._is_last_nearest_weekday
-        candidates = set(self.days)
-        for n in self.last_day_offsets:
-            candidates |= set(range(max(1, 28 - n), 31 - n + 1))
-        text = ",".join([*map(str, sorted(candidates)), *(["L"] if self.last_day else [])])
-        return text, (self._is_day if self.last_day_offsets else None)
+    def _day_terms(self) -> Iterator[tuple[str, DayTest | None]]:
+        """Day-of-month texts for croniter: one per W form (croniter reads W alone), one for the rest."""
+        for day in sorted(self.nearest_weekdays):
+            yield f"{day}W", None
+        for n in sorted(self.last_nearest_weekdays):
+            if n == 0:
+                yield "31W", None  # croniter's 31W is the last weekday: the 31st stands for the last day
+            else:
+                yield _days(range(max(1, 26 - n), min(31, 33 - n) + 1)), functools.partial(_is_nearest_to, n)
+        if self.days or self.last_day or self.last_day_offsets:
+            candidates = set(self.days)
+            for n in self.last_day_offsets:
+                candidates |= set(range(max(1, 28 - n), 31 - n + 1))
+            text = ",".join([*map(str, sorted(candidates)), *(["L"] if self.last_day else [])])
+            yield text, (self._is_day if self.last_day_offsets else None)
 
     def _is_day(self, day: date) -> bool:
         last = calendar.monthrange(day.year, day.month)[1]
@@ -188,11 +189,6 @@ class CronExpression:
             or (self.last_day and day.day == last)
             or last - day.day in self.last_day_offsets
         )
-
-    def _is_last_nearest_weekday(self, day: date) -> bool:
-        assert self.last_nearest_weekday is not None
-        last = calendar.monthrange(day.year, day.month)[1]
-        return nearest_weekday(day.year, day.month, last - self.last_nearest_weekday) == day.day
 
     def _croniter_text(self, day: str, weekday: str) -> str:
         fields = [
@@ -220,6 +216,12 @@ class CronExpression:
     def search_start(self) -> datetime:
         """A local time before the first occurrence: just before the first year the expression names."""
         return datetime(min(self.years) if self.years else YEAR_MIN, 1, 1) - _SECOND
+
+
+def _is_nearest_to(n: int, day: date) -> bool:
+    """Whether ``day`` is the weekday nearest the n-th day before the last of its month (``L-nW``)."""
+    last = calendar.monthrange(day.year, day.month)[1]
+    return nearest_weekday(day.year, day.month, last - n) == day.day
 
 
 def _term_walls(text: str, test: DayTest | None, start: datetime, *, reverse: bool) -> Iterator[datetime]:
@@ -356,7 +358,7 @@ def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
     except Refusal as refusal:
         raise Refusal(f"day-of-week field {weekday!r}: {refusal}") from None
     days_restricted, weekdays_restricted = _restricted(day, weekday, days, weekdays)
-    if (days.nearest is not None or days.last_nearest is not None) and weekdays_restricted:
+    if (days.nearest or days.last_nearest) and weekdays_restricted:
         raise Refusal(
             f"{day.upper()} in day-of-month needs '*' or '?' in day-of-week: with both, croniter lets the "
             "W day alone decide and croner fires on either"
@@ -374,8 +376,8 @@ def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
         days=days.days,
         last_day=days.last,
         last_day_offsets=days.offsets,
-        nearest_weekday=days.nearest,
-        last_nearest_weekday=days.last_nearest,
+        nearest_weekdays=days.nearest,
+        last_nearest_weekdays=days.last_nearest,
         days_restricted=days_restricted,
         months=_field(MONTH, month),
         weekdays=weekdays.weekdays,
@@ -390,10 +392,10 @@ def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
 
 def _check_occurs(e: CronExpression) -> None:
     """Refuse days of the month that no month the expression names has (the spec searches the rest)."""
-    if not e.days_restricted or e.weekdays_restricted or e.last_day or e.nearest_weekday is not None:
+    if not e.days_restricted or e.weekdays_restricted or e.last_day or e.nearest_weekdays:
         return
     longest = max(calendar.monthrange(2000, month)[1] for month in e.months)
-    offsets = e.last_day_offsets if e.last_nearest_weekday is None else {e.last_nearest_weekday}
+    offsets = e.last_day_offsets | e.last_nearest_weekdays
     if any(d <= longest for d in e.days) or any(longest - n >= 1 for n in offsets):
         return
     what = f"day {min(e.days)}" if e.days else f"a day L-{min(offsets)}"

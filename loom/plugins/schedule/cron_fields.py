@@ -208,38 +208,34 @@ def list_items(text: str) -> list[str]:
 
 @attrs.frozen(kw_only=True)
 class DayField:
-    """A day-of-month field: plain days, ``L``, ``L-n``, or one nearest-weekday form."""
+    """A day-of-month field: plain days, ``L``, ``L-n``, and nearest-weekday forms, any of them listed."""
 
     days: frozenset[int] = frozenset()
     last: bool = False
     offsets: frozenset[int] = frozenset()
     """``L-n``: the n-th day before the last (n >= 1)."""
-    nearest: int | None = None
+    nearest: frozenset[int] = frozenset()
     """``15W``: the weekday nearest that day of the month."""
-    last_nearest: int | None = None
+    last_nearest: frozenset[int] = frozenset()
     """``LW`` (0) and ``L-nW``: the weekday nearest the n-th day before the last."""
 
 
 def day_field(text: str) -> DayField:
-    items = list_items(text)
     days: set[int] = set()
     last = False
     offsets: set[int] = set()
-    nearest: int | None = None
-    last_nearest: int | None = None
-    for item in items:
+    nearest: set[int] = set()
+    last_nearest: set[int] = set()
+    for item in list_items(text):
         near = _NEAREST_RE.fullmatch(item)
         from_last = _LAST_OFFSET_RE.fullmatch(item)
-        if near is not None or (from_last is not None and from_last[2]):
-            if len(items) > 1:
-                raise Refusal(f"{item!r}: W takes one day and stands alone (one schedule per W day)")
-            if near is not None:
-                nearest = int(near[1] or near[2])
-                if not 1 <= nearest <= 31:
-                    raise Refusal(f"{item!r}: W takes a day from 1 to 31 (LW for the last weekday)")
-            else:
-                assert from_last is not None
-                last_nearest = _offset(item, from_last[1])
+        if near is not None:
+            day = int(near[1] or near[2])
+            if not 1 <= day <= DAY.high:
+                raise Refusal(f"{item!r}: W takes a day from 1 to 31 (LW for the last weekday)")
+            nearest.add(day)
+        elif from_last is not None and from_last[2]:
+            last_nearest.add(_offset(item, from_last[1]))
         elif from_last is not None:
             offset = _offset(item, from_last[1])
             if offset:
@@ -249,7 +245,7 @@ def day_field(text: str) -> DayField:
         elif ("w" in item or "l" in item) and _TO_LAST_RE.fullmatch(item) is None:
             raise Refusal(
                 f"{item!r} is not a day-of-month form (L, L-3, LW, L-3W, 15W or W15, or a range "
-                "ending in L such as 29-L)"
+                "ending in L such as 29-L; W takes one day, not a range)"
             )
         elif item != "?":
             days |= plain(DAY, item)
@@ -257,8 +253,8 @@ def day_field(text: str) -> DayField:
         days=frozenset(days),
         last=last,
         offsets=frozenset(offsets),
-        nearest=nearest,
-        last_nearest=last_nearest,
+        nearest=frozenset(nearest),
+        last_nearest=frozenset(last_nearest),
     )
 
 
