@@ -269,3 +269,18 @@ def test_a_payload_names_what_changed_and_its_own_node_ignores_it() -> None:
     assert parse(big, "other") == StoreChanged(origin="me", everything=True)
     assert summarize([], "me") is None
     assert parse("not json", "me") == StoreChanged(everything=True)
+
+
+async def test_nodes_get_lease_owners_of_their_own_by_default(shared_db: str, tmp_path: Any) -> None:
+    """Alone on a SQLite file a runtime holds its leases as ``loom``; on a shared database each node
+    gets a name of its own, so a node's clean close releases its own leases only. Catches: every node
+    named ``loom`` (one node's close would let the others' running attempts be taken up)."""
+    clock = ManualClock(start_ms=T0_MS)
+    async with open_runtime(str(tmp_path / "alone.db"), clock=clock, load_entry_points=False) as alone:
+        assert alone.owner == "loom"
+    async with (
+        open_runtime(shared_db, clock=clock, load_entry_points=False, actors=()) as a,
+        open_runtime(shared_db, clock=clock, load_entry_points=False, actors=()) as b,
+    ):
+        assert a.owner != b.owner
+        assert a.owner.startswith("loom@")

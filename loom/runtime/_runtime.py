@@ -60,6 +60,11 @@ class Runtime(Reads, Host, Passes, Subscriptions):
         return self._p.clock
 
     @property
+    def owner(self) -> str:
+        """The name this runtime holds its leases under (`open_runtime`'s ``owner``, or its default)."""
+        return self._p.owner
+
+    @property
     def config(self) -> Config:
         """The configuration generation in force."""
         return self._p.config()
