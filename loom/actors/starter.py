@@ -44,11 +44,6 @@ class Starter:
         self._elsewhere: set[str] = set()
         """Works whose executor is not installed here, left to other nodes (forgotten at each check
         of a shared database and at each new configuration, so a pass looks at them again)."""
-        self.stats = Admission()
-        """What the last pass did."""
-        self.claims = 0
-        """Claims tried since this starter began (a measure of wasted work: each starts an attempt or
-        finds its Work changed)."""
 
     def forget_elsewhere(self) -> None:
         """Look again at Works left to other nodes (they may have gone, or the configuration changed)."""
@@ -81,8 +76,6 @@ class Starter:
             while self._again:
                 self._again = False
                 admission: Admission = await self._s.storage.submit(admit_in_tx, self.request())
-                self.stats = admission
-                self.claims += admission.claims
                 self._elsewhere.update(admission.elsewhere)
                 for started in admission.started:
                     self._launch(started.lease, started.executor or "")
@@ -110,7 +103,6 @@ class Starter:
                 lease = await storage.submit(start_in_tx, work.id, self.request(limit=1), binding)
             except Conflict:
                 return  # it ended meanwhile
-            self.claims += 1
             if isinstance(lease, Conflict):
                 return  # full, held for its budget or changed meanwhile: the next pass sees it
             self._launch(lease, lease.request.executor or "")

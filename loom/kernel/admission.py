@@ -222,7 +222,8 @@ def _look_at(
     claim was tried (it was passed over, or goes to the start gates)."""
     work = tx.work(work_id)
     if work is None or claimable(work) is not None:
-        return None  # changed by this batch: settling keeps the queue true
+        tx.touch(work_id)  # it cannot start after all: settling takes it out of the queue
+        return None
     pool = capacity_pool(req.config, work.scope)
     if pool is not None and _free_slots(tx, pool, slots) <= 0:
         tx.block_work(work.id, pool.blocked)

@@ -9,6 +9,8 @@ freed a slot in.
 
 from __future__ import annotations
 
+import attrs
+
 from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, WorkState
 from . import _sql
 from ._tx_base import TxBase
@@ -17,30 +19,18 @@ _COUNTED = _sql._sql_set(CAPACITY_STATES)
 _LIVE = _sql.LIVE
 
 
+@attrs.frozen
 class AdmissionFacts:
     """What decides whether a Work belongs in the ready queue, read in one query."""
 
-    __slots__ = ("blocked", "execution_state", "has_pending", "held", "ready_seq", "retry", "scope", "state")
-
-    def __init__(
-        self,
-        state: WorkState,
-        held: bool,
-        retry: RetryState | None,
-        execution_state: ExecutionState | None,
-        has_pending: bool,
-        ready_seq: int | None,
-        blocked: str | None,
-        scope: str,
-    ) -> None:
-        self.state = state
-        self.held = held
-        self.retry = retry
-        self.execution_state = execution_state
-        self.has_pending = has_pending
-        self.ready_seq = ready_seq
-        self.blocked = blocked
-        self.scope = scope
+    state: WorkState
+    held: bool
+    retry: RetryState | None
+    execution_state: ExecutionState | None
+    has_pending: bool
+    ready_seq: int | None
+    blocked: str | None
+    scope: str
 
 
 class AdmissionTx(TxBase):
