@@ -229,7 +229,7 @@ def _accept(
         firing = _ledger(tx, now_ms, timer, FiringResult.REFUSED, None, None, accepted.describe())
         kind = TIMER_KINDS.get(timer.type)
         if kind is not None:
-            kind.on_refused(tx, now_ms, timer, limits)
+            kind.on_refused(tx, now_ms, timer, accepted, limits)
         return firing
     firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
     kind = TIMER_KINDS.get(timer.type)
