@@ -44,6 +44,7 @@ from .authority import Authority, authorize, authorize_recovery
 from .budgets import admit_turn, charge_in_tx
 from .capacity import capacity_pool
 from .continuation import park_in_tx, resume_in_tx
+from .intents import stale_open_intents_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
 from .kinds import TriggerSelector as TriggerSelector
@@ -433,14 +434,15 @@ def complete_in_tx(
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
     consume_claimed_inputs_in_tx(tx, execution)
+    # the segment's proof is in: its open intents (undispatched, or dispatched and unanswered) end
+    # here, so a late dispatch answer finds them stale and changes nothing
+    stale_open_intents_in_tx(tx, now_ms, execution.id)
+    if not isinstance(outcome, Failed) and work.failures:
+        # a turn that succeeded (completed, handed off, or ended on its wait) resets the failure budget
+        tx.update_work(work.id, now_ms, failures=0)
+        work = require_work(tx, work.id)
     if isinstance(outcome, Waiting):
-        for intent in tx.intents_of_execution(execution.id):
-            if intent.status is IntentStatus.PENDING:
-                tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
         return park_in_tx(tx, now_ms, execution, work, outcome, limits or CausalLimits())
-    for intent in tx.intents_of_execution(execution.id):
-        if intent.status is IntentStatus.PENDING:
-            tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
     handoff_settles = isinstance(outcome, Handoff) and kind.run_once
     if isinstance(outcome, Completed) or handoff_settles:
         state = ExecutionState.COMPLETED
@@ -474,8 +476,6 @@ def complete_in_tx(
             hint_ms=outcome.retry_after_ms,
             rate_limited=outcome.rate_limited,
         )
-    elif work.failures:
-        tx.update_work(work.id, now_ms, failures=0)  # a successful attempt resets the failure budget
     result = tx.execution(execution.id)
     assert result is not None
     return result

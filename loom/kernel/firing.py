@@ -214,6 +214,20 @@ def _accept(
     if isinstance(accepted, Event) and accepted.duplicate:
         # the ledger answers a repeated firing before this point: a duplicate here is an identity
         # another firing or publisher already used, never this firing's own Event
+        if replacement is not None:
+            # a recurring timer's occurrence is named by its identity: one already accepted (an
+            # earlier revision armed with the same delivery_id fired it) is not fired twice, and the
+            # timer moves on to its next occurrence instead of being lost
+            return _settle(
+                tx,
+                now_ms,
+                timer,
+                FiringResult.SKIPPED,
+                None,
+                replacement,
+                f"occurrence {occurrence.occurrence_ms}: its delivery identity {event_in.source}/"
+                f"{event_in.delivery_id} was already accepted as event {accepted.id}",
+            )
         return _invalid(
             tx,
             now_ms,
@@ -229,7 +243,7 @@ def _accept(
         firing = _ledger(tx, now_ms, timer, FiringResult.REFUSED, None, None, accepted.describe())
         kind = TIMER_KINDS.get(timer.type)
         if kind is not None:
-            kind.on_refused(tx, now_ms, timer, limits)
+            kind.on_refused(tx, now_ms, timer, accepted, limits)
         return firing
     firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
     kind = TIMER_KINDS.get(timer.type)

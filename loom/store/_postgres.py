@@ -324,10 +324,15 @@ class PostgresReader(Reader):
         return self._store.connect(application_name="loom reader")
 
     async def aclose(self) -> None:
-        self._open = False
+        self._open = False  # reads from now on are refused
+        # in the reads' own worker slot: the read in progress (if any) ends first, and none that
+        # waited for the slot finds its connection gone (it finds the store closed)
+        await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
+
+    def _close(self) -> None:
         raw, self._raw = self._raw, None
         if raw is not None:
-            await anyio.to_thread.run_sync(raw.close, limiter=self._limiter)
+            raw.close()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
         return (await self._snapshot([(sql, params)]))[0]
@@ -341,6 +346,8 @@ class PostgresReader(Reader):
         # A read changes nothing: one that finds its connection gone (a server restart since the
         # last read) connects again and reads once more before it reports the store unavailable.
         for retry in (True, False):
+            if not self._open:
+                raise StorageClosed("the store is closed: reads end with the runtime")
             if self._raw is None or self._raw.closed:
                 self._raw = self._connect()
             try:

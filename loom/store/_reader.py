@@ -30,7 +30,12 @@ Rows = list[tuple[Any, ...]]
 
 
 class Reader:
-    """Read-only queries on a file database through sqlite-anyio."""
+    """Read-only queries on a file database through sqlite-anyio.
+
+    One read runs at a time (the lock), and closing takes the lock too: a read that races the close
+    either finishes first or finds the store closed (`StorageClosed`), never a connection closed under
+    its query.
+    """
 
     def __init__(self, uri: str) -> None:
         self._uri = uri
@@ -41,15 +46,22 @@ class Reader:
         self._conn = await sqlite_anyio.connect(self._uri, uri=True)
 
     async def aclose(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        conn, self._conn = self._conn, None  # reads from now on are refused
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                async with self._lock:  # the read in progress (if any) ends first
+                    await conn.close()
 
-    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
+    def _connection(self) -> sqlite_anyio.Connection:
+        """The open connection, taken under the lock (the store may have closed while a read waited)."""
         if self._conn is None:
             raise StorageClosed("the store is closed: reads end with the runtime")
+        return self._conn
+
+    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
+        self._connection()
         async with self._lock:
-            cursor = await self._conn.cursor()
+            cursor = await self._connection().cursor()
             try:
                 await cursor.execute(sql, params)
                 return await cursor.fetchall()
@@ -58,10 +70,9 @@ class Reader:
 
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         """Several queries in one read transaction: one consistent snapshot."""
-        if self._conn is None:
-            raise StorageClosed("the store is closed: reads end with the runtime")
+        self._connection()
         async with self._lock:
-            cursor = await self._conn.cursor()
+            cursor = await self._connection().cursor()
             try:
                 await cursor.execute("BEGIN")
                 try:

@@ -356,6 +356,23 @@ MIGRATIONS: tuple[Migration, ...] = (
     INSERT INTO kv (namespace, key, value, updated_at_ms)
         VALUES ('core.routing', 'watermark', '{"seq":0}', 0);
     """,
+    # 11 (temporary, to be folded into the next migration): a timer's firing ledger carries its
+    # commit order explicitly (read in it); existing firings keep their insertion order
+    {
+        "sqlite": """
+    ALTER TABLE timer_firings ADD COLUMN commit_seq INTEGER;
+    UPDATE timer_firings SET commit_seq = rowid;
+    CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
+    """,
+        "postgresql": """
+    ALTER TABLE timer_firings ADD COLUMN commit_seq INTEGER;
+    UPDATE timer_firings SET commit_seq = ordered.n FROM (SELECT timer_id AS t, revision AS r,
+        fire_at_ms AS f, row_number() OVER (PARTITION BY timer_id ORDER BY at_ms, revision, fire_at_ms) AS n
+        FROM timer_firings) AS ordered
+        WHERE timer_id = ordered.t AND revision = ordered.r AND fire_at_ms = ordered.f;
+    CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
+    """,
+    },
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

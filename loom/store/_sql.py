@@ -234,7 +234,8 @@ TIMER_COLUMNS = (
 TIMER_SELECT = f"SELECT {TIMER_COLUMNS} FROM timers"
 TIMER_BY_ID = f"{TIMER_SELECT} WHERE id = ?"
 FIRING_COLUMNS = "timer_id, revision, fire_at_ms, result, event_id, next_fire_at_ms, detail, at_ms"
-FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY at_ms, fire_at_ms"
+FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY commit_seq"
+"""A timer's firing ledger in the order it was committed (each insert takes the timer's next commit_seq)."""
 
 
 def timer_from_row(row: Row) -> Timer:

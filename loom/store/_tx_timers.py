@@ -142,8 +142,12 @@ class TimersTx(TxBase):
         return _sql.firing_from_row(row) if row else None
 
     def insert_firing(self, firing: Firing) -> None:
+        """Add a firing to its timer's ledger, numbered after every firing of that timer committed
+        before it (``commit_seq``): the ledger is read in that order. A timer's firings are serialised
+        by its row lock (`take_timer`), and the unique (timer, number) index refuses a racing one."""
         self._conn.execute(
-            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}, commit_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+            " (SELECT coalesce(max(commit_seq), 0) + 1 FROM timer_firings WHERE timer_id = ?))",
             (
                 firing.timer_id,
                 firing.revision,
@@ -153,5 +157,6 @@ class TimersTx(TxBase):
                 firing.next_fire_at_ms,
                 firing.detail,
                 firing.at_ms,
+                firing.timer_id,
             ),
         )
