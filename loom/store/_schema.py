@@ -356,8 +356,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     INSERT INTO kv (namespace, key, value, updated_at_ms)
         VALUES ('core.routing', 'watermark', '{"seq":0}', 0);
     """,
-    # 11 (temporary, to be folded into the next migration): a timer's firing ledger carries its
-    # commit order explicitly (read in it); existing firings keep their insertion order
+    # 11: a timer's firing ledger carries its commit order explicitly (it is read in that order);
+    # existing firings keep their insertion order
     {
         "sqlite": """
     ALTER TABLE timer_firings ADD COLUMN commit_seq INTEGER;
