@@ -17,6 +17,7 @@ from loom import (
     CheckpointStatus,
     Completed,
     Config,
+    Conflict,
     Event,
     EventIn,
     Failed,
@@ -117,6 +118,29 @@ async def test_an_event_no_route_matches_that_wakes_a_wait_is_recorded_as_its_wo
     continuation = await claim(rt)
     assert continuation.request.trigger is not None
     assert continuation.request.trigger.id == reply.id
+
+
+async def test_a_continuation_takes_its_inputs_in_acceptance_order(rt: Runtime) -> None:
+    """An Event accepted for the Work before the wait's winner, still unrouted when the wait registers
+    (another lane is behind), is the continuation's input before the winner, never after it: the wake
+    is decided at once from accepted history, and the continuation starts once routing has caught up.
+    Catches: a continuation started with the winner alone (it would take the earlier Event in a later
+    turn, out of acceptance order)."""
+    await publish(rt, "start", "w.start")
+    lease = await claim(rt)
+    earlier = await rt.publish(ev("earlier", "w.note", key="k2", work_id=WORK))  # its own lane, unrouted
+    winner = await rt.publish(ev("winner", "w.reply"))  # on the wait's key, unrouted too
+    await rt.complete(lease, Waiting(wait=WaitSpec(types=("w.reply",))))
+    (wait,) = await rt.waits(WORK)
+    assert (wait.state, wait.winner_event_id) == (WaitState.WOKEN, winner.id), "history wakes it at once"
+    with pytest.raises(Conflict, match=f"waits until event {earlier.id}"):
+        await claim(rt)
+    assert await rt.admit(owner="host") == [], "nor does the admission pass start it"
+    await rt.poll()  # routes both, in acceptance order
+    (continuation,) = await rt.admit(owner="host")
+    assert [e.id for e in continuation.request.inputs] == [earlier.id, winner.id]
+    assert continuation.request.trigger is not None
+    assert continuation.request.trigger.id == winner.id
 
 
 async def test_a_wake_is_taken_by_exactly_one_continuation(rt: Runtime) -> None:

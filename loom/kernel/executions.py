@@ -102,6 +102,15 @@ class ClaimRequest:
     ``capacity``: the Work's own scope."""
 
 
+class RoutingBehind(Conflict):
+    """A claim found an Event of the Work, accepted before its wake's winner, not routed yet: the
+    continuation waits for ``event_id``'s checkpoint."""
+
+    def __init__(self, message: str, *, event_id: str) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+
+
 class AtCapacity(Conflict):
     """A claim found its capacity pool full: the Work waits for a slot."""
 
@@ -293,6 +302,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
     admit_turn(tx, now_ms, work, req.budgets)
+    wake = tx.untaken_wake(work.id)
+    if wake is not None:
+        _routed_up_to_the_winner(tx, work, wake.winner_event_id)
     pool = req.pool if req.pool is not None else work.scope if req.capacity is not None else None
     if pool is not None and req.capacity is not None:
         tx.lock_pool(pool)
@@ -301,7 +313,6 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
                 f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
             )
     inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
-    wake = tx.untaken_wake(work.id)
     if work.execution_state is ExecutionState.PARKED:
         parked = tx.live_execution(work.id)
         assert parked is not None
@@ -390,6 +401,22 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         expires_at_ms=expires,
         request=request,
     )
+
+
+def _routed_up_to_the_winner(tx: Tx, work: Work, winner_id: str | None) -> None:
+    """A continuation takes its inputs in acceptance order: while an Event accepted for the Work before
+    its wake's winner is not routed yet, it does not start (`RoutingBehind`; the routing of that Event
+    touches the Work, and the admission pass looks at it again)."""
+    winner = tx.event(winner_id) if winner_id else None
+    if winner is None:
+        return
+    behind = tx.earlier_unrouted_for(work.id, work.keys, winner.seq)
+    if behind:
+        raise RoutingBehind(
+            f"cannot claim work {work.id}: its continuation waits until event {behind[0].id}, accepted "
+            f"before its wake's winner {winner.id}, is routed (inputs are taken in acceptance order)",
+            event_id=behind[0].id,
+        )
 
 
 def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
