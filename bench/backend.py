@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import pg
 
-from loom.store import SQLiteStore, Store, as_store, is_postgres_url
+from loom.store import SQLiteStore, Store, as_store
 from loom.testing.postgres import PostgresCluster
 
 
@@ -67,7 +67,7 @@ class Backend:
 
     def open(self, location: str) -> Store:
         """The store at ``location`` (on SQLite with the run's ``synchronous``)."""
-        if is_postgres_url(location):
+        if as_store(location).dialect.shared:
             return as_store(location)
         return SQLiteStore(path=location, synchronous=self.synchronous)
 
@@ -123,7 +123,7 @@ class RawConnection:
     """
 
     def __init__(self, location: str) -> None:
-        self.postgres = is_postgres_url(location)
+        self.postgres = as_store(location).dialect.shared
         if self.postgres:
             import psycopg
 

@@ -7,10 +7,13 @@ from .records.notices import EventRouted as EventRouted
 from .records.notices import ExecutionFenced as ExecutionFenced
 from .records.notices import IntentPending as IntentPending
 from .records.notices import Lagged as Lagged
+from .records.notices import LeaseExpiry as LeaseExpiry
 from .records.notices import LeaseRecovered as LeaseRecovered
 from .records.notices import Notice as Notice
+from .records.notices import StoreChanged as StoreChanged
 from .records.notices import SubscriptionChanged as SubscriptionChanged
 from .records.notices import TimerArmed as TimerArmed
 from .records.notices import TimerCancelled as TimerCancelled
 from .records.notices import TimerFired as TimerFired
 from .records.notices import WorkChanged as WorkChanged
+from .records.notices import WorkReady as WorkReady

@@ -10,10 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 
 from loom.store import SQLiteStore
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
+
+__all__ = ["pytest_runtest_call", "pytest_runtest_protocol", "reap_children"]
+"""What `guards` adds to every test here: a deadline, and no child process left behind."""
 
 FreshStore = Callable[[str], str]
 """``fresh_store(name)``: the location of a new, empty, migrated store (a path or a URL)."""

@@ -713,6 +713,12 @@ host(
     lease_ms=(st.just(30_000), hostile_int),
     binding=(st.none(), st.sampled_from(["fake", Opaque(), 5])),
 )
+host(
+    "admit",
+    limit=limit,
+    owner=(opt(st.just("host")), hostile_text),
+    lease_ms=(st.just(30_000), hostile_int),
+)
 host("renew", lease=(good_lease, lease), lease_ms=(st.just(30_000), hostile_int))
 host(
     "lease_for",

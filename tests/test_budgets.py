@@ -392,8 +392,8 @@ async def test_a_budget_event_is_routed_by_its_type_not_to_the_work_it_counts(
         lease = await turn(rt, "a", 0)
         await spend(rt, lease, 10)  # the warning and the limit, crossed in one charge
         await rt.poll()
-        [exceeded] = await budget_events(rt)
-        assert exceeded.type == "core.budget.exceeded"
+        warning, exceeded = await budget_events(rt)
+        assert (warning.type, exceeded.type) == ("core.budget.warning", "core.budget.exceeded")
         assert exceeded.work_id is None, "the counted Work is named in the payload only"
         assert exceeded.payload["work"] == lease.work_id
         checkpoint = await rt.checkpoint(exceeded.id)

@@ -86,7 +86,7 @@ from loom import (
 from loom.kernel.executions import BindingRef, claim_in_tx, claim_request
 from loom.notices import Committed, Lagged
 from loom.plugins.handlers import work_id_for_key
-from loom.store import FaultHook, SQLiteStore, Store, is_postgres_url
+from loom.store import FaultHook, SQLiteStore, Store, as_store
 from loom.testing import T0_MS, FakeExecutor, ManualClock, RecoverAnswer, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint
 from loom.testing.internals import storage_of
@@ -430,7 +430,7 @@ def check_work(conn: raw.Snapshot, story: str, work: raw.Row, ledger: Ledger, *,
 def store_at(path: str) -> Store | str:
     """The store at ``path``: a PostgreSQL URL as it is, a SQLite file without an fsync per commit
     (a crash point needs none to be a crash)."""
-    return path if is_postgres_url(path) else SQLiteStore(path=path, synchronous="NORMAL")
+    return path if as_store(path).dialect.shared else SQLiteStore(path=path, synchronous="NORMAL")
 
 
 @asynccontextmanager

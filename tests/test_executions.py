@@ -583,7 +583,7 @@ async def test_a_bound_route_launches_the_attempt_and_commits_its_outcome(open_r
         assert (request.binding, request.config) == ("py", {"function": "run"})
         execution = await rt.execution(request.execution_id)
         assert (execution.executor, execution.capabilities) == ("python", frozenset({"inject", "interrupt"}))
-        assert recorder.leases[0].owner == "loom"
+        assert recorder.leases[0].owner == rt.owner
 
         recorder.finish_event(1).set()
         await until(rt, execution_ended(rt, request.execution_id))

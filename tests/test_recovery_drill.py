@@ -302,7 +302,7 @@ async def never_handed(rt: Runtime) -> Lease:
     request = claim_request(
         rt.config,
         await rt.work(NEVER),
-        owner="loom",
+        owner=rt.owner,
         token="never-handed",
         lease_ms=LEASE_MS,
         binding=BindingRef(name="detached", executor="detached"),

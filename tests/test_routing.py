@@ -391,7 +391,8 @@ async def test_key_attachment_pulls_earlier_unrouted_events_into_the_backlog_in_
         await rt.wait_idle()
         assert await checkpoint(rt, a1) == joined_a1  # the blocked handler's late decision was a replay
         assert (await rt.work(work.id)).pending_inputs == (a1.id, a2.id, opener.id)
-        assert await rt.diagnostics() == []
+        # routing said nothing; the only diagnostic is that no binding can start the Work
+        assert [(d.kind, d.subject) for d in await rt.diagnostics()] == [("start_failed", work.id)]
 
 
 async def test_a_key_owned_by_another_work_aborts_every_effect(open_rt: OpenRuntime) -> None:

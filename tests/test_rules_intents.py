@@ -94,6 +94,10 @@ async def input_state(rt: Runtime, work_id: str, event_id: str) -> InputState | 
     return await storage_of(rt).submit(lambda tx, now: tx.input_state(work_id, event_id))
 
 
+async def statuses(rt: Runtime, lease: Lease) -> dict[str, IntentStatus]:
+    return {i.event_id: i.status for i in await rt.intents(lease.execution_id)}
+
+
 async def ambiguous_until_the_last_try(rt: Runtime, intent: Intent) -> None:
     """Every dispatch but the last stays ambiguous; the last is in flight."""
     for _ in range(DISPATCH_ATTEMPTS - 1):
@@ -102,39 +106,39 @@ async def ambiguous_until_the_last_try(rt: Runtime, intent: Intent) -> None:
     await dispatching(rt, intent)
 
 
-# -- the drop error fallback drops only input still pending ---------------------------------------------
+# -- an attempt that ends takes its open intents with it -------------------------------------------------
 
 
-async def test_a_given_up_inject_never_drops_input_another_attempt_consumed(rt: Runtime) -> None:
-    """An inject that stays ambiguous through every try ends in its route's error fallback; ``drop``
-    drops the input only while it is still pending (docs/architecture.md: "the input stays pending (or
-    is dropped by a ``drop`` error fallback)"). Here the attempt ends while the last try is in flight,
-    and the next attempt takes the input in and consumes it before the answer comes. Catches: a
-    fallback that drops without checking (it would try to rewrite a consumed input: the answer could
-    never be recorded, and the dispatcher would fail on it)."""
+async def test_a_completed_attempt_takes_its_open_intents_with_it_and_a_late_answer_changes_nothing(
+    rt: Runtime,
+) -> None:
+    """An attempt's open intents (undispatched, or dispatched and unanswered) end when it ends
+    (docs/architecture.md: inject intents and their dispatch answers): they never retarget another
+    attempt. Here the attempt completes while the last try of one inject is in flight and another is
+    not dispatched yet; the last try's ambiguous answer comes after. Catches: a completion that ends
+    only the undispatched intents: the late answer would end the one in flight in its route's ``drop``
+    error fallback and drop input the next attempt must get (or revive a dispatch to an ended attempt)."""
     first = await running(rt)
-    event, intent = await injected(rt, first, 1)
-    await ambiguous_until_the_last_try(rt, intent)
+    in_flight, first_intent = await injected(rt, first, 1)
+    await ambiguous_until_the_last_try(rt, first_intent)
+    queued, queued_intent = await injected(rt, first, 2)
     await rt.complete(first, Completed())
-    second = await rt.claim(first.work_id, owner="host", binding=INJECTING)
-    assert event.id in [e.id for e in second.request.inputs]
-    await rt.complete(second, Completed())
-    assert await input_state(rt, first.work_id, event.id) is InputState.CONSUMED
+    assert await statuses(rt, first) == {in_flight.id: IntentStatus.STALE, queued.id: IntentStatus.STALE}
 
-    settled = await answer(rt, intent, DispatchResult.AMBIGUOUS)
-    assert (settled.status, settled.attempts) == (IntentStatus.GAVE_UP, DISPATCH_ATTEMPTS)
-    assert await input_state(rt, first.work_id, event.id) is InputState.CONSUMED, "consumed stays consumed"
-    [diagnostic] = await rt.diagnostics(kind="dispatch_gave_up")
-    assert "dropped" not in diagnostic.message
-    assert "no longer pending (consumed)" in diagnostic.message, diagnostic.message
+    late = await answer(rt, first_intent, DispatchResult.AMBIGUOUS)
+    assert late.status is IntentStatus.STALE
+    assert (await answer(rt, first_intent, DispatchResult.ACCEPTED)).status is IntentStatus.STALE
+    assert await storage_of(rt).submit(begin_dispatch_in_tx, queued_intent.id) is None, "no dispatch revives"
+    assert await rt.diagnostics(kind="dispatch_gave_up") == []
+    assert await input_state(rt, first.work_id, in_flight.id) is InputState.PENDING
+    second = await rt.claim(first.work_id, owner="host", binding=INJECTING)
+    assert [e.id for e in second.request.inputs] == [in_flight.id, queued.id], "kept for the next attempt"
+    await rt.complete(second, Completed())
+    assert await input_state(rt, first.work_id, in_flight.id) is InputState.CONSUMED
     assert (await rt.work(first.work_id)).state is WorkState.COMPLETED
 
 
 # -- an attempt that ends by cancel or as not adoptable takes its open intents with it -------------------
-
-
-async def statuses(rt: Runtime, lease: Lease) -> dict[str, IntentStatus]:
-    return {i.event_id: i.status for i in await rt.intents(lease.execution_id)}
 
 
 async def test_cancel_makes_the_attempts_open_intents_stale(rt: Runtime) -> None:

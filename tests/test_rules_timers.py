@@ -92,3 +92,49 @@ async def test_a_stale_request_whose_firing_raised_leaves_the_current_revision_a
     monkeypatch.undo()
     fired = await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at))
     assert fired.result is FiringResult.ACCEPTED
+
+
+async def test_an_interval_timer_rearmed_with_its_delivery_id_after_it_fired_keeps_firing(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """A recurring timer's occurrence is named by its delivery identity: re-arming the timer with the
+    same explicit ``delivery_id`` after it fired must neither fire an occurrence twice nor lose the
+    timer. The occurrence already accepted is skipped (the ledger names its Event) and the timer fires
+    its next one. Catches: a firing that takes the earlier revision's Event for a foreign identity and
+    retires the timer as invalid (a recurring timer silently never fires again)."""
+    at = clock.now_ms()
+    spec = tick("t", at, interval_ms=MINUTE, delivery_id="d")
+    await rt.arm(spec)
+    first = await rt.fire(FireRequest(timer_id="t", revision=1, fire_at_ms=at))
+    assert first.result is FiringResult.ACCEPTED
+    rearmed = await rt.arm(spec)
+    assert (rearmed.revision, rearmed.state, rearmed.fire_at_ms) == (2, TimerState.ARMED, at)
+    again = await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at))
+    assert (again.result, again.event_id, again.next_fire_at_ms) == (FiringResult.SKIPPED, None, at + MINUTE)
+    assert f"already accepted as event {first.event_id}" in (again.detail or "")
+    clock.advance(MINUTE)
+    nxt = await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at + MINUTE))
+    assert nxt.result is FiringResult.ACCEPTED
+    ticks = [e for e in await rt.events(limit=100) if e.type == "clock.tick"]
+    assert [e.delivery_id for e in ticks] == [f"d@{at}", f"d@{at + MINUTE}"]
+    timer = await rt.timer("t")
+    assert (timer.state, timer.fire_at_ms) == (TimerState.ARMED, at + 2 * MINUTE)
+    assert await rt.diagnostics(kind="invalid_timer") == []
+
+
+async def test_a_timers_firings_are_listed_in_commit_order(rt: Runtime, clock: ManualClock) -> None:
+    """`Runtime.firings` lists the ledger in the order it was committed. Here revision 2 is armed for an
+    instant before revision 1's and fired at the same clock reading after it. Catches: a ledger sorted
+    by the clock and the firing instant (revision 2's firing would be listed first, as if it came
+    before the one it followed)."""
+    at = clock.now_ms()
+    await rt.arm(tick("t", at + MINUTE))
+    clock.advance(MINUTE)
+    assert (await rt.fire(FireRequest(timer_id="t", revision=1, fire_at_ms=at + MINUTE))).result is (
+        FiringResult.ACCEPTED
+    )
+    await rt.arm(tick("t", at))
+    assert (
+        await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at))
+    ).result is FiringResult.ACCEPTED
+    assert [(f.revision, f.fire_at_ms) for f in await rt.firings("t")] == [(1, at + MINUTE), (2, at)]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from loom import EventIn, InvalidRequest
+from loom import Config, ConfigError, EventIn, InvalidRequest, ManualClock, TimerSpec, open_runtime
 from loom.records.validation import (
     MAX_ID_LEN,
     MAX_INT,
@@ -122,3 +122,48 @@ def test_a_payload_may_be_exactly_as_large_as_its_limit() -> None:
     text = '{"x":"aaaa"}'
     assert payload_json({"x": "aaaa"}, max_bytes=len(text)) == text
     refused("event.payload", payload_json, {"x": "aaaaa"}, max_bytes=len(text))
+
+
+HUGE = 10**4300
+"""An integer of 4,301 digits: Python refuses to write one this long as text (`sys.get_int_max_str_digits`),
+so a message that shows it with ``repr`` or an f-string raises a bare `ValueError` instead."""
+
+
+@pytest.mark.parametrize("huge", [HUGE, -HUGE, [HUGE]], ids=["positive", "negative", "in-a-list"])
+def test_an_integer_too_long_to_write_is_refused_naming_its_field(huge: Any) -> None:
+    """An integer of any length is input like any other: refused with `InvalidRequest` (or `ConfigError`)
+    naming the field, its size described rather than written out. Catches a refusal whose message
+    writes the value (Python raises `ValueError` for more than 4,300 digits, which escapes the API)."""
+    refused("event.payload.n" + ("[0]" if isinstance(huge, list) else ""), payload_json, {"n": huge})
+    if isinstance(huge, int):
+        refused("limit", check_int, "limit", huge, 1, 10)
+        refused("at_ms", check_time, "at_ms", huge)
+        with pytest.raises(InvalidRequest, match="integer of about 4,301 digits"):
+            check_int("limit", huge, 1, 10)
+    with pytest.raises(ConfigError, match=r"causal\.max_depth"):
+        Config.from_dict({"causal": {"max_depth": huge}})
+    with pytest.raises(ConfigError, match=r"budgets\[0\]\.limit"):
+        Config.from_dict({"budgets": [{"name": "u", "unit": "u", "limit": huge}]})
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Config.from_toml(f"[causal]\nmax_depth = {'9' * 4301}")
+
+
+async def test_a_host_call_given_an_integer_too_long_to_write_refuses_it_and_stores_nothing(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """At the public entries: publishing such a payload, and integer arguments of reads and timers, are
+    refused with `InvalidRequest` and store nothing. Catches any entry whose refusal writes the value."""
+    async with open_runtime(loom_store, clock=clock, actors=(), load_entry_points=False) as rt:
+        with pytest.raises(InvalidRequest, match=r"event\.payload\.n holds an integer outside 64 bits"):
+            await rt.publish(event(payload={"n": HUGE}))
+        with pytest.raises(InvalidRequest, match="after_seq"):
+            await rt.events(after_seq=HUGE)
+        with pytest.raises(InvalidRequest, match="limit"):
+            await rt.due(limit=HUGE)
+        with pytest.raises(InvalidRequest, match="state"):
+            await rt.works(state=HUGE)  # type: ignore[arg-type]
+        spec = TimerSpec(id="t", fire_at_ms=HUGE, source="s", type="t.t", scope="acme")
+        with pytest.raises(InvalidRequest, match=r"timer\.fire_at_ms"):
+            await rt.arm(spec)
+        assert await rt.events() == []
+        assert await rt.timers() == []

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-import loom.actors.recoverer
+import loom.kernel.recovery
 import loom.kernel.retry
 import loom.store
 from loom.testing import RuntimeDriver, ScenarioFailure, scenarios
@@ -33,7 +33,7 @@ async def test_lease_loss_scenario_fails_when_expired_leases_are_never_recovered
     def never(*args: Any, **kwargs: Any) -> None:
         return None
 
-    monkeypatch.setattr(loom.actors.recoverer, "recover_claim_in_tx", never)
+    monkeypatch.setattr(loom.kernel.recovery, "recover_claim_in_tx", never)
     async with loom_drivers(stall_s=2) as driver:  # the stall is certain: no need to wait long
         with pytest.raises(ScenarioFailure, match="recovery to claim the expired attempt"):
             await scenarios.lease_loss_adoption_and_stale_result(driver)

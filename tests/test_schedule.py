@@ -538,6 +538,17 @@ def test_the_core_policy_delivers_the_last_occurrence_with_no_replacement() -> N
     assert replacement is None
 
 
+def test_a_stored_expression_cron_tools_read_differently_is_refused_not_fired() -> None:
+    # Armed before loom refused it: croniter reads 9-9 as every hour, cron, Quartz and croner as 9.
+    # The policy refuses the stored spec, saying what to write, so core marks the timer invalid
+    # instead of firing it with either meaning.
+    policies = schedule.loom_recurrence_policies()
+    spec = {**ScheduleSpec(schedule_id="nine", cron="0 9 * * *").to_mapping(), "cron": "0 9-9 * * *"}
+    scheduled = utc_ms("2024-05-01T09:00")
+    with pytest.raises(InvalidRequest, match=r"croniter reads '9-9' as every hour value.* write 9"):
+        policies["cron"](_timer(scheduled, spec), scheduled, spec)
+
+
 def _timer(fire_at_ms: int, spec: dict[str, object]) -> Timer:
     return Timer(
         id="schedule:hourly", revision=1, state=TimerState.ARMED, fire_at_ms=fire_at_ms, source="cron",

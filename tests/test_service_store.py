@@ -158,12 +158,13 @@ ATTEMPTS = 4
 
 def _config(tmp_path: Path, flag: Path) -> Path:
     """Orders start shell attempts that run until the disk is full, then complete: each completion is
-    a write of the router, from one lane per Work, all at once."""
+    a write of the router, from one lane per Work, all at once (a process still running when the
+    runtime stops is stopped with it)."""
     config = tmp_path / "loom.toml"
     config.write_text(
         "[scopes.shop.bindings.wait]\n"
         'executor = "shell"\n'
-        f'config = {{ command = ["sh", "-c", "while [ ! -e {flag} ]; do sleep 0.02; done"] }}\n'
+        f'config = {{ command = ["sh", "-c", "while [ ! -e {flag} ]; do sleep 0.02; done"], on_close = "stop" }}\n'
         "[[scopes.shop.routes]]\n"
         'name = "orders"\ntypes = ["order.*"]\ncreate_work = true\nbinding = "wait"\n'
     )

@@ -33,8 +33,7 @@ from loom import (
     StorageError,
     open_runtime,
 )
-from loom.actors.timer_service import DEFAULT_RETRY_MS
-from loom.actors.timers import TimerActor
+from loom.actors.timers import DEFAULT_RETRY_MS, TimerActor
 from loom.kernel import firing as kernel_timers  # the firing procedures the timer actor and poll run
 from loom.kernel.firing import fire_timer_in_tx
 from loom.kernel.timers import arm_in_tx
@@ -53,7 +52,7 @@ from loom.records.work import Handoff, Lease
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashPoint, storage_failure
-from loom.testing.internals import storage_of, timer_service_of
+from loom.testing.internals import storage_of, timer_actor_of
 
 T0 = T0_MS  # 2026-01-01T00:00:00Z
 SCOPE = "acme"
@@ -135,10 +134,10 @@ def job(delivery_id: str, key: str = "job/1", **payload: Any) -> EventIn:
 def host_driven(monkeypatch: pytest.MonkeyPatch) -> None:
     """Stop the timer actor from firing: the host drives firing with `due`/`fire`/`poll` alone."""
 
-    async def ignore(self: TimerActor, timer_ids: list[str]) -> list[str]:
-        return []
+    async def ignore(self: TimerActor) -> None:
+        self.next_due_ms = None
 
-    monkeypatch.setattr(TimerActor, "_fire_many", ignore)
+    monkeypatch.setattr(TimerActor, "_fire_due", ignore)
 
 
 # -- exactly once lives in the firing ledger ------------------------------------------------------------
@@ -199,10 +198,11 @@ async def test_fired_timers_leave_the_service(loom_store: str) -> None:
         rt = driver.runtime
         await rt.arm(tick("once", T0 + SECOND))
         await quiet(driver)  # the arm notice has reached the timer actor
-        assert timer_service_of(rt).deadline("once") == T0 + SECOND
+        assert timer_actor_of(rt).next_due_ms == T0 + SECOND
         driver.clock.advance(SECOND)
         await ledger(driver, "once", 1)
-        assert "once" not in timer_service_of(rt)
+        await quiet(driver)
+        assert timer_actor_of(rt).next_due_ms is None, "nothing else is armed: nothing to wake for"
         driver.clock.advance(MINUTE)
         await quiet(driver)
         assert len(await rt.firings("once")) == 1
@@ -239,7 +239,7 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
         assert storage_of(rt).stats.failed_batches == failures_before + 1
         assert await rt.firings("wake") == [], "the failed batch committed nothing"
         assert (await rt.timer("wake")).state is TimerState.ARMED
-        assert timer_service_of(rt).deadline("wake") == T0 + 10 * SECOND + DEFAULT_RETRY_MS
+        assert timer_actor_of(rt).next_due_ms == T0 + 10 * SECOND + DEFAULT_RETRY_MS
 
         driver.clock.advance(DEFAULT_RETRY_MS)
         (firing,) = await ledger(driver, "wake", 1)
@@ -261,25 +261,19 @@ async def test_two_restarts_with_three_pending_timers_fire_each_once_in_deadline
             await driver.runtime.arm(tick(timer_id, T0 + after * SECOND))
 
         await driver.reopen()
-        assert {k: timer_service_of(driver.runtime).deadline(k) for k in "abc"} == {
-            "a": T0 + 10 * SECOND,
-            "b": T0 + 20 * SECOND,
-            "c": T0 + 30 * SECOND,
-        }
+        assert timer_actor_of(driver.runtime).next_due_ms == T0 + 10 * SECOND, "the earliest, from the store"
         driver.clock.advance(15 * SECOND)
         await ledger(driver, "a", 1)
 
         await driver.reopen()
-        service = timer_service_of(driver.runtime)
-        assert "a" not in service, "a fired timer is not armed again after a restart"
-        assert len(service) == 2
+        assert timer_actor_of(driver.runtime).next_due_ms == T0 + 20 * SECOND, "a fired timer stays fired"
         driver.clock.advance(15 * SECOND)  # b and c are both due after one jump
         await ledger(driver, "c", 1)
         await ledger(driver, "b", 1)
 
         await driver.reopen()
         rt = driver.runtime
-        assert len(timer_service_of(rt)) == 0
+        assert timer_actor_of(rt).next_due_ms is None
         driver.clock.advance(MINUTE)
         await quiet(driver)
         fired = {k: (await rt.firings(k))[0] for k in "abc"}
@@ -326,7 +320,7 @@ async def test_a_durable_sleep_survives_a_restart_and_wakes_once(tmp_path: Path)
         await driver.until(handed_off, "the first attempt to hand off")
 
         await driver.reopen()  # the process restarts in the middle of the sleep
-        assert timer_service_of(driver.runtime).deadline("sleep:job/1") == T0 + 30 * SECOND
+        assert timer_actor_of(driver.runtime).next_due_ms == T0 + 30 * SECOND
         driver.clock.advance(30 * SECOND)
         (firing,) = await ledger(driver, "sleep:job/1", 1)
         await launches(2)
@@ -370,9 +364,9 @@ async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
         )
         with pytest.raises(Conflict, match="not armed"):
             await rt.cancel_timer("t", revision=1)
-        await quiet(driver)  # the cancel notice has reached the timer actor
-        assert "t" not in timer_service_of(rt), "a cancelled timer is disarmed, not only refused at fire"
         driver.clock.advance(MINUTE)
+        await quiet(driver)
+        assert await rt.firings("t") == [], "a cancelled timer is disarmed, not only refused at fire"
         stale = await rt.fire(FireRequest(timer_id="t", revision=1, fire_at_ms=at))
         assert stale.result is FiringResult.STALE
         await quiet(driver)
@@ -485,7 +479,7 @@ async def test_fixed_interval_occurrences_have_their_own_identity_and_a_clock_ju
             start + 12 * MINUTE,
             3,
         )
-        assert timer_service_of(rt).deadline("every") == start + 12 * MINUTE
+        assert timer_actor_of(rt).next_due_ms == start + 12 * MINUTE
 
 
 async def test_a_derived_recurring_timer_keeps_its_arming_parent(loom_store: str) -> None:
@@ -612,7 +606,6 @@ async def test_a_recurrence_policy_answers_occurrences_skips_and_replacements(lo
         (last,) = await ledger(driver, "final2", 1)
         assert (last.result, last.next_fire_at_ms) == (FiringResult.ACCEPTED, None)
         assert (await rt.timer("final2")).state is TimerState.FIRED
-        assert timer_service_of(rt).deadline("final2") is None
 
 
 @pytest.mark.parametrize(
@@ -844,7 +837,7 @@ async def test_a_derived_timer_over_the_depth_limit_is_refused_disabled_and_neve
         driver.clock.advance(60 * MINUTE)
         await quiet(driver)
         assert len(await rt.firings("too-deep")) == 1, "no retry loop"
-        assert "too-deep" not in timer_service_of(rt)
+        assert (await rt.timer("too-deep")).state is not TimerState.ARMED
 
 
 async def test_a_derived_recurring_timer_over_the_minute_budget_is_disabled(loom_store: str) -> None:
@@ -948,7 +941,7 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
         assert firing.at_ms == first_at
         timer = await rt.timer("every")
         assert (timer.fire_at_ms, timer.occurrences) == (firing.next_fire_at_ms, 1) == (first_at + MINUTE, 1)
-        assert timer_service_of(rt).deadline("every") == first_at + MINUTE
+        assert timer_actor_of(rt).next_due_ms == first_at + MINUTE
         await quiet(driver)
         events = await deliveries(rt, "clock")
         assert [e.delivery_id for e in events] == [f"every@{first_at}"]

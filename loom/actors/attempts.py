@@ -65,14 +65,9 @@ class AttemptRunner:
                 toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
                 nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
                 if metadata is not None:
-                    outcome = await self._s.activity.outside(
-                        partial(self._recover, lease, name, executor, toolbelt, metadata)
-                    )
+                    outcome = await self._recover(lease, name, executor, toolbelt, metadata)
                 elif await self._hand(toolbelt):
-                    # a running execution is not work in flight: it steps out of the activity count
-                    outcome = await self._s.activity.outside(
-                        partial(self._launch, lease, name, executor, toolbelt)
-                    )
+                    outcome = await self._launch(lease, name, executor, toolbelt)
             if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
                 await self._commit(toolbelt, outcome, kind)
             nursery.cancel_scope.cancel()
@@ -99,7 +94,8 @@ class AttemptRunner:
         try:
             if recover is None:
                 raise NotAdoptable(f"executor {name!r} cannot adopt an attempt (it has no recover)")
-            answer = await recover(lease.request, toolbelt, dict(metadata))
+            # the executor's own work is not work in flight: it steps out of the activity count
+            answer = await self._s.activity.outside(partial(recover, lease.request, toolbelt, dict(metadata)))
         except StaleAuthority as exc:
             # its adoption was refused: cancelled, or recovered again meanwhile
             log.info("recovery of execution %s lost its authority: %s", lease.execution_id, exc)
@@ -140,10 +136,11 @@ class AttemptRunner:
         """The executor's outcome, or a `Failed` naming what went wrong at the boundary."""
         resume = getattr(executor, "resume", None) if lease.request.resumed else None
         try:
+            # a running execution is not work in flight: it steps out of the activity count
             if resume is not None:
-                answer = await resume(lease.request, toolbelt)
+                answer = await self._s.activity.outside(partial(resume, lease.request, toolbelt))
             else:
-                answer = await executor.launch(lease.request, toolbelt)
+                answer = await self._s.activity.outside(partial(executor.launch, lease.request, toolbelt))
         except CallParked:
             return Failed(error="parked by a call gate")  # not committed: the attempt is parked
         except StorageError:

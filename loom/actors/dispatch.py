@@ -29,7 +29,7 @@ class IntentDispatcher:
             self._s.activity.spawn(self._dispatch, intent_id)
 
     def stop_fenced(self, notice: ExecutionFenced) -> None:
-        self._s.activity.spawn(self._stop_fenced, notice)
+        self._s.activity.spawn(self.stop, notice.execution_id, notice.work_id)
 
     async def resync(self) -> None:
         for intent in await self._s.reader.open_intents(None, 10_000):
@@ -66,23 +66,26 @@ class IntentDispatcher:
         finally:
             self._dispatching.discard(intent_id)
 
-    async def _stop_fenced(self, notice: ExecutionFenced) -> None:
-        """Cleanup after a control fenced an attempt; it cannot restore authority."""
-        execution = await self._s.reader.execution(notice.execution_id)
+    async def stop(self, execution_id: str, work_id: str | None, *, remote: bool = False) -> None:
+        """Cleanup after a control fenced an attempt; it cannot restore authority. ``remote``: another
+        node's control, so only an attempt this runtime holds is stopped here."""
+        execution = await self._s.reader.execution(execution_id)
+        if remote and (execution is None or execution.owner != self._s.owner):
+            return
         name = execution.executor or "" if execution else ""
         executor = self._s.extensions.executors.get(name)
         if executor is not None:
             try:
-                await executor.interrupt(notice.execution_id)
+                await executor.interrupt(execution_id)
             except Exception as exc:
                 await contained(
                     self._s.storage,
                     DiagnosticKind.INTERRUPT_FAILED,
                     plugin=f"executor {name!r}",
                     hook="interrupt",
-                    item=notice.execution_id,
+                    item=execution_id,
                     reason=f"stopping a fenced attempt failed: {describe(exc)}",
                     exc=exc,
                     logger=log,
-                    work=notice.work_id,
+                    work=work_id or (execution.work_id if execution else None),
                 )

@@ -27,6 +27,7 @@ from ..kernel.resolve import (
 )
 from ..kernel.route_records import record_handler_error_in_tx, record_routing_failure_in_tx
 from ..kernel.routing import OutOfOrder, route_batch_in_tx, route_in_tx
+from ..kernel.unrouted import unrouted_in_tx
 from ..records.errors import Conflict, InvalidRequest, StorageError
 from ..records.events import Event
 from ..records.work import Decision, Work
@@ -36,6 +37,7 @@ from .supervision import describe
 log = logging.getLogger("loom.router")
 
 MAX_REEVALUATIONS = 100
+RESYNC_PAGE = 1000
 
 
 @attrs.define(eq=False)
@@ -113,13 +115,27 @@ class RoutingLanes:
         finally:
             del self._lanes[lane_id]
 
-    async def resync(self) -> None:
-        """Queue every unrouted Event from the store (at start, and after a lagging feed)."""
-        after = 0
-        while batch := await self._s.reader.unrouted_events(after, 1000):
+    async def resync(self, accepted_before_ms: int | None = None) -> None:
+        """Queue every Event still unrouted, read from the routing watermark (at start and after a
+        lagging feed; at the periodic check of a shared database, only those accepted before
+        ``accepted_before_ms``: younger ones are their own node's to route)."""
+        after: int | None = None
+        while batch := await self._s.storage.submit(unrouted_in_tx, RESYNC_PAGE, after):
             for event in batch:
-                self.enqueue(event.id, event.seq, event.work_id, event.key)
+                if accepted_before_ms is None or event.accepted_at_ms < accepted_before_ms:
+                    self.enqueue(event.id, event.seq, event.work_id, event.key)
+            if len(batch) < RESYNC_PAGE:
+                return
             after = batch[-1].seq
+
+    async def route_pass(self, limit: int) -> int:
+        """Route up to ``limit`` unrouted Events in acceptance order, one after another, none waiting
+        for another (a host's bounded pass, `Runtime.poll`); return how many got their checkpoint."""
+        routed = 0
+        for event in await self._s.storage.submit(unrouted_in_tx, limit):
+            if await self.route(event.id, event, wait=False):
+                routed += 1
+        return routed
 
     async def _snapshot(self, event: Event) -> Work | None:
         reader = self._s.reader

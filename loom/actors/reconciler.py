@@ -24,6 +24,7 @@ import trio
 from ..config import CausalLimits
 from ..kernel.subscriptions import (
     PluginFailure,
+    due_subscriptions_in_tx,
     live_subscriptions_in_tx,
     reconcile_in_tx,
     subscriptions_for_in_tx,
@@ -31,7 +32,7 @@ from ..kernel.subscriptions import (
 from ..plugins.registry import Extensions
 from ..records.core_events import CORE_PREFIX
 from ..records.events import DiagnosticKind
-from ..records.notices import EventAccepted, Lagged, SubscriptionChanged
+from ..records.notices import EventAccepted, Lagged, Notice, StoreChanged, SubscriptionChanged
 from ..records.subscriptions import AliasAuthorization, ReconcileReport, Subscription
 from ..store import NoticeFeed, StorageActor
 from .supervision import contained, describe
@@ -137,6 +138,8 @@ class SubscriptionReconciler:
         self._dirty_keys: set[str] = set()
         self._dirty_names: set[tuple[str, str]] = set()
         self._sweep = True
+        self._check = False
+        """The periodic check of a shared database came round: one fair, bounded pass is due."""
         self._busy = False
         self._feed: NoticeFeed | None = None
         self._progress = trio.Event()
@@ -148,6 +151,7 @@ class SubscriptionReconciler:
         return (
             not self._busy
             and not self._sweep
+            and not self._check
             and not self._dirty_keys
             and not self._dirty_names
             and (feed is None or not feed.pending)
@@ -172,7 +176,7 @@ class SubscriptionReconciler:
         try:
             task_status.started(self)
             while True:
-                while self._sweep or self._dirty_keys or self._dirty_names:
+                while self._sweep or self._check or self._dirty_keys or self._dirty_names:
                     self._busy = True
                     try:
                         await self._pass()
@@ -188,7 +192,7 @@ class SubscriptionReconciler:
             self._feed = None
             self._signal_progress()
 
-    def _on_notice(self, notice: object) -> None:
+    def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, EventAccepted):
             event = notice.event
             if event.key in self._watched and not event.type.startswith(CORE_PREFIX):
@@ -196,13 +200,24 @@ class SubscriptionReconciler:
         elif isinstance(notice, SubscriptionChanged):
             self._watched.add(notice.source_key)
             self._dirty_names.add((notice.namespace, notice.id))
-        elif isinstance(notice, Lagged):
+        elif isinstance(notice, Lagged) or (isinstance(notice, StoreChanged) and notice.everything):
             self._sweep = True
+        elif isinstance(notice, StoreChanged):
+            # another node's subscriptions: their new Events here need aliases too, and an Event this
+            # node accepted before it heard of them is found by a pass over them
+            self._watched.update(notice.subscription_keys)
+            self._dirty_keys.update(notice.subscription_keys)
+            self._check = self._check or notice.check
 
     async def _pass(self) -> None:
         if self._sweep:
-            self._sweep = False
+            self._sweep = self._check = False
             await self._sweep_all()
+            return
+        if self._check:
+            self._check = False
+            due: list[Subscription] = await self._storage.submit(due_subscriptions_in_tx, PAGE)
+            self._after(await reconcile(self._storage, self._extensions, self._limits(), due))
             return
         names = [self._dirty_names.pop() for _ in range(min(PAGE, len(self._dirty_names)))]
         keys = [self._dirty_keys.pop() for _ in range(min(PAGE, len(self._dirty_keys)))]

@@ -1,11 +1,12 @@
 """The lease recoverer: recovers attempts whose lease expired (docs/recovery.md).
 
-It sleeps until the earliest lease expiry (or until a commit may have changed it), then runs bounded
-passes over expired leases (`recovery.expired_in_tx`, a durable fair cursor). Each expired attempt is
-claimed at a higher epoch (`recover_claim_in_tx`) and handed to an attempt runner of its own: relaunched
-when nothing was ever handed to its executor, otherwise adopted through the executor's ``recover`` or
-failed as not adoptable. At start it recovers what a previous process left: expired leases, and those a
-clean close released.
+It keeps one deadline, the earliest lease expiry in the store, and sleeps until then or until a commit
+sets a lease to expire earlier (`LeaseExpiry`: a lease taken, renewed or released; or another node's
+commit). Then it makes recovery passes (`recovery.recover_expired_in_tx`: up to a page of expired
+attempts, each claimed at a higher epoch in one transaction), and hands each claimed attempt to an
+attempt runner of its own: relaunched when nothing was ever handed to its executor, otherwise adopted
+through the executor's ``recover`` or failed as not adoptable. At start it recovers what a previous
+process left: expired leases, and those a clean close released.
 """
 
 from __future__ import annotations
@@ -17,20 +18,17 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..kernel.authority import Authority
-from ..kernel.recovery import Expired, expired_in_tx, not_adoptable_in_tx, recover_claim_in_tx
+from ..kernel.recovery import RecoverPass, next_expiry_in_tx, not_adoptable_in_tx, recover_expired_in_tx
 from ..records.errors import StaleAuthority
-from ..records.work import Lease
-from ..store import NoticeFeed, Tx
+from ..records.notices import Lagged, LeaseExpiry, StoreChanged
+from ..records.work import Lease, Recovery
+from ..store import NoticeFeed
 from .attempts import AttemptRunner
 from .shared import Shared
 
 log = logging.getLogger("loom.recovery")
 
 PAGE = 100
-
-
-def _next_expiry(tx: Tx, now_ms: int) -> int | None:
-    return tx.next_lease_expiry()
 
 
 class LeaseRecoverer:
@@ -41,6 +39,7 @@ class LeaseRecoverer:
         self._passing = True
         self._feed_pending = False
         self._progress = trio.Event()
+        self._moved = trio.Event()
 
     @property
     def idle(self) -> bool:
@@ -73,7 +72,7 @@ class LeaseRecoverer:
                     self._passing = True
                     self._signal()
                     await self.recover_pass()
-                    self._next = await storage.submit(_next_expiry)
+                    self._next = await storage.submit(next_expiry_in_tx)
                     self._passing = False
                     self._feed_pending = feed.pending
                     self._signal()
@@ -84,52 +83,72 @@ class LeaseRecoverer:
             storage.unsubscribe(feed)
 
     async def _sleep(self, feed: NoticeFeed) -> None:
-        """Until the earliest lease expires, or a commit (a claim, a renewal) may have moved it."""
+        """Until the earliest lease expires, a commit sets one to expire earlier, or the store must be
+        looked at again (missed notices, another node's leases)."""
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._until_expiry, nursery.cancel_scope)
+            nursery.start_soon(self._read, feed, nursery.cancel_scope)
 
-            async def on_expiry() -> None:
-                if self._next is None:
-                    await trio.sleep_forever()
-                await self._s.clock.sleep_until(self._next or 0)
+    async def _until_expiry(self, done: trio.CancelScope) -> None:
+        while True:
+            moved = self._moved = trio.Event()
+            deadline = self._next
+            if deadline is None:
+                await moved.wait()
+                continue
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._expire_at, deadline, done)
+                await moved.wait()
                 nursery.cancel_scope.cancel()
 
-            async def on_commit() -> None:
-                await feed.next_batch()
-                self._feed_pending = True
-                nursery.cancel_scope.cancel()
+    async def _expire_at(self, deadline: int, done: trio.CancelScope) -> None:
+        await self._s.clock.sleep_until(deadline)
+        done.cancel()
 
-            nursery.start_soon(on_expiry)
-            nursery.start_soon(on_commit)
+    async def _read(self, feed: NoticeFeed, done: trio.CancelScope) -> None:
+        while True:
+            self._feed_pending = feed.pending
+            self._signal()
+            batch = await feed.next_batch()
+            self._feed_pending = True
+            for notice in batch:
+                expiry = (
+                    notice.expires_at_ms
+                    if isinstance(notice, LeaseExpiry)
+                    else notice.lease_expiry_ms
+                    if isinstance(notice, StoreChanged)
+                    else None
+                )
+                if expiry is not None and (self._next is None or expiry < self._next):
+                    self._next = expiry
+                    self._moved.set()
+                if isinstance(notice, Lagged) or (
+                    isinstance(notice, StoreChanged) and (notice.everything or notice.check)
+                ):
+                    done.cancel()
+                    return
 
     async def recover_pass(self) -> int:
-        """Recover every attempt whose lease has expired now, in bounded pages; return how many.
-
-        A page's claims are submitted together, so the storage actor commits them in a few batches
-        (each in its own savepoint) rather than one commit per attempt."""
+        """Recover every attempt whose lease has expired now, a page per storage request; return how
+        many were claimed."""
         recovered = 0
         while True:
-            expired = await self._s.storage.submit(expired_in_tx, PAGE)
-            claimed: list[bool] = []
-            async with trio.open_nursery() as nursery:
-                for seen in expired:
-                    nursery.start_soon(self._recover_one, seen, claimed)
-            recovered += len(claimed)
-            if len(expired) < PAGE:
+            done: RecoverPass = await self._s.storage.submit(
+                recover_expired_in_tx,
+                PAGE,
+                owner=self._s.owner,
+                token_seed=secrets.token_urlsafe(32),
+                lease_ms=self._s.lease_ms,
+                executors=frozenset(self._s.extensions.executors),
+            )
+            for recovery in done.recoveries:
+                await self._hand_over(recovery)
+            recovered += len(done.recoveries)
+            if not done.more:
                 return recovered
 
-    async def _recover_one(self, seen: Expired, claimed: list[bool]) -> None:
+    async def _hand_over(self, recovery: Recovery) -> None:
         executors = self._s.extensions.executors
-        recovery = await self._s.storage.submit(
-            recover_claim_in_tx,
-            seen,
-            owner=self._s.owner,
-            token=secrets.token_urlsafe(24),
-            lease_ms=self._s.lease_ms,
-            executors=frozenset(executors),
-        )
-        if recovery is None:
-            return  # renewed, ended or claimed by another recoverer since it was seen
-        claimed.append(True)
         name = recovery.lease.request.executor or ""
         if name in executors:
             self.attempts.start(

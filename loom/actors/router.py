@@ -8,8 +8,12 @@ each notice to the part it concerns. At start, and whenever the feed lags, it re
 
 from __future__ import annotations
 
+from functools import partial
+
 import trio
 
+from ..kernel._common import barrier_in_tx
+from ..kernel.admission import readmit_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.resolve import RouteRequest
 from ..records.notices import (
@@ -19,18 +23,16 @@ from ..records.notices import (
     ExecutionFenced,
     IntentPending,
     Lagged,
+    Notice,
+    StoreChanged,
     WorkChanged,
+    WorkReady,
 )
-from ..store import Tx
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
 from .lanes import RoutingLanes
 from .shared import Shared
 from .starter import Starter
-
-
-def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
-    """A no-op procedure: its reply follows every earlier commit's notices."""
 
 
 class RouterPool:
@@ -54,13 +56,14 @@ class RouterPool:
             # A commit's notices are handed straight to the waiting feed reader, which has not
             # run yet, so the pool can look idle with a notice in flight. Once a round trip
             # through storage returns, every earlier commit's notices have been taken.
-            await self._s.storage.submit(_barrier_in_tx)
+            await self._s.storage.submit(barrier_in_tx)
             if activity.idle:
                 return
 
     async def run(self, *, task_status: trio.TaskStatus[RouterPool] = trio.TASK_STATUS_IGNORED) -> None:
         storage, activity = self._s.storage, self._s.activity
         feed = storage.feed()
+        storage.routing = True
         try:
             async with trio.open_nursery() as nursery:
                 activity.bind(nursery)
@@ -76,9 +79,13 @@ class RouterPool:
                     try:
                         quick: list[RouteRequest] = []
                         for notice in notices:
-                            if isinstance(notice, Lagged):
+                            if isinstance(notice, Lagged) or (
+                                isinstance(notice, StoreChanged) and notice.everything
+                            ):
                                 activity.wake_all()
                                 await self._resync()
+                            elif isinstance(notice, StoreChanged):
+                                self._on_remote(notice)
                             else:
                                 self._on_notice(notice, quick)
                         if quick:
@@ -88,12 +95,19 @@ class RouterPool:
         except trio.EndOfChannel:
             return  # the storage actor stopped: the runtime is going down
         finally:
+            storage.routing = False
             storage.unsubscribe(feed)
 
     def on_reload(self) -> None:
         """A new configuration generation is in force: Work a budget held is released if its ledgers
-        are below the limits now."""
-        self._s.activity.spawn(self._rebudget)
+        are below the limits now, and the admission pass looks again at every Work it passed over
+        (capacities, routes and bindings may have changed)."""
+        self._s.activity.spawn(self._reconfigured)
+
+    async def _reconfigured(self) -> None:
+        self.starter.forget_elsewhere()
+        await self._rebudget()
+        await self._s.storage.submit(readmit_in_tx)
 
     async def _rebudget(self) -> None:
         await self._s.storage.submit(rebudget_in_tx, self._s.config().budgets)
@@ -102,10 +116,30 @@ class RouterPool:
         """Rebuild in-memory work lists from the store (at start, and after a lagging feed)."""
         await self._rebudget()
         await self.lanes.resync()
-        await self.starter.resync()
+        self.starter.kick()
         await self.dispatcher.resync()
 
-    def _on_notice(self, notice: object, quick: list[RouteRequest]) -> None:
+    def _on_remote(self, notice: StoreChanged) -> None:
+        """Another node committed (or the periodic check of a shared database came round)."""
+        activity = self._s.activity
+        if notice.routed or notice.check:
+            activity.wake_all()  # a lane or completion waiting for another node's Event looks again
+        if notice.check:
+            self.starter.forget_elsewhere()
+        if notice.work_ready or notice.check:
+            self.starter.kick()
+        if notice.intents or notice.check:
+            activity.spawn(self.dispatcher.resync)
+        for execution_id in notice.fenced:
+            activity.spawn(partial(self.dispatcher.stop, execution_id, None, remote=True))
+        if notice.unrouted:
+            activity.spawn(self.lanes.resync)  # a node that routes nothing: its Events are routed here
+        elif notice.check:
+            # Events another node accepted and has not routed for a whole check period (it may have
+            # stopped): routed here, in order, from the routing watermark
+            activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)
+
+    def _on_notice(self, notice: Notice, quick: list[RouteRequest]) -> None:
         if isinstance(notice, EventAccepted):
             event = notice.event
             request = self.lanes.without_handler(event)
@@ -121,7 +155,8 @@ class RouterPool:
             self._s.activity.signal_change()
         elif isinstance(notice, WorkChanged):
             self._s.activity.signal_change()
-            self.starter.on_work_changed(notice.work_id)
+        elif isinstance(notice, WorkReady):
+            self.starter.kick()
         elif isinstance(notice, IntentPending):
             self.dispatcher.dispatch(notice.intent_id)
         elif isinstance(notice, ExecutionFenced):

@@ -1,140 +1,176 @@
-"""The timer actor: the in-memory `TimerService` kept in step with the store.
+"""The timer actor: fires due timers, taking them from the database at the earliest deadline.
 
-At start it re-arms every armed timer from the store; afterwards commit notices arm,
-move and cancel entries. When one is due it submits ``fire_timer_in_tx`` for that
-timer's current identity; a firing whose commit fails raises, and the service re-arms it
-(a storage error never loses a wakeup). Exactly-once lives in the kernel's ledger.
+The store keeps every armed timer, indexed by due time; the actor keeps only the next deadline. It
+sleeps on the clock until then, or until a commit arms a timer earlier (`TimerArmed`, or another
+node's commit), and then makes firing passes (`firing.fire_due_in_tx`: up to a page of due timers,
+earliest first, each firing atomic with its Event and ledger entry) until nothing more is due. Each
+pass answers with the next deadline, so nothing is ever rebuilt: a restart with a million armed timers
+reads one index entry. Exactly-once lives in the kernel's ledger; on a shared database the pass skips
+rows another node is firing, so nodes divide the due timers.
+
+A firing that fails without an answer (its error, not a ledger entry) is looked at again
+``retry_ms`` later, never in a loop.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from functools import partial
 
 import trio
 
 from ..config import CausalLimits
-from ..kernel.firing import fire_timers_in_tx
-from ..records.notices import Lagged, TimerArmed, TimerCancelled
-from ..records.timers import FireRequest, FiringResult, RecurrencePolicy
-from ..store import StorageActor, Tx
-from .timer_service import TimerService
+from ..kernel.firing import FirePass, fire_due_in_tx, next_due_in_tx
+from ..records.clock import Clock
+from ..records.errors import StorageClosed, StorageError, StorageUnavailable
+from ..records.notices import Lagged, StoreChanged, TimerArmed
+from ..records.timers import RecurrencePolicy
+from ..store import NoticeFeed, StorageActor
 
 log = logging.getLogger("loom.timers")
 
-REBUILD_PAGE = 50_000
-
-
-def _armed_page(tx: Tx, now_ms: int, after_id: str, limit: int) -> list[tuple[str, int, int]]:
-    return tx.armed_timers(after_id, limit)
-
-
-async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
+PAGE = 500
+"""Due timers one pass fires at most (one storage request, one commit)."""
+DEFAULT_RETRY_MS = 1000
 
 
 class TimerActor:
     def __init__(
         self,
         storage: StorageActor,
-        service: TimerService[str],
+        clock: Clock,
         *,
         limits: Callable[[], CausalLimits],
         policies: Mapping[str, RecurrencePolicy],
+        retry_ms: int = DEFAULT_RETRY_MS,
     ) -> None:
         self._storage = storage
-        self.service = service
+        self._clock = clock
         self._limits = limits
         self.policies = dict(policies)
-        self._armed: dict[str, tuple[int, int]] = {}
+        self._retry_ms = retry_ms
+        self.next_due_ms: int | None = None
+        """When the actor makes its next pass (the earliest armed deadline it knows of)."""
+        self._retrying: dict[str, int] = {}
+        """Timers whose firing failed without an answer -> when to look at them again."""
         self._feed_pending = False
+        self._firing = True
+        self._changed = trio.Event()
         self._progress = trio.Event()
-
-    async def rebuild(self) -> int:
-        """Re-arm every armed timer from the store; return how many."""
-        self._armed.clear()
-        after = ""
-        while page := await self._storage.submit(_armed_page, after, REBUILD_PAGE):
-            for timer_id, revision, fire_at in page:
-                self._arm(timer_id, revision, fire_at)
-            after = page[-1][0]
-        return len(self._armed)
-
-    def _arm(self, timer_id: str, revision: int, fire_at_ms: int) -> None:
-        self._armed[timer_id] = (revision, fire_at_ms)
-        self.service.schedule(timer_id, fire_at_ms)
-
-    def _disarm(self, timer_id: str) -> None:
-        self._armed.pop(timer_id, None)
-        self.service.cancel(timer_id)
-
-    async def run(self, *, task_status: trio.TaskStatus[TimerActor] = trio.TASK_STATUS_IGNORED) -> None:
-        feed = self._storage.feed(capacity=4096)
-        try:
-            await self.rebuild()
-            async with trio.open_nursery() as nursery:
-                await nursery.start(partial(self.service.run, self._fire, fire_many=self._fire_many))
-                task_status.started(self)
-                while True:
-                    self._feed_pending = feed.pending
-                    self._signal_progress()
-                    batch = await feed.next_batch()
-                    self._feed_pending = True
-                    for notice in batch:
-                        if isinstance(notice, Lagged):
-                            await self.rebuild()
-                        elif isinstance(notice, TimerArmed):
-                            self._arm(notice.timer_id, notice.revision, notice.fire_at_ms)
-                        elif isinstance(notice, TimerCancelled):
-                            self._disarm(notice.timer_id)
-        except trio.EndOfChannel:
-            return  # the storage actor stopped: the runtime is going down
-        finally:
-            self._storage.unsubscribe(feed)
 
     @property
     def idle(self) -> bool:
-        """No unread notice, nothing firing, nothing due at the clock's current time."""
-        return not self._feed_pending and self.service.idle
+        """No unread notice, no pass running, and nothing due at the clock's current time."""
+        due = self._wake_at()
+        return not self._feed_pending and not self._firing and (due is None or due > self._clock.now_ms())
+
+    async def wait_idle(self) -> None:
+        """Return once `idle` (a host's quiescence check; timers due later do not count)."""
+        while True:
+            progress = self._progress  # captured before the check, so a change in between is seen
+            if self.idle:
+                return
+            await progress.wait()
 
     def _signal_progress(self) -> None:
         progress, self._progress = self._progress, trio.Event()
         progress.set()
 
-    async def wait_idle(self) -> None:
-        """Return once `idle` (a host's quiescence check; timers due later do not count)."""
-        while True:
-            # capture both wakeups before checking, so a change in between is never missed
-            progress, passed = self._progress, self.service.next_pass
-            if self.idle:
-                return
+    def _wake_at(self) -> int | None:
+        times = [t for t in (self.next_due_ms, *self._retrying.values()) if t is not None]
+        return min(times) if times else None
+
+    def _earlier(self, fire_at_ms: int) -> None:
+        if self.next_due_ms is None or fire_at_ms < self.next_due_ms:
+            self.next_due_ms = fire_at_ms
+            self._changed.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[TimerActor] = trio.TASK_STATUS_IGNORED) -> None:
+        feed = self._storage.feed(capacity=4096)
+        try:
+            self.next_due_ms = await self._storage.submit(next_due_in_tx)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_cancel_when_set, passed, nursery.cancel_scope)
-                await progress.wait()
+                nursery.start_soon(self._read_notices, feed)
+                task_status.started(self)
+                while True:
+                    self._changed = trio.Event()
+                    self._firing = True
+                    await self._fire_due()
+                    self._firing = False
+                    self._signal_progress()
+                    await self._sleep()
+        except trio.EndOfChannel:
+            return  # the storage actor stopped: the runtime is going down
+        finally:
+            self._storage.unsubscribe(feed)
+
+    async def _read_notices(self, feed: NoticeFeed) -> None:
+        while True:
+            self._feed_pending = feed.pending
+            self._signal_progress()
+            batch = await feed.next_batch()
+            self._feed_pending = True
+            for notice in batch:
+                if isinstance(notice, TimerArmed):
+                    self._earlier(notice.fire_at_ms)
+                elif isinstance(notice, StoreChanged) and notice.timer_due_ms is not None:
+                    self._earlier(notice.timer_due_ms)
+                elif isinstance(notice, Lagged) or (
+                    isinstance(notice, StoreChanged) and (notice.everything or notice.check)
+                ):
+                    self._earlier(self._clock.now_ms())  # a pass answers with the true next deadline
+
+    async def _sleep(self) -> None:
+        """Until the next pass is due, or a commit may have armed something earlier."""
+        wake = self._wake_at()
+        if wake is not None and wake <= self._clock.now_ms():
+            return
+        changed = self._changed
+        async with trio.open_nursery() as nursery:
+
+            async def on_clock() -> None:
+                if wake is None:
+                    await trio.sleep_forever()
+                await self._clock.sleep_until(wake or 0)
                 nursery.cancel_scope.cancel()
 
-    async def _fire_many(self, timer_ids: list[str]) -> list[str]:
-        """Fire due timers together: one storage request, each firing atomic on its own."""
-        pending = [(timer_id, self._armed[timer_id]) for timer_id in timer_ids if timer_id in self._armed]
-        requests = [FireRequest(timer_id=t, revision=r, fire_at_ms=f) for t, (r, f) in pending]
-        results = await self._storage.submit(fire_timers_in_tx, requests, self._limits(), self.policies)
-        failed = []
-        for (timer_id, armed), result in zip(pending, results, strict=True):
-            if isinstance(result, str):
-                log.error("timer %s: firing failed: %s", timer_id, result)
-                failed.append(timer_id)
-                continue
-            if result.result is FiringResult.TAKEN:
-                failed.append(timer_id)  # another node is firing it: look again later (the ledger answers)
-                continue
-            if result.result is FiringResult.INVALID:
-                log.error("timer %s is invalid and left the due set: %s", timer_id, result.detail)
-            if self._armed.get(timer_id) == armed and result.next_fire_at_ms is None:
-                self._armed.pop(timer_id, None)
-        return failed
+            nursery.start_soon(on_clock)
+            await changed.wait()
+            nursery.cancel_scope.cancel()
 
-    async def _fire(self, timer_id: str) -> None:
-        if await self._fire_many([timer_id]):
-            raise RuntimeError(f"timer {timer_id}: firing failed (see the log)")
+    async def _fire_due(self) -> None:
+        """Fire until nothing more is due now (each pass a page, one commit)."""
+        while True:
+            now = self._clock.now_ms()
+            for timer_id in [t for t, at in self._retrying.items() if at <= now]:
+                del self._retrying[timer_id]
+            try:
+                done: FirePass = await self._storage.submit(
+                    fire_due_in_tx, PAGE, self._limits(), self.policies, frozenset(self._retrying)
+                )
+            except (StorageClosed, StorageUnavailable):
+                raise  # stopping, or a lost connection: the actor starts again from the store
+            except StorageError as exc:
+                # the batch failed as a whole and committed nothing: every due timer is still armed
+                self.next_due_ms = self._clock.now_ms() + self._retry_ms
+                log.error("timers: a firing pass failed (%s); looking again at %d", exc, self.next_due_ms)
+                return
+            now = self._clock.now_ms()
+            for request, result in zip(done.requests, done.results, strict=True):
+                if isinstance(result, str):
+                    log.error(
+                        "timer %s: firing failed: %s; looking again at %d",
+                        request.timer_id,
+                        result,
+                        now + self._retry_ms,
+                    )
+                    self._retrying[request.timer_id] = now + self._retry_ms
+            self.next_due_ms = done.next_due_ms
+            if done.more:
+                continue
+            if done.next_due_ms is not None and done.next_due_ms <= done.at_ms:
+                if done.requests:
+                    continue  # a firing re-armed its timer due already (a catch-up): go on
+                # due, yet the pass took nothing: another node is firing it now (its commit tells us)
+                self.next_due_ms = now + self._retry_ms
+            return

@@ -18,17 +18,17 @@ import attrs
 
 from ..config import Budget, CausalLimits
 from ..kernel.authority import Authority
-from ..kernel.executions import KindPolicy, complete_in_tx, renew_in_tx
+from ..kernel.executions import KindPolicy, renew_in_tx
 from ..kernel.recovery import adopt_in_tx, pin_metadata_in_tx
-from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx
-from ..records.errors import CallParked, CallRefused, CausalRefused, InvalidRequest, StaleAuthority
+from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx, park_on_call_in_tx
+from ..records.errors import CallParked, CallRefused, CausalRefused, InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.executor import GatedCall, RefuseCall, WaitForCall
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
 from ..records.validation import check_keys, check_reason, check_text, check_wait_spec, payload_json
 from ..records.waits import Waiting, WaitSpec
-from ..records.work import ExecutionState, Lease, Work
-from ..store import StorageActor, Tx
+from ..records.work import Lease, Work
+from ..store import StorageActor
 from .supervision import contained, describe
 
 log = logging.getLogger("loom.toolbelt")
@@ -119,14 +119,7 @@ class RuntimeToolbelt:
     async def adopt(self) -> None:
         """During recovery: the process is verified; the attempt runs again under this toolbelt's lease
         (a new token: the old one stays stale). Idempotent."""
-        try:
-            await self._storage.submit(adopt_in_tx, Authority.of(self._lease))
-        except StaleAuthority:
-            execution_state = await self._storage.submit(
-                _state_of, self._lease.execution_id, self._lease.epoch
-            )
-            if not execution_state:
-                raise
+        await self._storage.submit(adopt_in_tx, Authority.of(self._lease))
 
     async def gated(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
         """Ask the call gates (in name order) about ``operation`` before running it: return when every
@@ -201,7 +194,7 @@ class RuntimeToolbelt:
     async def _park(self, wait: WaitSpec) -> str | None:
         """Register the gate's wait under this lease, exactly as a `Waiting` outcome would."""
         wait_id: str | None = await self._storage.submit(
-            _park_in_tx,
+            park_on_call_in_tx,
             Authority.of(self._lease),
             Waiting(wait=wait),
             self._kind,
@@ -212,23 +205,3 @@ class RuntimeToolbelt:
         if self.on_park is not None:
             self.on_park()
         return wait_id
-
-
-def _park_in_tx(
-    tx: Tx,
-    now_ms: int,
-    auth: Authority,
-    waiting: Waiting,
-    kind: KindPolicy,
-    limits: CausalLimits,
-    budgets: Sequence[Budget],
-) -> str | None:
-    execution = complete_in_tx(tx, now_ms, auth, waiting, kind, limits, budgets)
-    waits = [w for w in tx.waits_of_work(execution.work_id) if w.execution_id == execution.id]
-    return waits[-1].id if waits else None
-
-
-def _state_of(tx: Tx, now_ms: int, execution_id: str, epoch: int) -> bool:
-    """Whether the attempt already runs at ``epoch`` (an adoption already committed)."""
-    execution = tx.execution(execution_id)
-    return execution is not None and execution.epoch == epoch and execution.state is ExecutionState.RUNNING

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from ..records.errors import ConfigError
-from ..records.validation import MAX_INT, MAX_PAYLOAD_DEPTH, MIN_INT, is_valid_unicode
+from ..records.validation import MAX_INT, MAX_PAYLOAD_DEPTH, MIN_INT, describe_value, is_valid_unicode
 
 MAX_NAME_LEN = 200
 
@@ -30,7 +30,7 @@ def bounded(low: int, high: int, section: str = "") -> Any:
     def check(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise ConfigError(
-                f"must be an integer from {low} to {high}, got {value!r}",
+                f"must be an integer from {low} to {high}, got {describe_value(value)}",
                 key=join_key(section, attribute.name),
             )
 
@@ -85,7 +85,7 @@ def check_name(value: object, key: str) -> None:
     if not isinstance(value, str) or not _NAME_RE.match(value) or len(value) > MAX_NAME_LEN:
         raise ConfigError(
             f"must be a name of letters, digits, '_', '.', ':' or '-' starting with a letter or digit, "
-            f"got {value!r}",
+            f"got {describe_value(value)}",
             key=key,
         )
 
@@ -99,22 +99,24 @@ def check_json(value: object, key: str, depth: int = 1) -> None:
     if isinstance(value, dict):
         for name, item in value.items():
             if not isinstance(name, str):
-                raise ConfigError(f"keys must be strings, got {name!r}", key=key)
+                raise ConfigError(f"keys must be strings, got {describe_value(name)}", key=key)
             if not is_valid_unicode(name):
-                raise ConfigError(f"keys must be valid Unicode text, got {name!r}", key=key)
+                raise ConfigError(f"keys must be valid Unicode text, got {describe_value(name)}", key=key)
             check_json(item, key_path(key, name), depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
             check_json(item, f"{key}[{i}]", depth + 1)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise ConfigError(f"must be JSON data, got {value!r}", key=key)
+            raise ConfigError(f"must be JSON data, got {describe_value(value)}", key=key)
     elif isinstance(value, str):
         if not is_valid_unicode(value):
-            raise ConfigError(f"must be valid Unicode text (it holds a lone surrogate): {value!r}", key=key)
+            raise ConfigError(
+                f"must be valid Unicode text (it holds a lone surrogate): {describe_value(value)}", key=key
+            )
     elif isinstance(value, int) and not isinstance(value, bool):
         if not MIN_INT <= value <= MAX_INT:
-            raise ConfigError(f"must be an integer within 64 bits, got {value!r}", key=key)
+            raise ConfigError(f"must be an integer within 64 bits, got {describe_value(value)}", key=key)
     elif not (value is None or isinstance(value, bool)):
         raise ConfigError(f"must be JSON data (no dates or times), got {type(value).__name__}", key=key)
 

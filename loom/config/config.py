@@ -16,7 +16,7 @@ import attrs
 
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.serde import converter
-from ..records.validation import MAX_INT, validate_scope
+from ..records.validation import MAX_INT, describe_value, validate_scope
 from ._keys import check_name, key_path, known, plain, rekey
 from .model import (
     DEFAULT_TRIGGER,
@@ -55,7 +55,7 @@ class Config:
             or not 1 <= self.generation <= MAX_INT
         ):
             raise ConfigError(
-                f"must be an integer from 1 to {MAX_INT}, got {self.generation!r}",
+                f"must be an integer from 1 to {MAX_INT}, got {describe_value(self.generation)}",
                 file=self.file,
                 key="generation",
             )
@@ -99,6 +99,8 @@ class Config:
             raise ConfigError(f"not valid TOML: {exc}", file=file) from None
         except RecursionError:
             raise ConfigError("not valid TOML: nested too deeply to read", file=file) from None
+        except ValueError as exc:  # an integer too long to read (over 4,300 digits)
+            raise ConfigError(f"not valid TOML: {exc}", file=file) from None
         return cls.from_dict(data, file=file, generation=generation)
 
     @classmethod

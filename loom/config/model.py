@@ -16,7 +16,7 @@ import attrs
 
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.frozen import frozen_object
-from ..records.validation import MAX_REASON_LEN, check_text, validate_scope
+from ..records.validation import MAX_REASON_LEN, check_text, describe_value, validate_scope
 from ..records.work import Capability, Policy
 from ._keys import bounded, check_json, check_name, key_path, optional_bounded
 
@@ -49,7 +49,8 @@ def retry_delays(attempts: int) -> tuple[int, ...]:
     """
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= MAX_RETRY_ATTEMPTS:
         raise ConfigError(
-            f"must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {attempts!r}", key="retry_attempts"
+            f"must be an integer from 1 to {MAX_RETRY_ATTEMPTS}, got {describe_value(attempts)}",
+            key="retry_attempts",
         )
     return tuple(RETRY_STEP_MS * failure for failure in range(1, attempts))
 
@@ -91,7 +92,8 @@ MAX_BUDGET_AMOUNT = 1e15
 def _check_amount(key: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_BUDGET_AMOUNT:
         raise ConfigError(
-            f"must be a number above 0 and at most {MAX_BUDGET_AMOUNT:g}, got {value!r}", key=key
+            f"must be a number above 0 and at most {MAX_BUDGET_AMOUNT:g}, got {describe_value(value)}",
+            key=key,
         )
 
 

@@ -1,4 +1,4 @@
-"""Small reads every kernel module needs: a Work or an Event that must exist."""
+"""Small reads every kernel module needs (a Work or an Event that must exist), and the barrier."""
 
 from __future__ import annotations
 
@@ -21,3 +21,8 @@ def require_event(tx: Tx, event_id: str) -> Event:
     event = tx.event(event_id)
     assert event is not None, f"event {event_id} vanished"
     return event
+
+
+def barrier_in_tx(tx: Tx, now_ms: int) -> None:
+    """A procedure that does nothing: its answer comes after every earlier commit's notices were
+    handed out (a quiescence check's round trip)."""

@@ -6,6 +6,8 @@ token, epoch or attempt raises `StaleAuthority` and changes nothing.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 
 import attrs
@@ -82,3 +84,10 @@ def authorize_recovery(tx: Tx, now_ms: int, auth: Authority) -> Execution:
             f"execution {execution.id}: its recovery lease expired at {execution.expires_at_ms}"
         )
     return execution
+
+
+def lease_token(seed: str, index: int) -> str:
+    """The ``index``-th lease token of a pass that drew the secret ``seed``: as unpredictable as the
+    seed, and derived, so a procedure that hands out many leases needs no randomness of its own."""
+    digest = hashlib.blake2b(str(index).encode(), key=seed.encode()[:64], digest_size=24).digest()
+    return base64.urlsafe_b64encode(digest).decode()

@@ -80,10 +80,11 @@ def charge_in_tx(
         if (warned, exceeded) == (ledger.warned, ledger.exceeded):
             continue
         tx.mark_ledger(budget.name, subject, window, warned=warned, exceeded=exceeded)
+        # one charge may cross both: the warning is announced all the same, before the limit
+        if warned and not ledger.warned:
+            _announce(tx, now_ms, BUDGET_WARNING, budget, ledger, work, limits)
         if exceeded and not ledger.exceeded:
             _announce(tx, now_ms, BUDGET_EXCEEDED, budget, ledger, work, limits)
-        elif warned and not ledger.warned:
-            _announce(tx, now_ms, BUDGET_WARNING, budget, ledger, work, limits)
 
 
 def _announce(

@@ -89,10 +89,12 @@ def check_and_charge_in_tx(
             cause,
             execution_id,
             now_ms,
+            observed=pos.depth,
         )
     else:
         for root, lim in per_root.items():
-            if tx.bucket_count(root, minute) >= lim.per_minute:
+            count = tx.bucket_count(root, minute)
+            if count >= lim.per_minute:
                 rejection = _rejection(
                     RejectionReason.RATE_LIMIT,
                     root,
@@ -105,6 +107,7 @@ def check_and_charge_in_tx(
                     cause,
                     execution_id,
                     now_ms,
+                    observed=count,
                 )
                 break
     if rejection is not None:
@@ -132,6 +135,8 @@ def _rejection(
     cause: Event | None,
     execution_id: str | None,
     now_ms: int,
+    *,
+    observed: int,
 ) -> CausalRejection:
     return CausalRejection(
         reason=reason,
@@ -148,4 +153,5 @@ def _rejection(
         work_id=event.work_id,
         execution_id=execution_id,
         at_ms=now_ms,
+        observed=observed,
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..config import CausalLimits
 from ..records.core_events import EXECUTION_TIMEOUT
-from ..records.events import Event
+from ..records.events import CausalRejection, Event
 from ..records.notices import ExecutionFenced, WorkChanged
 from ..records.timers import Timer
 from ..records.work import ExecutionState, InputState, WorkState
@@ -25,8 +25,15 @@ from .segments import end_segment_in_tx
 from .timer_kind import TimerKind
 
 
-def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapping[str, Any]) -> None:
-    """A ``core.execution.timeout`` was accepted (``event``), or refused by the causal bounds (``None``):
+def apply_deadline_in_tx(
+    tx: Tx,
+    now_ms: int,
+    event: Event | None,
+    payload: Mapping[str, Any],
+    refusal: CausalRejection | None = None,
+) -> None:
+    """A ``core.execution.timeout`` was accepted (``event``), or refused by the causal bounds (``None``,
+    with the ``refusal``):
     if its segment is still the active one, fence the attempt and fail it under its current fence; a
     stale deadline does nothing.
 
@@ -72,7 +79,8 @@ def apply_deadline_in_tx(tx: Tx, now_ms: int, event: Event | None, payload: Mapp
             work.id,
             now_ms,
             held=1,
-            hold_reason="causal_rejection: the execution deadline's event was refused",
+            hold_reason="causal_rejection: the execution deadline's event was refused"
+            + (f" ({refusal.describe()})" if refusal is not None else ""),
         )
     tx.notify(ExecutionFenced(execution_id=execution.id, work_id=work.id))
     tx.notify(WorkChanged(work_id=work.id))
@@ -82,8 +90,8 @@ def _on_fired(tx: Tx, now_ms: int, timer: Timer, event: Event, limits: CausalLim
     apply_deadline_in_tx(tx, now_ms, event, event.payload)
 
 
-def _on_refused(tx: Tx, now_ms: int, timer: Timer, limits: CausalLimits) -> None:
-    apply_deadline_in_tx(tx, now_ms, None, timer.payload)
+def _on_refused(tx: Tx, now_ms: int, timer: Timer, rejection: CausalRejection, limits: CausalLimits) -> None:
+    apply_deadline_in_tx(tx, now_ms, None, timer.payload, rejection)
 
 
 TIMER_KIND = TimerKind(event_type=EXECUTION_TIMEOUT, on_fired=_on_fired, on_refused=_on_refused)

@@ -9,12 +9,11 @@ sit beside the procedures that use them.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import attrs
 
-from ..config import Budget, CausalLimits, Config, effective_bindings, effective_routes
+from ..config import Budget, CausalLimits, Config
 from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
@@ -41,8 +40,13 @@ from ..records.work import (
 from ..store import Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
+from .bindings import NO_BINDING as NO_BINDING
+from .bindings import BindingRef as BindingRef
+from .bindings import binding_for_in_tx as binding_for_in_tx
 from .budgets import admit_turn, charge_in_tx
+from .capacity import capacity_pool
 from .continuation import park_in_tx, resume_in_tx
+from .intents import stale_open_intents_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
 from .kinds import TriggerSelector as TriggerSelector
@@ -62,20 +66,6 @@ class CompletionBlocked(Conflict):
 
 
 @attrs.frozen(kw_only=True)
-class BindingRef:
-    """The binding an attempt is pinned to: executor and the capabilities it may use."""
-
-    name: str | None
-    executor: str | None
-    capabilities: frozenset[str] = frozenset()
-    config: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
-
-
-NO_BINDING = BindingRef(name=None, executor=None)
-"""A host's own claim with no binding: it runs the attempt itself."""
-
-
-@attrs.frozen(kw_only=True)
 class ClaimRequest:
     work_id: str
     owner: str
@@ -84,6 +74,7 @@ class ClaimRequest:
     binding: BindingRef
     kind: KindPolicy
     capacity: int | None
+    """The capacity of ``pool`` (``None``: no capacity applies)."""
     generation: int
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
@@ -94,12 +85,26 @@ class ClaimRequest:
     """The budgets in force: a turn is admitted against them, and counted in ``turns`` and ``attempts``."""
     limits: CausalLimits = attrs.field(factory=CausalLimits)
     """The causal limits the budget Events are accepted under."""
+    pool: str | None = None
+    """The capacity pool the attempt counts against (`capacity.capacity_pool`); ``None`` with a
+    ``capacity``: the Work's own scope."""
 
 
-def scope_capacity(config: Config, scope: str) -> int | None:
-    """How many attempts may run at once in ``scope`` (``None``: no limit)."""
-    declared = config.scopes.get(scope)
-    return declared.capacity if declared is not None else None
+class RoutingBehind(Conflict):
+    """A claim found an Event of the Work, accepted before its wake's winner, not routed yet: the
+    continuation waits for ``event_id``'s checkpoint."""
+
+    def __init__(self, message: str, *, event_id: str) -> None:
+        super().__init__(message)
+        self.event_id = event_id
+
+
+class AtCapacity(Conflict):
+    """A claim found its capacity pool full: the Work waits for a slot."""
+
+    def __init__(self, message: str, *, pool: str) -> None:
+        super().__init__(message)
+        self.pool = pool
 
 
 def claim_request(
@@ -117,6 +122,7 @@ def claim_request(
     ``token`` is the new lease's secret, made by the caller (procedures use no randomness).
     """
     kind = kind_policy(config, work.kind)
+    pool = capacity_pool(config, work.scope)
     return ClaimRequest(
         work_id=work.id,
         owner=owner,
@@ -124,99 +130,13 @@ def claim_request(
         lease_ms=lease_ms,
         binding=binding,
         kind=kind,
-        capacity=scope_capacity(config, work.scope),
+        capacity=pool.capacity if pool is not None else None,
+        pool=pool.scope if pool is not None else None,
         generation=config.generation,
         timeout_ms=kind.timeout_ms,
         handed=handed,
         budgets=config.budgets,
         limits=config.causal,
-    )
-
-
-def binding_for_in_tx(
-    tx: Tx, now_ms: int, work_id: str, config: Config, advertised: Mapping[str, Collection[str]]
-) -> BindingRef | None:
-    """The binding a Work's next attempt runs with: that of the route which routed its earliest
-    pending input, resolved in the Work's scope, pinning only capabilities its executor advertises.
-
-    A continuation (the last attempt ended on a wait, which was woken) carries on with the binding the
-    waited attempt ran with, whichever route its winner came by. Input that came through no route (a
-    retry, a manual retry request) continues with the binding the Work's last attempt ran with, as
-    configured now (or as it was pinned, if it is no longer configured); input through routes that name
-    no binding (they only pass input to the Work) continues with it where it is configured.
-
-    ``None``: no pending input came through a route with a binding, and no attempt ran under one (a
-    host may still claim).
-    """
-    work = require_work(tx, work_id)
-    routes = {route.name: route for route in effective_routes(config, work.scope)}
-    if work.execution_state is ExecutionState.PARKED:
-        # a parked attempt resumes with the binding it was pinned to
-        parked = tx.live_execution(work.id)
-        assert parked is not None
-        pinned = effective_bindings(config, work.scope).get(parked.binding or "")
-        return BindingRef(
-            name=parked.binding,
-            executor=parked.executor,
-            capabilities=parked.capabilities,
-            config=pinned.binding.config if pinned is not None else {},
-        )
-    last = tx.execution(stable_id("ex", work.id, str(work.attempts))) if work.attempts else None
-    if last is not None and last.state is ExecutionState.WAITED:
-        # a continuation: attempt N+1 carries on the waited attempt, whatever route its winner came by
-        return _binding_of(config, work.scope, last, advertised)
-    unrouted = False  # some pending input came through no route (a retry, a manual retry request)
-    for event_id in work.pending_inputs:
-        checkpoint = tx.checkpoint(event_id)
-        unrouted = unrouted or (checkpoint is not None and checkpoint.route is None)
-        route = routes.get(checkpoint.route or "") if checkpoint else None
-        if route is None or route.binding is None:
-            continue
-        binding = route.binding.binding
-        capabilities = frozenset(str(c) for c in binding.capabilities)
-        return BindingRef(
-            name=route.binding.name,
-            executor=binding.executor,
-            capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
-            config=binding.config,
-        )
-    if last is None:
-        return None
-    # no pending input names a binding: the Work carries on with the binding it last ran with; input
-    # through a route that names none (it only passes input to its Work) does so only where that
-    # binding is configured, so an attempt a host claimed under a binding of its own stays the host's
-    return _binding_of(config, work.scope, last, advertised, pinned=unrouted)
-
-
-def _binding_of(
-    config: Config,
-    scope: str,
-    last: Execution,
-    advertised: Mapping[str, Collection[str]],
-    *,
-    pinned: bool = True,
-) -> BindingRef | None:
-    """The binding ``last`` ran with, as configured now, or (with ``pinned``) as it was pinned if it
-    is no longer configured; ``None`` if it ran under no executor."""
-    if last.executor is None:
-        return None
-    configured = effective_bindings(config, scope).get(last.binding or "")
-    if configured is not None:
-        binding = configured.binding
-        return BindingRef(
-            name=last.binding,
-            executor=binding.executor,
-            capabilities=frozenset(str(c) for c in binding.capabilities)
-            & frozenset(advertised.get(binding.executor, ())),
-            config=binding.config,
-        )
-    if not pinned:
-        return None
-    return BindingRef(
-        name=last.binding,
-        executor=last.executor,
-        capabilities=last.capabilities & frozenset(advertised.get(last.executor, ())),
-        config=dict(last.binding_config or {}),
     )
 
 
@@ -232,20 +152,45 @@ def select_trigger(inputs: Sequence[Event], selector: TriggerSelector | None) ->
 
 def claimable(work: Work) -> str | None:
     """Why ``work`` cannot start an attempt now (``None``: it can)."""
-    if work.state.terminal:
-        return f"work {work.id} is {work.state}"
-    if work.current_execution_id is not None and work.execution_state is not ExecutionState.PARKED:
-        return f"work {work.id} already has a nonterminal attempt {work.current_execution_id}"
-    if work.held:
-        return f"work {work.id} is held: {work.hold_reason}"
-    if work.retry is RetryState.BACKOFF:
-        return f"work {work.id} is in its retry backoff: its next attempt starts when the retry is due"
-    if work.retry is RetryState.EXHAUSTED:
-        return f"work {work.id} has spent its retry budget: request a retry to start the next attempt"
-    if work.state is not WorkState.READY:
-        return f"work {work.id} is {work.state}"
-    if not work.pending_inputs:
-        return f"work {work.id} has no pending input"
+    return start_refusal(
+        work.id,
+        work.state,
+        held=work.held,
+        hold_reason=work.hold_reason,
+        retry=work.retry,
+        execution_state=work.execution_state,
+        execution_id=work.current_execution_id,
+        has_pending=bool(work.pending_inputs),
+    )
+
+
+def start_refusal(
+    work_id: str,
+    state: WorkState,
+    *,
+    held: bool,
+    hold_reason: str | None,
+    retry: RetryState | None,
+    execution_state: ExecutionState | None,
+    execution_id: str | None,
+    has_pending: bool,
+) -> str | None:
+    """Why a Work in this condition cannot start an attempt now (``None``: it can; it belongs in the
+    ready queue). A parked attempt does not stop a start: a claim resumes it once it is woken."""
+    if state.terminal:
+        return f"work {work_id} is {state}"
+    if execution_state is not None and execution_state is not ExecutionState.PARKED:
+        return f"work {work_id} already has a nonterminal attempt {execution_id}"
+    if held:
+        return f"work {work_id} is held: {hold_reason}"
+    if retry is RetryState.BACKOFF:
+        return f"work {work_id} is in its retry backoff: its next attempt starts when the retry is due"
+    if retry is RetryState.EXHAUSTED:
+        return f"work {work_id} has spent its retry budget: request a retry to start the next attempt"
+    if state is not WorkState.READY:
+        return f"work {work_id} is {state}"
+    if not has_pending:
+        return f"work {work_id} has no pending input"
     return None
 
 
@@ -258,12 +203,17 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     if why is not None:
         raise Conflict(f"cannot claim: {why}")
     admit_turn(tx, now_ms, work, req.budgets)
-    if req.capacity is not None and tx.running_in_scope(work.scope) >= req.capacity:
-        raise Conflict(
-            f"cannot claim work {work.id}: scope {work.scope!r} is at its capacity of {req.capacity}"
-        )
-    inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
     wake = tx.untaken_wake(work.id)
+    if wake is not None:
+        _routed_up_to_the_winner(tx, work, wake.winner_event_id)
+    pool = req.pool if req.pool is not None else work.scope if req.capacity is not None else None
+    if pool is not None and req.capacity is not None:
+        tx.lock_pool(pool)
+        if tx.pool_running(pool) >= req.capacity:
+            raise AtCapacity(
+                f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
+            )
+    inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
     if work.execution_state is ExecutionState.PARKED:
         parked = tx.live_execution(work.id)
         assert parked is not None
@@ -281,6 +231,8 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             lease_ms=req.lease_ms,
             config=req.binding.config,
         )
+        if pool is not None:
+            tx.update_execution(parked.id, pool=pool)
         if req.budgets:
             charge_in_tx(tx, now_ms, work, {"turns": 1}, req.budgets, req.limits)
         return resumed
@@ -311,6 +263,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         now_ms=now_ms,
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
+        pool=pool,
     )
     tx.update_execution(
         execution_id,
@@ -349,6 +302,22 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         expires_at_ms=expires,
         request=request,
     )
+
+
+def _routed_up_to_the_winner(tx: Tx, work: Work, winner_id: str | None) -> None:
+    """A continuation takes its inputs in acceptance order: while an Event accepted for the Work before
+    its wake's winner is not routed yet, it does not start (`RoutingBehind`; the routing of that Event
+    touches the Work, and the admission pass looks at it again)."""
+    winner = tx.event(winner_id) if winner_id else None
+    if winner is None:
+        return
+    behind = tx.earlier_unrouted_for(work.id, work.keys, winner.seq)
+    if behind:
+        raise RoutingBehind(
+            f"cannot claim work {work.id}: its continuation waits until event {behind[0].id}, accepted "
+            f"before its wake's winner {winner.id}, is routed (inputs are taken in acceptance order)",
+            event_id=behind[0].id,
+        )
 
 
 def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
@@ -393,14 +362,15 @@ def complete_in_tx(
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
     consume_claimed_inputs_in_tx(tx, execution)
+    # the segment's proof is in: its open intents (undispatched, or dispatched and unanswered) end
+    # here, so a late dispatch answer finds them stale and changes nothing
+    stale_open_intents_in_tx(tx, now_ms, execution.id)
+    if not isinstance(outcome, Failed) and work.failures:
+        # a turn that succeeded (completed, handed off, or ended on its wait) resets the failure budget
+        tx.update_work(work.id, now_ms, failures=0)
+        work = require_work(tx, work.id)
     if isinstance(outcome, Waiting):
-        for intent in tx.intents_of_execution(execution.id):
-            if intent.status is IntentStatus.PENDING:
-                tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
         return park_in_tx(tx, now_ms, execution, work, outcome, limits or CausalLimits())
-    for intent in tx.intents_of_execution(execution.id):
-        if intent.status is IntentStatus.PENDING:
-            tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
     handoff_settles = isinstance(outcome, Handoff) and kind.run_once
     if isinstance(outcome, Completed) or handoff_settles:
         state = ExecutionState.COMPLETED
@@ -434,8 +404,6 @@ def complete_in_tx(
             hint_ms=outcome.retry_after_ms,
             rate_limited=outcome.rate_limited,
         )
-    elif work.failures:
-        tx.update_work(work.id, now_ms, failures=0)  # a successful attempt resets the failure budget
     result = tx.execution(execution.id)
     assert result is not None
     return result

@@ -94,6 +94,54 @@ def fire_timers_in_tx(
     return results
 
 
+@attrs.frozen(kw_only=True)
+class FirePass:
+    """What one firing pass did."""
+
+    requests: tuple[FireRequest, ...]
+    """The due timer identities it fired, in order."""
+    results: tuple[Firing | str, ...]
+    """Each one's firing, or the error that kept it from firing (it stays armed)."""
+    next_due_ms: int | None
+    """The earliest deadline among armed timers after the pass, not counting ``exclude``d ones (``None``:
+    nothing else is armed)."""
+    more: bool
+    """The pass stopped at its limit: more may be due now."""
+    at_ms: int
+    """The time the pass fired at (what "due now" meant)."""
+
+
+def fire_due_in_tx(
+    tx: Tx,
+    now_ms: int,
+    limit: int,
+    limits: CausalLimits,
+    policies: Mapping[str, RecurrencePolicy],
+    exclude: frozenset[str] = frozenset(),
+) -> FirePass:
+    """Fire up to ``limit`` due timers, earliest first (each atomic on its own, as `fire_timers_in_tx`),
+    and say when the next one is due: the one bounded firing pass that the timer actor and
+    `Runtime.poll` both make. The database keeps what is armed; nobody holds a copy. ``exclude``: timers
+    the caller looks at again later (a firing that failed), passed by and not counted as next."""
+    rows = [row for row in tx.due_head(now_ms, limit + len(exclude)) if row[0] not in exclude][:limit]
+    requests = tuple(FireRequest(timer_id=i, revision=r, fire_at_ms=f) for i, r, f in rows)
+    results = tuple(fire_timers_in_tx(tx, now_ms, requests, limits, policies))
+    upcoming = [f for i, f in tx.next_armed(1 + len(exclude)) if i not in exclude]
+    return FirePass(
+        requests=requests,
+        results=results,
+        next_due_ms=upcoming[0] if upcoming else None,
+        more=len(requests) >= limit,
+        at_ms=now_ms,
+    )
+
+
+def next_due_in_tx(tx: Tx, now_ms: int, exclude: frozenset[str] = frozenset()) -> int | None:
+    """The earliest deadline among armed timers, not counting ``exclude``d ones (``None``: none)."""
+    upcoming = [f for i, f in tx.next_armed(1 + len(exclude)) if i not in exclude]
+    return upcoming[0] if upcoming else None
+
+
 def _firing_failed(tx: Tx, now_ms: int, request: FireRequest, error: str) -> Firing | str:
     """A firing raised: its own effects are undone; the timer leaves the due set as invalid."""
     try:
@@ -166,6 +214,20 @@ def _accept(
     if isinstance(accepted, Event) and accepted.duplicate:
         # the ledger answers a repeated firing before this point: a duplicate here is an identity
         # another firing or publisher already used, never this firing's own Event
+        if replacement is not None:
+            # a recurring timer's occurrence is named by its identity: one already accepted (an
+            # earlier revision armed with the same delivery_id fired it) is not fired twice, and the
+            # timer moves on to its next occurrence instead of being lost
+            return _settle(
+                tx,
+                now_ms,
+                timer,
+                FiringResult.SKIPPED,
+                None,
+                replacement,
+                f"occurrence {occurrence.occurrence_ms}: its delivery identity {event_in.source}/"
+                f"{event_in.delivery_id} was already accepted as event {accepted.id}",
+            )
         return _invalid(
             tx,
             now_ms,
@@ -181,7 +243,7 @@ def _accept(
         firing = _ledger(tx, now_ms, timer, FiringResult.REFUSED, None, None, accepted.describe())
         kind = TIMER_KINDS.get(timer.type)
         if kind is not None:
-            kind.on_refused(tx, now_ms, timer, limits)
+            kind.on_refused(tx, now_ms, timer, accepted, limits)
         return firing
     firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
     kind = TIMER_KINDS.get(timer.type)

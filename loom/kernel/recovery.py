@@ -28,7 +28,7 @@ from ..records.validation import check_json_value
 from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
 from ._common import require_event, require_work
-from .authority import Authority, authorize, authorize_recovery, same_token
+from .authority import Authority, authorize, authorize_recovery, lease_token, same_token
 from .executions import consume_claimed_inputs_in_tx
 from .intents import stale_open_intents_in_tx
 from .retry import apply_failure_in_tx
@@ -59,6 +59,43 @@ def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
         last = found[-1]
         tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last.expires_at_ms, "id": last.id}, now_ms)
     return [Expired(execution_id=x.id, epoch=x.epoch) for x in found]
+
+
+@attrs.frozen(kw_only=True)
+class RecoverPass:
+    recoveries: tuple[Recovery, ...]
+    more: bool
+    """The pass found as many expired attempts as it may take: another may find more."""
+
+
+def recover_expired_in_tx(
+    tx: Tx,
+    now_ms: int,
+    limit: int,
+    *,
+    owner: str,
+    token_seed: str,
+    lease_ms: int,
+    executors: frozenset[str] = frozenset(),
+) -> RecoverPass:
+    """The recovery pass that the lease recoverer and `Runtime.recover_expired` both make: claim up to
+    ``limit`` attempts whose lease has expired (`expired_in_tx`, fair), each at the next epoch under a
+    token derived from ``token_seed`` (`recover_claim_in_tx`), in one transaction."""
+    expired = expired_in_tx(tx, now_ms, limit)
+    recoveries = []
+    for index, seen in enumerate(expired):
+        recovery = recover_claim_in_tx(
+            tx,
+            now_ms,
+            seen,
+            owner=owner,
+            token=lease_token(token_seed, index),
+            lease_ms=lease_ms,
+            executors=executors,
+        )
+        if recovery is not None:
+            recoveries.append(recovery)
+    return RecoverPass(recoveries=tuple(recoveries), more=len(expired) >= limit)
 
 
 def recover_claim_in_tx(
@@ -182,7 +219,15 @@ def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:
 
 def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     """The executor verified the process (or its finished result): the attempt runs again under the
-    recoverer's lease, with the new token only."""
+    recoverer's lease, with the new token only. Idempotent: the same adoption already committed (the
+    attempt runs at this epoch under this token) answers it again."""
+    current = tx.execution(auth.execution_id)
+    if (
+        current is not None
+        and current.state is ExecutionState.RUNNING
+        and (current.epoch, current.attempt) == (auth.epoch, auth.attempt)
+    ):
+        return authorize(tx, now_ms, auth)
     execution = authorize_recovery(tx, now_ms, auth)
     tx.set_execution_state(execution, ExecutionState.RUNNING)
     tx.notify(WorkChanged(work_id=execution.work_id))
@@ -220,6 +265,11 @@ def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Ex
     assert failed is not None
     apply_failure_in_tx(tx, now_ms, work.id, failed, error=error)
     return failed
+
+
+def next_expiry_in_tx(tx: Tx, now_ms: int) -> int | None:
+    """The earliest expiry among running and recovering attempts (``None``: none holds a lease)."""
+    return tx.next_lease_expiry()
 
 
 def mark_handed_in_tx(tx: Tx, now_ms: int, auth: Authority) -> None:

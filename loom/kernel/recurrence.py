@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ..records.errors import InvalidRequest
 from ..records.timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer
-from ..records.validation import MAX_TIME_MS, check_json_value, check_text
+from ..records.validation import MAX_TIME_MS, check_json_value, check_text, describe_value
 
 
 def check_answer(timer: Timer, now_ms: int, answer: object, replacement: object) -> str | None:
@@ -37,7 +37,7 @@ def check_answer(timer: Timer, now_ms: int, answer: object, replacement: object)
         if isinstance(replacement, Replacement):
             fire_at = replacement.fire_at_ms
             if isinstance(fire_at, bool) or not isinstance(fire_at, int) or not 0 <= fire_at <= MAX_TIME_MS:
-                return f"the replacement's fire_at_ms is not a time loom can store: {fire_at!r}"
+                return f"the replacement's fire_at_ms is not a time loom can store: {describe_value(fire_at)}"
             if fire_at <= now_ms:
                 return f"the replacement fires at {fire_at}, not after now ({now_ms})"
             check_text("the replacement's delivery_id", replacement.delivery_id)

@@ -17,6 +17,7 @@ from ..records.work import CheckpointStatus
 from ..store import Tx
 from .accept import accept_in_tx
 from .checkpoints import control_checkpoint
+from .unrouted import lower_watermark_in_tx
 
 
 def replay_in_tx(
@@ -57,5 +58,6 @@ def replay_in_tx(
     requested = accept_in_tx(tx, now_ms, control, limits, trusted=True)
     control_checkpoint(tx, now_ms, requested, checkpoint.work_id, f"replay of event {event.id}")
     tx.replace_checkpoint(checkpoint, requested.id, now_ms)
+    lower_watermark_in_tx(tx, now_ms, event.seq)
     tx.notify(EventReplayed(event=event))
     return requested

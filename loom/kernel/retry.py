@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..config import CausalLimits
 from ..records.core_events import CORE_SOURCE, RETRY_DUE, RETRY_REQUESTED
 from ..records.errors import Conflict
-from ..records.events import DiagnosticKind, Event, EventIn
+from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import core_delivery_id
 from ..records.notices import TimerCancelled, WorkChanged
 from ..records.timers import Timer, TimerSpec, TimerState
@@ -210,12 +210,17 @@ def _retry_due(tx: Tx, now_ms: int, timer: Timer, event: Event, limits: CausalLi
     _as_input(tx, now_ms, event, work.id, f"retry due after failure {event.payload.get('failures')}")
 
 
-def _retry_refused(tx: Tx, now_ms: int, timer: Timer, limits: CausalLimits) -> None:
+def _retry_refused(
+    tx: Tx, now_ms: int, timer: Timer, rejection: CausalRejection, limits: CausalLimits
+) -> None:
     """The causal limits refused the retry's Event: no wake without an Event; hold the Work saying so."""
     work = tx.work(str(timer.payload.get("work", "")))
     if work is None or work.state.terminal or work.retry is not RetryState.BACKOFF:
         return
-    reason = "its retry was refused by the causal limits; request a retry to start the next attempt"
+    reason = (
+        f"its retry was refused by the causal limits ({rejection.describe()}); request a retry to start "
+        "the next attempt"
+    )
     tx.update_work(
         work.id, now_ms, retry=RetryState.EXHAUSTED.value, retry_timer_id=None, held=1, hold_reason=reason
     )

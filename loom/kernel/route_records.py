@@ -142,4 +142,9 @@ def route_checkpoint(
     )
     tx.insert_checkpoint(cp)
     tx.notify(EventRouted(event_id=cp.event_id, work_id=cp.work_id, status=cp.status))
+    # the Work it resolves to may have a continuation waiting for this Event's routing (whatever its
+    # checkpoint says): settling lets the admission pass look at that Work again
+    resolved = work_id or event.work_id or (tx.key_owner(event.key) if event.key is not None else None)
+    if resolved is not None:
+        tx.touch(resolved)
     return cp

@@ -35,7 +35,7 @@ from .checkpoints import control_checkpoint
 from .intents import intent_id
 from .resolve import RouteRef, RouteRequest, check_decision
 from .route_records import RouteResult, resolved_work, route_checkpoint, unrouted
-from .waits import wake_on_key_in_tx
+from .waits import wait_won_by, wake_on_key_in_tx
 
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
 
@@ -89,6 +89,20 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
         if (seen.revision if seen else None) != req.expected_revision:
             raise Conflict(f"event {event.id}: work changed since the handler ran (reread and re-evaluate)")
     if isinstance(decision, Unmatched):
+        # no route passes it on, but it may win a wait (`route_in_tx` wakes it next): then it is its
+        # Work's input, and the checkpoint says so instead of calling it unmatched
+        wait = wait_won_by(tx, event)
+        if wait is not None:
+            cp = route_checkpoint(
+                tx,
+                now_ms,
+                event,
+                CheckpointStatus.ROUTED,
+                req,
+                work_id=wait.work_id,
+                reason=f"no route matched it; it wins wait {wait.id}",
+            )
+            return RouteResult(checkpoint=cp)
         cp = route_checkpoint(tx, now_ms, event, CheckpointStatus.UNMATCHED, req, reason=decision.reason)
         return RouteResult(checkpoint=cp)
     target = _target(tx, event, decision)

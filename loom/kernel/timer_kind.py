@@ -13,7 +13,7 @@ from collections.abc import Callable
 import attrs
 
 from ..config import CausalLimits
-from ..records.events import Event
+from ..records.events import CausalRejection, Event
 from ..records.timers import Timer
 from ..store import Tx
 
@@ -23,5 +23,6 @@ class TimerKind:
     event_type: str
     on_fired: Callable[[Tx, int, Timer, Event, CausalLimits], None]
     """The firing accepted ``event`` (a new Event, never a duplicate): apply its effect."""
-    on_refused: Callable[[Tx, int, Timer, CausalLimits], None]
-    """The causal bounds refused the firing: apply what must happen without an Event."""
+    on_refused: Callable[[Tx, int, Timer, CausalRejection, CausalLimits], None]
+    """The causal bounds refused the firing (``rejection`` says which limit, and the figures): apply
+    what must happen without an Event."""

@@ -24,6 +24,7 @@ from ..records.validation import (
     check_int,
     check_text,
     check_time,
+    describe_value,
     payload_json,
     validate_event_in,
 )
@@ -197,7 +198,9 @@ def due_in_tx(tx: Tx, now_ms: int, limit: int) -> list[FireRequest]:
     recurrence or invalid timer cannot monopolise the answer.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DUE:
-        raise InvalidRequest(f"due: limit must be an integer from 1 to {MAX_DUE}, got {limit!r}")
+        raise InvalidRequest(
+            f"due: limit must be an integer from 1 to {MAX_DUE}, got {describe_value(limit)}"
+        )
     entry = tx.kv_get(TIMERS_NAMESPACE, DUE_CURSOR)
     cursor = (int(entry.value["fire_at_ms"]), str(entry.value["id"])) if entry else (-1, "")
     rows = tx.due_timers(now_ms, cursor, limit, wrapped=False)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..config import CausalLimits
+from ..config import Budget, CausalLimits
 from ..records.core_events import CORE_PREFIX, CORE_SOURCE, WORK_CREATED
 from ..records.errors import Conflict, InvalidRequest
 from ..records.events import CausalRejection, Event, EventIn
@@ -16,12 +16,14 @@ from ..records.ids import core_delivery_id, stable_id
 from ..records.notices import WorkChanged
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
 from ..records.validation import check_keys, check_text, validate_event_in
+from ..records.waits import Waiting
 from ..records.work import Execution, Work
 from ..store import Tx
 from ._common import require_work
 from .accept import accept_derived_in_tx
 from .authority import Authority, authorize
 from .checkpoints import control_checkpoint
+from .executions import KindPolicy, complete_in_tx
 from .timers import arm_in_tx, timer_template, validate_spec
 
 
@@ -137,3 +139,19 @@ def _armed_by_work(tx: Tx, timer: Timer, work_id: str) -> bool:
         return False
     armed_by = tx.execution(timer.execution_id)
     return armed_by is not None and armed_by.work_id == work_id
+
+
+def park_on_call_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    waiting: Waiting,
+    kind: KindPolicy,
+    limits: CausalLimits,
+    budgets: Sequence[Budget],
+) -> str | None:
+    """A call gate turned a toolbelt call into a wait: the attempt ends its segment on it exactly as a
+    `Waiting` outcome would; returns the wait's id."""
+    execution = complete_in_tx(tx, now_ms, auth, waiting, kind, limits, budgets)
+    waits = [w for w in tx.waits_of_work(execution.work_id) if w.execution_id == execution.id]
+    return waits[-1].id if waits else None

@@ -157,7 +157,10 @@ def register_wait_in_tx(
     return registered
 
 
-def _arm_timeout(tx: Tx, now_ms: int, wait: Wait, execution: Execution) -> None:
+def _arm_timeout(
+    tx: Tx, now_ms: int, wait: Wait, execution: Execution, *, parent_id: str | None = None
+) -> None:
+    """Arm the wait's timeout, derived from ``parent_id`` (by default the attempt's causal authority)."""
     assert wait.timeout_at_ms is not None
     assert wait.timeout_timer_id
     assert wait.timeout_delivery_id
@@ -174,7 +177,7 @@ def _arm_timeout(tx: Tx, now_ms: int, wait: Wait, execution: Execution) -> None:
         payload={"wait": wait.id, "work": work.id},
     )
     # the timeout derives from the attempt's causal authority: each timed-out round is one step deeper
-    parent = execution.authority_id or execution.trigger_id
+    parent = parent_id or execution.authority_id or execution.trigger_id
     assert parent is not None, f"execution {execution.id} has no causal authority"
     arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id)
 
@@ -294,7 +297,9 @@ def _block(
 
 def unblock_waits_in_tx(tx: Tx, now_ms: int, work: Work, release: Event, limits: CausalLimits) -> None:
     """An operator released a Work held by a blocked wait: rearm its unfired timeout and arbitrate again,
-    with the release (the operator's outside input) as the parent of the next wake's bridge."""
+    with the release (the operator's outside input) as the parent of the next wake's bridge. The
+    rearmed timeout derives from the release too: derived from the attempt's chain, a timeout the
+    causal limits refused would be refused again at once, and the wait could never be released."""
     wait = tx.open_wait_of_work(work.id)
     if wait is None or wait.state is not WaitState.BLOCKED:
         return
@@ -308,7 +313,13 @@ def unblock_waits_in_tx(tx: Tx, now_ms: int, work: Work, release: Event, limits:
     if wait.timeout_at_ms is not None and not timeout_accepted:
         execution = tx.execution(wait.execution_id)
         assert execution is not None
-        _arm_timeout(tx, now_ms, attrs.evolve(wait, timeout_at_ms=max(wait.timeout_at_ms, now_ms)), execution)
+        _arm_timeout(
+            tx,
+            now_ms,
+            attrs.evolve(wait, timeout_at_ms=max(wait.timeout_at_ms, now_ms)),
+            execution,
+            parent_id=release.id,
+        )
     wake_in_tx(tx, now_ms, wait.id, limits, parent_id=release.id)
 
 
@@ -319,6 +330,20 @@ def wake_on_key_in_tx(tx: Tx, now_ms: int, key: str | None, limits: CausalLimits
     for wait in tx.open_waits_on_key(key):
         if wait.state is WaitState.ACTIVE:
             wake_in_tx(tx, now_ms, wait.id, limits)
+
+
+def wait_won_by(tx: Tx, event: Event) -> Wait | None:
+    """The active wait whose arbitration ``event`` wins now (its routing transaction then wakes it with
+    ``event``), if any. Reads only."""
+    if event.key is None:
+        return None
+    for wait in tx.open_waits_on_key(event.key):
+        if wait.state is not WaitState.ACTIVE:
+            continue
+        winner = arbitrate(candidates_in_tx(tx, wait))
+        if winner is not None and winner.event_id == event.id:
+            return wait
+    return None
 
 
 def cancel_wait_in_tx(tx: Tx, now_ms: int, work: Work) -> None:
@@ -344,13 +369,17 @@ def _timeout_fired(tx: Tx, now_ms: int, timer: Timer, event: Event, limits: Caus
         control_checkpoint(tx, now_ms, event, work_id, "a wait timeout after its wait ended (audit only)")
 
 
-def _timeout_refused(tx: Tx, now_ms: int, timer: Timer, limits: CausalLimits) -> None:
+def _timeout_refused(
+    tx: Tx, now_ms: int, timer: Timer, rejection: CausalRejection, limits: CausalLimits
+) -> None:
     wait = tx.wait(str(timer.payload.get("wait", "")))
     if wait is None or wait.state is not WaitState.ACTIVE:
         return
     work = tx.work(wait.work_id)
     assert work is not None
-    _block(tx, now_ms, wait, work, None, "the causal limits refused its timeout", limits)
+    _block(
+        tx, now_ms, wait, work, None, f"the causal limits refused its timeout: {rejection.describe()}", limits
+    )
 
 
 TIMER_KIND = TimerKind(event_type=WAIT_TIMEOUT, on_fired=_timeout_fired, on_refused=_timeout_refused)

@@ -14,6 +14,7 @@ import attrs
 import trio
 
 from .errors import InvalidRequest
+from .validation import describe_value
 
 
 @runtime_checkable
@@ -53,7 +54,9 @@ class SystemClock:
 def _check_whole_ms(what: str, ms: object) -> None:
     # Trusted time is integer milliseconds; a float or bool would leak into stored times.
     if not isinstance(ms, int) or isinstance(ms, bool):
-        raise InvalidRequest(f"{what}: time must be an integer number of milliseconds, got {ms!r}")
+        raise InvalidRequest(
+            f"{what}: time must be an integer number of milliseconds, got {describe_value(ms)}"
+        )
 
 
 @attrs.define(eq=False)
@@ -150,7 +153,9 @@ class OffsetClock:
     def shift(self, ms: int) -> int:
         """Add ``ms`` (>= 0) to the offset; return the total offset."""
         if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
-            raise InvalidRequest(f"OffsetClock.shift: offset_ms must be a non-negative integer, got {ms!r}")
+            raise InvalidRequest(
+                f"OffsetClock.shift: offset_ms must be a non-negative integer, got {describe_value(ms)}"
+            )
         self._offset += ms
         shifted, self._shifted = self._shifted, trio.Event()
         shifted.set()

@@ -6,6 +6,7 @@ Validation of untrusted input lives in `validation`.
 
 from __future__ import annotations
 
+import datetime
 import enum
 from typing import Any
 
@@ -69,8 +70,11 @@ class CausalRejection:
     root_id: str
     depth: int
     limit: int
+    """The depth limit in force for the chain."""
     budget: int
+    """The per-minute limit of the root that refused (``per_minute``)."""
     minute: int
+    """The UTC minute (``floor(unix seconds / 60)``) the refusal was counted in: the rate window."""
     source: str
     delivery_id: str
     type: str
@@ -79,16 +83,24 @@ class CausalRejection:
     work_id: str | None
     execution_id: str | None
     at_ms: int
+    observed: int | None = None
+    """What was counted against the limit: the chain's depth, or the derived Events the root already
+    accepted in ``minute`` (``None`` in a rejection recorded before loom kept it)."""
 
     def describe(self) -> str:
+        """One line naming the limit, the figure observed against it and, for the rate, the window."""
         if self.reason is RejectionReason.DEPTH_LIMIT:
             return (
                 f"causal bounds refused {self.source}/{self.delivery_id}: its chain would reach depth "
                 f"{self.depth}, over the limit of {self.limit} (depth_limit, root {self.root_id})"
             )
+        start = datetime.datetime.fromtimestamp(self.minute * 60, tz=datetime.UTC)
+        observed = self.budget if self.observed is None else self.observed
         return (
             f"causal bounds refused {self.source}/{self.delivery_id}: root {self.root_id} already "
-            f"accepted {self.budget} derived events in UTC minute {self.minute} (rate_limit)"
+            f"accepted {observed} derived events in UTC minute {self.minute} "
+            f"({start:%Y-%m-%dT%H:%M}Z, a fixed one-minute window), at its limit of {self.budget} "
+            "per minute (rate_limit)"
         )
 
 

@@ -39,6 +39,15 @@ class WorkChanged:
 
 
 @attrs.frozen(kw_only=True)
+class WorkReady:
+    """A Work joined the ready queue, or the admission pass may look at it again (a capacity slot freed,
+    the configuration changed): the starter makes a pass. ``work_id`` is ``None`` when several Works
+    changed at once."""
+
+    work_id: str | None
+
+
+@attrs.frozen(kw_only=True)
 class IntentPending:
     """An inject or interrupt intent awaits dispatch to its executor."""
 
@@ -102,6 +111,16 @@ class LeaseRecovered:
 
 
 @attrs.frozen(kw_only=True)
+class LeaseExpiry:
+    """A lease now expires at ``expires_at_ms``: taken, renewed, recovered, or released by a clean close
+    (``execution_id`` is ``None`` when several were released at once). The lease recoverer wakes for
+    the earliest."""
+
+    execution_id: str | None
+    expires_at_ms: int
+
+
+@attrs.frozen(kw_only=True)
 class SubscriptionChanged:
     """A subscription was declared, installed or rearmed: a reconcile pass has something to do.
 
@@ -110,6 +129,40 @@ class SubscriptionChanged:
     namespace: str
     id: str
     source_key: str
+
+
+@attrs.frozen(kw_only=True)
+class StoreChanged:
+    """Another node committed to the shared database (heard through PostgreSQL LISTEN/NOTIFY), or the
+    periodic safety check came round (``check``). It names what changed; each actor reads what it
+    needs from its own cursor in the store."""
+
+    origin: str = ""
+    """The node that committed (the random name its storage actor drew), or ``""`` for a check."""
+    events_through: int = 0
+    """The highest Event sequence it accepted (``0``: none)."""
+    unrouted: bool = False
+    """It runs no router: its Events wait for another node's (a publisher that only accepts)."""
+    timer_due_ms: int | None = None
+    """The earliest deadline among the timers it armed (``None``: it armed none)."""
+    lease_expiry_ms: int | None = None
+    """The earliest expiry among the leases it took, renewed or released (``None``: none)."""
+    work_ready: bool = False
+    """A Work joined the ready queue, or a capacity slot freed: an admission pass may start something."""
+    routed: bool = False
+    """Events got their routing checkpoints (a step waiting for one may go on)."""
+    intents: bool = False
+    """Inject or interrupt intents await dispatch."""
+    subscription_keys: tuple[str, ...] = ()
+    """Source keys of subscriptions it declared, installed or rearmed (their new Events need aliases)."""
+    fenced: tuple[str, ...] = ()
+    """Attempts a control fenced (a cancel): the node running one stops it."""
+    everything: bool = False
+    """Notifications may have been missed (this node's listener reconnected, or a commit changed more
+    than a payload names): each actor catches up as after `Lagged`."""
+    check: bool = False
+    """Nothing was heard: the periodic safety check. Each actor reads from its cursor whatever it could
+    have missed (a cheap, bounded read: never everything)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -136,6 +189,7 @@ Notice = (
     EventAccepted
     | EventReplayed
     | WorkChanged
+    | WorkReady
     | IntentPending
     | ExecutionFenced
     | EventRouted
@@ -143,7 +197,9 @@ Notice = (
     | TimerCancelled
     | TimerFired
     | LeaseRecovered
+    | LeaseExpiry
     | SubscriptionChanged
+    | StoreChanged
     | Committed
     | Lagged
 )

@@ -44,9 +44,26 @@ _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
 
 
-def _describe(value: object) -> str:
-    text = repr(value)
+_MAX_INT_DIGITS = 60
+"""An integer with more digits than this is described by its size: Python refuses to write one of
+more than 4,300 digits as text at all (`sys.get_int_max_str_digits`), and a message has no use for it."""
+
+
+def describe_value(value: object) -> str:
+    """A caller's value as a message shows it: its ``repr``, at most 80 characters. It never raises:
+    an integer too long to write is described by its number of digits, and a value whose ``repr``
+    fails (one holding such an integer, or a ``__repr__`` that raises) by its type."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * _MAX_INT_DIGITS:
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"{'a negative' if value < 0 else 'an'} integer of about {digits:,} digits"
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__} that cannot be shown"
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+_describe = describe_value
 
 
 def is_valid_unicode(text: str) -> bool:
@@ -100,7 +117,9 @@ def check_int(field: str, value: object, low: int, high: int) -> int:
             f"{field} must be an integer, got {type(value).__name__} {_describe(value)}", field=field
         )
     if not low <= value <= high:
-        raise InvalidRequest(f"{field} must be from {low} to {high}, got {value}", field=field)
+        raise InvalidRequest(
+            f"{field} must be from {low} to {high}, got {describe_value(value)}", field=field
+        )
     return value
 
 
@@ -275,7 +294,7 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
             )
         if amount < 0:
             raise InvalidRequest(
-                f"{field}.usage[{unit!r}] must not be negative, got {amount!r}",
+                f"{field}.usage[{unit!r}] must not be negative, got {describe_value(amount)}",
                 field=f"{field}.usage[{unit!r}]",
             )
         if unit in CORE_UNITS:

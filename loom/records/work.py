@@ -108,6 +108,10 @@ LIVE_EXECUTION_STATES = (
 )
 """The nonterminal attempt states: at most one attempt per Work is in one of them."""
 
+CAPACITY_STATES = (ExecutionState.RUNNING, ExecutionState.STOPPING, ExecutionState.RECOVERING)
+"""The attempts that run, or may still be running: what a scope's ``capacity`` counts. A parked attempt
+does not run (it waits, with no authority), so it holds no slot; its resume needs one like any start."""
+
 EXECUTION_LIFECYCLE = Lifecycle[ExecutionState](
     "execution",
     {
@@ -344,6 +348,9 @@ class Execution:
         default=None, hash=False, converter=frozen_optional_object
     )
     """The binding's configuration the attempt was launched with (a relaunch after recovery gets it again)."""
+    pool: str | None = None
+    """The capacity pool it was admitted under (the scope whose ``capacity`` it counts against while it
+    runs; ``None``: no capacity applies)."""
 
 
 @attrs.frozen(kw_only=True)

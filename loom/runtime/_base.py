@@ -18,7 +18,7 @@ from ..config import Config, ConfigHolder
 from ..plugins.registry import Extensions
 from ..records.clock import Clock
 from ..records.errors import InvalidRequest
-from ..records.validation import MAX_KEY_LEN, check_int, check_text
+from ..records.validation import MAX_KEY_LEN, check_int, check_text, describe_value
 from ..store import Reader, StorageActor
 
 DEFAULT_LEASE_MS = 60_000
@@ -44,6 +44,9 @@ class Parts:
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
+    readmit: bool = False
+    """The configuration changed with no router running: the next host admission pass first lets the
+    Work passed over for capacity or a missing binding be looked at again."""
 
     def config(self) -> Config:
         return self.holder.current
@@ -84,4 +87,6 @@ def member(field: str, cls: type[E], value: object) -> E | None:
         return cls(value)
     except ValueError:
         choices = ", ".join(str(m.value) for m in cls)
-        raise InvalidRequest(f"{field} must be one of {choices}, got {value!r}", field=field) from None
+        raise InvalidRequest(
+            f"{field} must be one of {choices}, got {describe_value(value)}", field=field
+        ) from None

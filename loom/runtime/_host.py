@@ -4,44 +4,30 @@ operator controls, timers, and the bounded host pass `poll`.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
-from ..actors.activity import Activity
-from ..actors.lanes import RoutingLanes
-from ..actors.shared import Shared
 from ..actors.toolbelt import RuntimeToolbelt
-from ..kernel.authority import Authority, authorize
-from ..kernel.budgets import BudgetExceeded, budget_hold_in_tx, rebudget_in_tx
+from ..kernel.authority import Authority
 from ..kernel.continuation import enrich_waiting_in_tx
 from ..kernel.control import cancel_in_tx, hold_in_tx, manual_interrupt_in_tx, release_in_tx
-from ..kernel.executions import (
-    NO_BINDING,
-    BindingRef,
-    binding_for_in_tx,
-    claim_in_tx,
-    claim_request,
-    complete_in_tx,
-    kind_policy,
-    renew_in_tx,
-)
-from ..kernel.firing import fire_timer_in_tx, fire_timers_in_tx
+from ..kernel.executions import complete_in_tx, kind_policy, renew_in_tx
+from ..kernel.firing import fire_timer_in_tx
 from ..kernel.recovery import (
     adopt_in_tx,
-    expired_in_tx,
     not_adoptable_in_tx,
     presented_lease_in_tx,
-    recover_claim_in_tx,
 )
 from ..kernel.replay import replay_in_tx
 from ..kernel.retry import retry_in_tx
 from ..kernel.time_floor import mark_time_in_tx
 from ..kernel.timers import MAX_DUE, arm_in_tx, cancel_timer_in_tx, check_fire_request, due_in_tx
-from ..records.errors import InvalidRequest, NotFound
-from ..records.events import DiagnosticKind, Event
+from ..records.errors import InvalidRequest
+from ..records.events import Event
 from ..records.timers import FireRequest, Firing, Timer, TimerSpec
 from ..records.validation import (
     MAX_INT,
@@ -54,39 +40,10 @@ from ..records.validation import (
     validate_outcome,
 )
 from ..records.waits import Waiting, WaitSpec
-from ..records.work import Execution, ExecutionState, Intent, Lease, Outcome, Recovery, Work
-from ..store import Tx
-from ._base import DEFAULT_LEASE_MS, RuntimeBase, check_limit, lookup
+from ..records.work import Execution, Intent, Lease, Outcome, Work
+from ._base import DEFAULT_LEASE_MS, RuntimeBase, lookup
 
-
-@attrs.frozen(kw_only=True)
-class PollReport:
-    """What one `Runtime.poll` pass did."""
-
-    routed: int
-    """Events routed (or found already routed) in this pass."""
-    firings: tuple[Firing, ...]
-    failures: tuple[str, ...]
-    recoveries: tuple[Recovery, ...] = ()
-    """Expired attempts this pass claimed for recovery, for the host to relaunch, adopt
-    (`Runtime.adopt`) or declare not adoptable (`Runtime.not_adoptable`)."""
-
-
-def _adopt(tx: Tx, now_ms: int, auth: Authority) -> Execution:
-    """Adopt, or find the same adoption already committed (the same epoch, running)."""
-    execution = tx.execution(auth.execution_id)
-    if (
-        execution is not None
-        and execution.state is ExecutionState.RUNNING
-        and execution.epoch == auth.epoch
-        and execution.attempt == auth.attempt
-    ):
-        return authorize(tx, now_ms, auth)
-    return adopt_in_tx(tx, now_ms, auth)
-
-
-def _diagnose(tx: Tx, now_ms: int, kind: DiagnosticKind, subject: str, message: str) -> None:
-    tx.add_diagnostic(kind, subject, message, {}, now_ms)
+log = logging.getLogger("loom.runtime")
 
 
 def _listed(field: str, value: object) -> tuple[Any, ...]:
@@ -104,42 +61,6 @@ def _mapping(field: str, value: object) -> None:
 
 class Host(RuntimeBase):
     # -- executions (for hosts that run their own executors, and tests) --------------
-
-    async def claim(
-        self, work_id: str, *, owner: str, lease_ms: int = DEFAULT_LEASE_MS, binding: BindingRef | None = None
-    ) -> Lease:
-        """Start the Work's next attempt under a fresh lease (scope capacity applies).
-
-        Without ``binding``, the attempt pins the binding of the route that routed its earliest
-        pending input (or none: the host runs it itself).
-        """
-        lookup("work_id", work_id)
-        check_text("owner", owner)
-        check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
-        if binding is not None and not isinstance(binding, BindingRef):
-            raise InvalidRequest(f"binding must be a BindingRef, got {type(binding).__name__}")
-        config = self._p.config()
-        work = await self._p.reader.work(work_id)
-        if work is None:
-            raise NotFound(f"no work with id {work_id!r}")
-        if binding is None:
-            found = await self._submit(binding_for_in_tx, work_id, config, self._p.extensions.advertised())
-            binding = found or NO_BINDING
-        request = claim_request(
-            config,
-            work,
-            owner=owner,
-            token=secrets.token_urlsafe(24),
-            lease_ms=lease_ms,
-            binding=binding,
-            handed=True,
-        )
-        try:
-            lease: Lease = await self._submit(claim_in_tx, request)
-        except BudgetExceeded:
-            await self._submit(budget_hold_in_tx, work_id, config.budgets)
-            raise
-        return lease
 
     async def renew(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> Lease:
         """Extend the lease ``lease`` holds (`StaleAuthority` if it is no longer current)."""
@@ -378,69 +299,11 @@ class Host(RuntimeBase):
 
     # -- the bounded host pass ------------------------------------------------------
 
-    async def poll(self, limit: int = 100) -> PollReport:
-        """One bounded host pass: route up to ``limit`` unrouted Events (in acceptance order, running
-        route handlers outside any transaction), fire up to ``limit`` due timers (fairly, by the
-        durable cursor), and, unless the recovery actor runs, claim up to ``limit`` attempts whose
-        lease expired for recovery (see `recover_expired`).
-
-        With no router, timer or recovery actor running, calling this in a loop drives the runtime. One
-        item's failure is recorded as a safe diagnostic and the pass goes on; a storage failure is raised.
-        """
-        check_limit(limit)
-        recoveries = await self.recover_expired(limit) if self._p.recovery is None else []
-        if self._p.router is None:
-            await self._submit(rebudget_in_tx, self._p.config().budgets)
-        routed = await self._route_pass(limit)
-        requests = await self.due(min(limit, 10_000))
-        results = await self._submit(
-            fire_timers_in_tx, requests, self._p.config().causal, self._p.extensions.recurrence_policies
-        )
-        firings: list[Firing] = []
-        failures: list[str] = []
-        for request, result in zip(requests, results, strict=True):
-            if isinstance(result, str):
-                message = f"timer {request.timer_id}: firing failed: {result}"
-                failures.append(message)
-                await self._submit(_diagnose, DiagnosticKind.POLL_ITEM_FAILED, request.timer_id, message)
-            else:
-                firings.append(result)
-        return PollReport(
-            routed=routed, firings=tuple(firings), failures=tuple(failures), recoveries=tuple(recoveries)
-        )
-
-    async def recover_expired(self, limit: int = 100, *, owner: str | None = None) -> list[Recovery]:
-        """Claim up to ``limit`` attempts whose lease has expired (fairly, by a durable cursor) for
-        recovery by the caller, each at the next epoch with a new token (what the recovery actor does,
-        for a host that runs its own executors). A live lease is never taken, and two recoverers never
-        both win one attempt.
-
-        Each `Recovery` is the caller's to finish: a ``relaunch`` runs the same attempt again under its
-        lease; otherwise verify the process and `adopt` it, or declare it `not_adoptable` (it fails,
-        and the retry policy applies). A recovery left alone is recovered again once its lease expires.
-        """
-        check_limit(limit)
-        if owner is not None:
-            check_text("owner", owner)
-        recoveries: list[Recovery] = []
-        for seen in await self._submit(expired_in_tx, limit):
-            recovery = await self._submit(
-                recover_claim_in_tx,
-                seen,
-                owner=owner or self._p.owner,
-                token=secrets.token_urlsafe(24),
-                lease_ms=self._p.lease_ms,
-                executors=frozenset(self._p.extensions.executors),
-            )
-            if recovery is not None:
-                recoveries.append(recovery)
-        return recoveries
-
     async def adopt(self, lease: Lease) -> Lease:
         """The recovering attempt's process is verified: it runs again under ``lease`` (the recoverer's,
         from `Recovery.lease`); the old token stays stale. Idempotent for the same lease."""
         check_lease("lease", lease)
-        execution: Execution = await self._submit(_adopt, Authority.of(lease))
+        execution: Execution = await self._submit(adopt_in_tx, Authority.of(lease))
         return attrs.evolve(lease, expires_at_ms=execution.expires_at_ms or lease.expires_at_ms)
 
     async def not_adoptable(self, lease: Lease, reason: str) -> Execution:
@@ -450,22 +313,3 @@ class Host(RuntimeBase):
         check_reason("reason", reason)
         failed: Execution = await self._submit(not_adoptable_in_tx, Authority.of(lease), reason)
         return failed
-
-    async def _route_pass(self, limit: int) -> int:
-        p = self._p
-        shared = Shared(
-            storage=p.storage,
-            reader=p.actor_reader,
-            config=p.config,
-            extensions=p.extensions,
-            clock=p.clock,
-            activity=Activity(),
-            owner=p.owner,
-            lease_ms=p.lease_ms,
-        )
-        lanes = RoutingLanes(shared)
-        routed = 0
-        for event in await p.reader.unrouted_events(0, limit):
-            if await lanes.route(event.id, event, wait=False):
-                routed += 1
-        return routed

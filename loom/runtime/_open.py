@@ -14,6 +14,7 @@ import trio
 
 from ..actors.ingress import IngressActor
 from ..config import Config, ConfigHolder
+from ..kernel.admission import settle_in_tx
 from ..kernel.executions import TRIGGER_SELECTORS
 from ..kernel.recovery import release_leases_in_tx
 from ..plugins import make_plugin_manager
@@ -21,7 +22,17 @@ from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
-from ..store import ActorReader, FaultHook, Reader, SQLiteStore, StorageActor, Store, as_store, open_reader
+from ..store import (
+    ActorReader,
+    FaultHook,
+    Reader,
+    SQLiteStore,
+    StorageActor,
+    Store,
+    as_store,
+    default_owner,
+    open_reader,
+)
 from ._base import DEFAULT_LEASE_MS, Parts
 from ._runtime import ACTORS, Runtime
 
@@ -62,7 +73,7 @@ async def open_runtime(
     load_entry_points: bool = True,
     actors: Iterable[str] = ACTORS,
     fault: FaultHook | None = None,
-    owner: str = "loom",
+    owner: str | None = None,
     lease_ms: int = DEFAULT_LEASE_MS,
     resync_ms: int = DEFAULT_RESYNC_MS,
 ) -> AsyncIterator[Runtime]:
@@ -77,16 +88,21 @@ async def open_runtime(
     cannot be opened: `StorageError`), leaves as itself; an `ExceptionGroup` only when several
     happened together.
 
-    On a database several runtimes share (PostgreSQL), each is a node: what the others commit
-    reaches this one's actors through a rescan of the store every ``resync_ms`` of the clock's time
-    (they are told `Lagged`), so a node picks up the timers, Work and expired leases another node
-    armed, left or lost.
+    ``owner`` names the leases this runtime holds (default: ``loom`` alone on its database, a name of
+    its own process on a shared one: see `loom.store.default_owner`).
+
+    On a database several runtimes share (PostgreSQL), each is a node: each commit tells the others
+    what it changed (LISTEN/NOTIFY), so they hear of each other's Events, timers, ready Work and leases
+    at once and read just that from their cursors; every ``resync_ms`` of the clock's time the actors
+    also look from their cursors for anything a notification could not carry (a node that stopped in
+    the middle). See docs/backends.md.
     """
     if config is not None and not isinstance(config, Config):
         raise InvalidRequest(f"config must be a Config, got {type(config).__name__}")
     if clock is not None and not isinstance(clock, Clock):
         raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
-    check_text("owner", owner)
+    if owner is not None:
+        check_text("owner", owner)
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     check_int("resync_ms", resync_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
@@ -94,6 +110,7 @@ async def open_runtime(
     if unknown:
         raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
     opened = as_store(store)
+    owner = owner if owner is not None else default_owner(opened)
     clock = clock if clock is not None else SystemClock()
     pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
     extensions = Extensions.of(pm)
@@ -111,10 +128,10 @@ async def open_runtime(
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
-                _shielded, StorageActor(opened, clock, fault=fault).run, storage_scope
+                _shielded,
+                StorageActor(opened, clock, fault=fault, settle=settle_in_tx, check_ms=resync_ms).run,
+                storage_scope,
             )
-            if opened.dialect.shared:
-                nursery.start_soon(_resync_shared, storage, clock, resync_ms)
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
@@ -149,13 +166,6 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
-
-
-async def _resync_shared(storage: StorageActor, clock: Clock, every_ms: int) -> None:
-    """Other nodes' commits make no notices here: every ``every_ms`` the actors rescan the store."""
-    while True:
-        await clock.sleep_until(clock.now_ms() + every_ms)
-        storage.announce_lagged()
 
 
 async def _shielded(

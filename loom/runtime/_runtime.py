@@ -16,15 +16,15 @@ from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
 from ..actors.shared import Shared
-from ..actors.timer_service import TimerService
 from ..actors.timers import TimerActor
 from ..config import Config
+from ..kernel._common import barrier_in_tx
 from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
-from ..store import Tx
 from ._host import Host
+from ._passes import Passes
 from ._reads import Reads
 from ._subscriptions import Subscriptions
 from ._watch import Watch
@@ -52,16 +52,17 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-def _barrier_in_tx(tx: Tx, now_ms: int) -> None:
-    """A no-op procedure: its reply follows every earlier commit's notices."""
-
-
-class Runtime(Reads, Host, Subscriptions):
+class Runtime(Reads, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property
     def clock(self) -> Clock:
         return self._p.clock
+
+    @property
+    def owner(self) -> str:
+        """The name this runtime holds its leases under (`open_runtime`'s ``owner``, or its default)."""
+        return self._p.owner
 
     @property
     def config(self) -> Config:
@@ -79,6 +80,8 @@ class Runtime(Reads, Host, Subscriptions):
         replaced = self._p.holder.replace(config)
         if self._p.router is not None:
             self._p.router.on_reload()  # a raised budget limit releases the Work it held
+        else:
+            self._p.readmit = True  # the host's next admission pass looks again at what it passed over
         return replaced
 
     # -- acceptance -----------------------------------------------------------------
@@ -107,7 +110,7 @@ class Runtime(Reads, Host, Subscriptions):
         while True:
             for actor in self._actors():
                 await actor.wait_idle()
-            await self._submit(_barrier_in_tx)
+            await self._submit(barrier_in_tx)
             if all(actor.idle for actor in self._actors()):
                 return
 
@@ -169,7 +172,7 @@ class Runtime(Reads, Host, Subscriptions):
         elif name == "timers":
             return TimerActor(
                 p.storage,
-                TimerService[str](p.clock),
+                p.clock,
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
             )

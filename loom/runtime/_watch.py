@@ -37,7 +37,7 @@ class Watch:
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 self._closed = True
                 raise StopAsyncIteration from None
-            self._buffer.extend(batch)  # type: ignore[arg-type]
+            self._buffer.extend(batch)
         return self._buffer.popleft()
 
     async def __aenter__(self) -> Watch:

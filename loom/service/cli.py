@@ -22,7 +22,7 @@ import typer
 
 from .. import __version__
 from ..records.errors import LoomError
-from ..store import as_store, is_postgres_url
+from ..store import check_location
 from ._client import DEFAULT_URL, Client, UserError
 from ._demo import run_demo
 from ._render import block, humanize, items_of, table, work_view
@@ -157,13 +157,10 @@ def serve(
     parse_listen(listen)
     if config is not None and not config.is_file():
         raise UserError(f"{config}: no such configuration file")
-    if is_postgres_url(db):
-        try:
-            as_store(db)  # a malformed URL is refused here, naming what is wrong
-        except LoomError as exc:
-            raise UserError(f"--db: {exc}") from None
-    elif Path(db).parent != Path() and not Path(db).parent.is_dir():
-        raise UserError(f"--db {db}: the directory {Path(db).parent} does not exist")
+    try:
+        check_location(db)  # a malformed URL or a missing directory is refused here, naming what is wrong
+    except LoomError as exc:
+        raise UserError(f"--db: {exc}") from None
     try:
         server = importlib.import_module(f"{__package__}.serve")
     except ImportError as exc:

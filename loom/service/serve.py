@@ -19,7 +19,6 @@ import os
 import signal
 import socket
 import sys
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -36,7 +35,6 @@ from ..config import Config
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
-from ..store import is_postgres_url
 from ._access import Access, is_loopback
 from ._app import make_app
 from ._metrics import Metrics
@@ -104,11 +102,6 @@ async def open_service(
         clock = test_clock
     elif test_clock:
         clock = ManualClock(start_ms=0)  # moved to its start below, before anything runs
-    # every node on a shared database holds its leases under a name of its own: a clean close
-    # releases this node's leases only, never those of the nodes that go on running
-    owner = (
-        f"loom@{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}" if is_postgres_url(db) else "loom"
-    )
     async with open_runtime(
         db,
         clock=clock,
@@ -116,7 +109,6 @@ async def open_service(
         plugins=plugins,
         load_entry_points=load_entry_points,
         actors=(),
-        owner=owner,
     ) as rt:
         if clock is not None:
             # before anything commits or reads the time: nothing has run yet

@@ -7,7 +7,8 @@ from ._actor import StorageActor as StorageActor
 from ._actor import Store as Store
 from ._dialect import Dialect as Dialect
 from ._open import as_store as as_store
-from ._open import is_postgres_url as is_postgres_url
+from ._open import check_location as check_location
+from ._open import default_owner as default_owner
 from ._open import open_reader as open_reader
 from ._reader import ActorReader as ActorReader
 from ._reader import Reader as Reader

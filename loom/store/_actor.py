@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -36,8 +37,9 @@ import trio
 
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
-from ..records.notices import Committed, Lagged
+from ..records.notices import Committed, Lagged, Notice, StoreChanged
 from ._dialect import Dialect, RowConflict
+from ._notify import parse, summarize
 from ._tx import Tx
 
 log = logging.getLogger("loom.storage")
@@ -103,12 +105,12 @@ class NoticeFeed:
     ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
     """
 
-    _send: trio.MemorySendChannel[list[object]]
-    _receive: trio.MemoryReceiveChannel[list[object]]
+    _send: trio.MemorySendChannel[list[Notice]]
+    _receive: trio.MemoryReceiveChannel[list[Notice]]
     commits: bool = False
     lagged: bool = False
 
-    async def next_batch(self) -> list[object]:
+    async def next_batch(self) -> list[Notice]:
         """The notices of the next committed batch (``[Lagged()]``: you missed some, rescan)."""
         if self.lagged:
             self.lagged = False
@@ -120,7 +122,7 @@ class NoticeFeed:
         """Whether committed notices wait to be read."""
         return self.lagged or self._receive.statistics().current_buffer_used > 0
 
-    def _offer(self, notices: list[object]) -> None:
+    def _offer(self, notices: list[Notice]) -> None:
         try:
             self._send.send_nowait(notices)
         except trio.WouldBlock:
@@ -150,12 +152,20 @@ class StorageActor:
         max_batch: int = 512,
         mailbox_size: int = 2048,
         fault: FaultHook | None = None,
+        settle: Callable[[Tx, int], None] | None = None,
+        check_ms: int = 1000,
     ) -> None:
         self.store = store
         self._clock = clock
         self._max_batch = max_batch
         self._send, self._receive = trio.open_memory_channel[_Request](mailbox_size)
         self._fault = fault
+        self._settle = settle
+        self._check_ms = check_ms
+        self.origin = secrets.token_hex(8)
+        """This actor's name in the payloads it sends other nodes (they ignore their own)."""
+        self.routing = False
+        """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
         self._limiter = anyio.CapacityLimiter(1)
@@ -187,18 +197,41 @@ class StorageActor:
 
     def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
         """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
-        send, receive = trio.open_memory_channel[list[object]](capacity)
+        send, receive = trio.open_memory_channel[list[Notice]](capacity)
         feed = NoticeFeed(send, receive, commits=commits)
         self._feeds.append(feed)
         return feed
 
-    def announce_lagged(self) -> None:
-        """Tell every feed it missed notices (`Lagged`): on a shared database other nodes commit what
-        this actor's feeds never hear of, so the actors rescan the store now and then. A feed with
-        notices still unread skips this one: its reader is busy, and rescans must not pile up."""
+    @property
+    def shared(self) -> bool:
+        """Whether other runtimes (nodes) may write the same database."""
+        return self._dialect.shared
+
+    @property
+    def check_ms(self) -> int:
+        """How often (clock time) the actors of a shared database look at the store again from their
+        cursors, whatever they heard."""
+        return self._check_ms
+
+    def announce(self, notice: StoreChanged) -> None:
+        """Hand every feed what another node committed (or, with ``everything``, a call to look at the
+        store again from its cursors). A feed with notices still unread skips a check: its reader is
+        busy and will look anyway, and checks must not pile up."""
         for feed in list(self._feeds):
-            if not feed.pending:
-                feed._offer([Lagged()])
+            if not (notice.check and feed.pending):
+                feed._offer([notice])
+
+    def _heard(self, payload: str | None) -> None:
+        notice = StoreChanged(everything=True) if payload is None else parse(payload, self.origin)
+        if notice is not None:
+            self.announce(notice)
+
+    async def _check(self) -> None:
+        """A shared database: every ``check_ms`` of the clock, the actors look at the store again from
+        their cursors (a safety net under the notifications, never a rescan of everything)."""
+        while True:
+            await self._clock.sleep_until(self._clock.now_ms() + self._check_ms)
+            self.announce(StoreChanged(check=True))
 
     def unsubscribe(self, feed: NoticeFeed) -> None:
         if feed in self._feeds:
@@ -210,27 +243,35 @@ class StorageActor:
     async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
         self._running = True
-        batch_no = 0
         try:
-            task_status.started(self)
-            while True:
-                batch = [await self._receive.receive()]
-                while len(batch) < self._max_batch:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                batch_no += 1
-                with trio.CancelScope(shield=True):
-                    if self._conn is None:
-                        await self._reconnect()
-                    await self._run_batch(batch, batch_no)
+            async with trio.open_nursery() as nursery:
+                listen = getattr(self.store, "listen", None) if self._dialect.shared else None
+                if listen is not None:
+                    await nursery.start(listen, self._heard)
+                    nursery.start_soon(self._check)
+                task_status.started(self)
+                await self._serve()
         finally:
             self._running = False
             self._fail_pending(StorageClosed("the storage actor stopped"))
             self._receive.close()
             with trio.CancelScope(shield=True):
                 await self._close()
+
+    async def _serve(self) -> None:
+        batch_no = 0
+        while True:
+            batch = [await self._receive.receive()]
+            while len(batch) < self._max_batch:
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            batch_no += 1
+            with trio.CancelScope(shield=True):
+                if self._conn is None:
+                    await self._reconnect()
+                await self._run_batch(batch, batch_no)
 
     async def _reconnect(self) -> None:
         """Open the connection again after it was lost, waiting longer after each failure; requests
@@ -304,7 +345,7 @@ class StorageActor:
             elif notices:
                 feed._offer(notices)
 
-    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
         """Run the batch; one that raced another node runs again (after a short random pause)."""
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
@@ -315,7 +356,7 @@ class StorageActor:
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise AssertionError("unreachable")
 
-    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[object]:
+    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
         conn = self._conn
         assert conn is not None
         dialect = self._dialect
@@ -333,11 +374,17 @@ class StorageActor:
                 try:
                     with tx.savepoint():
                         request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
+                        if self._settle is not None:
+                            self._settle(tx, now_ms)
                     request.ok = True
                 except Exception as exc:
                     if tx.is_storage_failure(exc):
                         raise
                     request.error = exc
+            if dialect.notify is not None:
+                payload = summarize(tx.notices, self.origin, routing=self.routing)
+                if payload is not None:
+                    conn.execute(dialect.notify, (payload,))
             if self._fault is not None:
                 self._fault("before_commit", batch_no)
             in_commit = True

@@ -52,6 +52,14 @@ class Dialect:
     """Forces the partial (fire_at, id) index: SQLite's planner may otherwise scan by state."""
     skip_locked = ""
     """Appended to a scan for work to take: rows another node holds are left to it."""
+    notify: str | None = None
+    """SQL (one text parameter: the payload) that tells the other nodes what a batch committed, sent
+    with the commit (``None``: nobody else writes)."""
+    for_update = ""
+    """Appended to a read of a row the transaction will change: other writers wait for it."""
+    pool_lock: str | None = None
+    """SQL (one text parameter: the pool's name) that serialises one capacity pool's claims and freed
+    slots until the transaction ends (``None``: writers are serial)."""
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
@@ -67,6 +75,11 @@ class Dialect:
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
+
+    def failure(self, message: str) -> Exception:
+        """The error this backend's driver raises when the store itself fails (an I/O error, a full
+        disk): fault injection raises it on purpose, and the batch it is in must fail as a whole."""
+        return sqlite3.OperationalError(message)
 
 
 _SQLITE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
+import secrets
+import socket
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -14,8 +18,27 @@ from ._sqlite import SQLiteStore
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-def is_postgres_url(value: object) -> bool:
+def _is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(POSTGRES_SCHEMES)
+
+
+def check_location(location: str) -> None:
+    """Refuse a store location that cannot be opened, before anything is: a malformed PostgreSQL URL
+    (naming what is wrong, never the password), or a SQLite file in a directory that does not exist."""
+    if _is_postgres_url(location):
+        as_store(location)
+        return
+    if location != ":memory:" and Path(location).parent != Path() and not Path(location).parent.is_dir():
+        raise InvalidRequest(f"{location}: the directory {Path(location).parent} does not exist")
+
+
+def default_owner(store: Store) -> str:
+    """The name a runtime holds its leases under when none is given: ``loom`` alone on its database; on
+    a shared one, a name of this process's own (host, process id and a random part), so that a node's
+    clean close releases its own leases only, never those of the nodes that go on running."""
+    if not store.dialect.shared:
+        return "loom"
+    return f"loom@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 def as_store(store: Any) -> Store:
@@ -23,7 +46,7 @@ def as_store(store: Any) -> Store:
     URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime)."""
     if isinstance(store, SQLiteStore):
         return store
-    if is_postgres_url(store):
+    if _is_postgres_url(store):
         return postgres_backend().PostgresStore(url=store)  # type: ignore[no-any-return]
     if isinstance(store, str) and store:
         return SQLiteStore(path=store)

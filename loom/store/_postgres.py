@@ -19,19 +19,25 @@ integers. What each guarantee rests on with several nodes is in ``docs/backends.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import attrs
 import psycopg
+import psycopg.errors
+import trio
 from psycopg import conninfo
 from psycopg.pq import TransactionStatus
 
 from ..records.errors import InvalidRequest, SchemaTooNew, StorageClosed, StorageError, StorageUnavailable
 from ._dialect import Dialect
+from ._notify import CHANNEL
 from ._reader import Reader, Rows
 from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
+
+log = logging.getLogger("loom.storage")
 
 LOCK_CLASS = 0x6C6F6F6D  # "loom": the first key of loom's advisory locks in a database
 ORDER_LOCK = 1
@@ -58,6 +64,9 @@ class PostgresDialect(Dialect):
     order_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {ORDER_LOCK})"
     due_hint = ""
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    for_update = " FOR UPDATE"
+    notify = f"SELECT pg_notify('{CHANNEL}', ?)"
+    pool_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(?))"
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError):
@@ -68,6 +77,9 @@ class PostgresDialect(Dialect):
 
     def is_conflict(self, exc: BaseException) -> bool:
         return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICTS
+
+    def failure(self, message: str) -> Exception:
+        return psycopg.errors.DiskFull(message)
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, psycopg.Error):
@@ -204,6 +216,64 @@ class PostgresStore:
     def close_writer(self, conn: PostgresConnection) -> None:
         conn.close()
 
+    async def listen(
+        self,
+        deliver: Callable[[str | None], None],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Hear what other nodes commit (their payloads on the ``loom`` channel: see `_notify`) until
+        cancelled, on a connection of its own, handing each payload to ``deliver``. A lost connection
+        is opened again with the reconnect delays; then ``deliver(None)``: notifications may have been
+        missed meanwhile."""
+        delays = self.reconnect_delays()
+        started = False
+        attempt = 0
+        while True:
+            try:
+                raw = await anyio.to_thread.run_sync(self._listening)
+            except StorageError as exc:
+                if not started:
+                    raise
+                delay = delays[min(attempt, len(delays) - 1)] if delays else 1.0
+                attempt += 1
+                log.warning("listening to %s failed (%s); next try in %.2fs", self.describe(), exc, delay)
+                await trio.sleep(delay)
+                continue
+            attempt = 0
+            try:
+                if started:
+                    deliver(None)  # whatever was committed while nobody listened
+                else:
+                    started = True
+                    task_status.started()
+                await _hear(raw, deliver)
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "the listening connection to %s was lost (%s); reconnecting", self.describe(), exc
+                )
+            finally:
+                raw.close()
+
+    def _listening(self) -> psycopg.Connection[tuple[Any, ...]]:
+        raw = self.connect(application_name="loom listener")
+        try:
+            raw.execute(f"LISTEN {CHANNEL}")
+        except psycopg.Error as exc:
+            raw.close()
+            raise StorageUnavailable(f"cannot listen on {self.describe()}: {exc}") from exc
+        return raw
+
+
+async def _hear(raw: psycopg.Connection[tuple[Any, ...]], deliver: Callable[[str | None], None]) -> None:
+    """Hand over each notification as it arrives, waiting on the connection's socket (no thread)."""
+    pgconn = raw.pgconn
+    while True:
+        await trio.lowlevel.wait_readable(pgconn.socket)
+        pgconn.consume_input()
+        while (notify := pgconn.notifies()) is not None:
+            deliver(notify.extra.decode())
+
 
 def read_schema_version(raw: psycopg.Connection[tuple[Any, ...]]) -> int:
     exists = raw.execute("SELECT to_regclass('loom_schema') IS NOT NULL").fetchone()
@@ -254,10 +324,15 @@ class PostgresReader(Reader):
         return self._store.connect(application_name="loom reader")
 
     async def aclose(self) -> None:
-        self._open = False
+        self._open = False  # reads from now on are refused
+        # in the reads' own worker slot: the read in progress (if any) ends first, and none that
+        # waited for the slot finds its connection gone (it finds the store closed)
+        await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
+
+    def _close(self) -> None:
         raw, self._raw = self._raw, None
         if raw is not None:
-            await anyio.to_thread.run_sync(raw.close, limiter=self._limiter)
+            raw.close()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
         return (await self._snapshot([(sql, params)]))[0]
@@ -271,6 +346,8 @@ class PostgresReader(Reader):
         # A read changes nothing: one that finds its connection gone (a server restart since the
         # last read) connects again and reads once more before it reports the store unavailable.
         for retry in (True, False):
+            if not self._open:
+                raise StorageClosed("the store is closed: reads end with the runtime")
             if self._raw is None or self._raw.closed:
                 self._raw = self._connect()
             try:

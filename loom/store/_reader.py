@@ -44,7 +44,12 @@ def _file_of(uri: str) -> str | None:
 
 
 class Reader:
-    """Read-only queries on a file database through sqlite-anyio."""
+    """Read-only queries on a file database through sqlite-anyio.
+
+    One read runs at a time (the lock), and closing takes the lock too: a read that races the close
+    either finishes first or finds the store closed (`StorageClosed`), never a connection closed under
+    its query.
+    """
 
     def __init__(self, uri: str) -> None:
         self._uri = uri
@@ -91,9 +96,11 @@ class Reader:
                 raise StorageError(f"reading {self._path or 'the store'} failed: {exc}") from exc
 
     async def aclose(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await conn.close()
+        conn, self._conn = self._conn, None  # reads from now on are refused
+        if conn is not None:
+            with trio.CancelScope(shield=True):
+                async with self._lock:  # the read in progress (if any) ends first
+                    await conn.close()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
         async def query(conn: sqlite_anyio.Connection) -> Rows:

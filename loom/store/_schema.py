@@ -332,6 +332,47 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX checkpoints_work_commit ON checkpoints (work_id, commit_seq);
     """,
     },
+    # 10: admission. A Work that could start an attempt is in the ready queue (``ready_seq``: its place in
+    # readiness order); ``blocked`` says why the admission pass passed over it (a full capacity pool it
+    # waits on, or nothing here can start it), and each attempt records the capacity pool it counts in.
+    # Work ready before this version joins the queue in the order it last changed.
+    """
+    ALTER TABLE works ADD COLUMN ready_seq INTEGER;
+    ALTER TABLE works ADD COLUMN ready_at_ms INTEGER;
+    ALTER TABLE works ADD COLUMN blocked TEXT;
+    ALTER TABLE executions ADD COLUMN pool TEXT;
+    UPDATE works SET ready_seq = updated_at_ms, ready_at_ms = updated_at_ms
+        WHERE state = 'ready' AND held = 0 AND retry IS NULL
+        AND EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = works.id AND i.state = 'pending')
+        AND NOT EXISTS (SELECT 1 FROM executions x WHERE x.work_id = works.id
+                        AND x.state IN ('running', 'stopping', 'recovering'));
+    UPDATE executions SET pool = (SELECT w.scope FROM works w WHERE w.id = executions.work_id)
+        WHERE state IN ('running', 'stopping', 'recovering');
+    CREATE INDEX works_ready ON works (ready_seq) WHERE ready_seq IS NOT NULL;
+    CREATE INDEX works_admit ON works (ready_seq, id) WHERE ready_seq IS NOT NULL AND blocked IS NULL;
+    CREATE INDEX works_blocked ON works (blocked, ready_seq, id) WHERE blocked IS NOT NULL;
+    CREATE INDEX executions_pool ON executions (pool)
+        WHERE pool IS NOT NULL AND state IN ('running', 'stopping', 'recovering');
+    INSERT INTO kv (namespace, key, value, updated_at_ms)
+        VALUES ('core.routing', 'watermark', '{"seq":0}', 0);
+    """,
+    # 11: a timer's firing ledger carries its commit order explicitly (it is read in that order);
+    # existing firings keep their insertion order
+    {
+        "sqlite": """
+    ALTER TABLE timer_firings ADD COLUMN commit_seq INTEGER;
+    UPDATE timer_firings SET commit_seq = rowid;
+    CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
+    """,
+        "postgresql": """
+    ALTER TABLE timer_firings ADD COLUMN commit_seq INTEGER;
+    UPDATE timer_firings SET commit_seq = ordered.n FROM (SELECT timer_id AS t, revision AS r,
+        fire_at_ms AS f, row_number() OVER (PARTITION BY timer_id ORDER BY at_ms, revision, fire_at_ms) AS n
+        FROM timer_firings) AS ordered
+        WHERE timer_id = ordered.t AND revision = ordered.r AND fire_at_ms = ordered.f;
+    CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
+    """,
+    },
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

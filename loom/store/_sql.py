@@ -112,7 +112,7 @@ UNROUTED_EVENTS = (
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
     " capabilities, generation, outcome, interrupt_event_id, created_at_ms, ended_at_ms, segment, budget_ms, used_ms,"
-    " watermark, authority_id, handed_at_ms, metadata, retry_policy, binding_config"
+    " watermark, authority_id, handed_at_ms, metadata, retry_policy, binding_config, pool"
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
@@ -195,6 +195,7 @@ def execution_from_row(row: Row) -> Execution:
         metadata=json.loads(row[23]) if row[23] else None,
         retry_policy=json.loads(row[24]) if row[24] else None,
         binding_config=json.loads(row[25]) if row[25] else None,
+        pool=row[26],
     )
 
 
@@ -233,7 +234,8 @@ TIMER_COLUMNS = (
 TIMER_SELECT = f"SELECT {TIMER_COLUMNS} FROM timers"
 TIMER_BY_ID = f"{TIMER_SELECT} WHERE id = ?"
 FIRING_COLUMNS = "timer_id, revision, fire_at_ms, result, event_id, next_fire_at_ms, detail, at_ms"
-FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY at_ms, fire_at_ms"
+FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY commit_seq"
+"""A timer's firing ledger in the order it was committed (each insert takes the timer's next commit_seq)."""
 
 
 def timer_from_row(row: Row) -> Timer:

@@ -27,6 +27,7 @@ from ..records.work import (
     WorkState,
 )
 from . import _sql
+from ._tx_admission import AdmissionTx
 from ._tx_budgets import BudgetsTx
 from ._tx_executions import ExecutionsTx
 from ._tx_subscriptions import SubscriptionsTx
@@ -49,7 +50,7 @@ _WORK_FIELDS = frozenset(
 )
 
 
-class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
+class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx, AdmissionTx):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------
@@ -88,6 +89,10 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
     def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(row) if row else None
+
+    def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
+        """Events above ``after_seq`` without a routing checkpoint, in acceptance order."""
+        return [_sql.event_from_row(r) for r in self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
 
     def max_seq(self) -> int:
         row = self._one("SELECT coalesce(max(seq), 0) FROM events")
@@ -129,8 +134,9 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             (namespace, key, json.dumps(value, sort_keys=True, separators=(",", ":")), now_ms),
         )
 
-    def kv_get(self, namespace: str, key: str) -> KVEntry | None:
-        row = self._one(_sql.KV_GET, (namespace, key))
+    def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> KVEntry | None:
+        """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits)."""
+        row = self._one(_sql.KV_GET + (self.dialect.for_update if for_update else ""), (namespace, key))
         return _sql.kv_from_row(row) if row else None
 
     def kv_list(self, namespace: str, limit: int = 1000) -> list[KVEntry]:
@@ -178,6 +184,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
             (id, scope, kind, parent_id, predecessor_id, generation, now_ms, now_ms),
         )
+        self.touch(id)
 
     def update_work(self, work_id: str, now_ms: int, **fields: Any) -> int:
         """Set non-state ``fields`` on a Work and bump its revision; return the new revision."""
@@ -188,6 +195,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ?",
             (*fields.values(), now_ms, work_id),
         )
+        self.touch(work_id)
         row = self._one("SELECT revision FROM works WHERE id = ?", (work_id,))
         assert row is not None
         return int(row[0])
@@ -205,16 +213,8 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             (new.value, *fields.values(), now_ms, work.id, work.state.value),
         )
         self._written(cur, f"work {work.id}", work.state, new)
+        self.touch(work.id)
         row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
-        assert row is not None
-        return int(row[0])
-
-    def running_in_scope(self, scope: str) -> int:
-        row = self._one(
-            "SELECT count(*) FROM executions x JOIN works w ON w.id = x.work_id"
-            f" WHERE w.scope = ? AND x.state IN {_LIVE}",
-            (scope,),
-        )
         assert row is not None
         return int(row[0])
 
@@ -286,6 +286,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (work_id, event_id, seq, InputState.PENDING.value),
         )
+        self.touch(work_id)
 
     def input_state(self, work_id: str, event_id: str) -> InputState | None:
         row = self._one(
@@ -304,6 +305,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
         )
         self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
+        self.touch(work_id)
 
     def drop_input(self, work_id: str, event_id: str) -> None:
         """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
@@ -316,6 +318,7 @@ class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx):
             (InputState.DROPPED.value, work_id, event_id, state.value),
         )
         self._written(cur, f"input {event_id}", state, InputState.DROPPED)
+        self.touch(work_id)
 
     def armed_timers_of_work(self, work_id: str) -> list[Timer]:
         """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
+from ..records.notices import Notice
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
@@ -16,7 +17,12 @@ class TxBase:
     def __init__(self, conn: Connection, dialect: Dialect = SQLITE) -> None:
         self._conn = conn
         self.dialect = dialect
-        self.notices: list[object] = []
+        self.notices: list[Notice] = []
+        self.touched: dict[str, None] = {}
+        """Works whose state, inputs or attempts this transaction changed, in the order first touched
+        (the kernel settles their place in the ready queue: `kernel.admission.settle_in_tx`)."""
+        self.freed_pools: list[str] = []
+        """Capacity pools in which an attempt stopped counting (a slot may be free)."""
         self._savepoints = 0
         self._ordered_at: int | None = None
         """The savepoint depth at which this transaction took the acceptance-order lock."""
@@ -29,6 +35,7 @@ class TxBase:
         name = f"nested_{depth}"
         self._savepoints += 1
         mark = len(self.notices)
+        freed = len(self.freed_pools)
         self._conn.execute(f"SAVEPOINT {name}")
         try:
             yield
@@ -37,6 +44,7 @@ class TxBase:
                 self._conn.execute(f"ROLLBACK TO {name}")
                 self._conn.execute(f"RELEASE {name}")
                 del self.notices[mark:]
+                del self.freed_pools[freed:]
                 if self._ordered_at is not None and self._ordered_at > depth:
                     self._ordered_at = None  # a lock taken inside a savepoint goes with its rollback
             raise
@@ -80,6 +88,10 @@ class TxBase:
         rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
         return rows
 
-    def notify(self, notice: object) -> None:
+    def notify(self, notice: Notice) -> None:
         """Queue a notice for publication after this batch commits."""
         self.notices.append(notice)
+
+    def touch(self, work_id: str) -> None:
+        """Note that a Work's state, inputs or attempts changed (see ``touched``)."""
+        self.touched[work_id] = None

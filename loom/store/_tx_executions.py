@@ -7,7 +7,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..records.notices import LeaseExpiry
 from ..records.work import (
+    CAPACITY_STATES,
     EXECUTION_LIFECYCLE,
     INTENT_LIFECYCLE,
     Execution,
@@ -43,6 +45,7 @@ _EXECUTION_FIELDS = frozenset(
         "metadata",
         "retry_policy",
         "binding_config",
+        "pool",
     }
 )
 
@@ -63,10 +66,11 @@ class ExecutionsTx(TxBase):
 
     def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[Execution]:
         """Running or recovering attempts whose lease has expired (``now >= expires_at``: expiry is
-        exclusive), in (expiry, id) order after ``after``: a bounded, fair page."""
+        exclusive), in (expiry, id) order after ``after``: a bounded, fair page. On a shared database
+        the rows are locked until the transaction ends, skipping those another node's pass holds."""
         rows = self._all(
             f"{_sql.EXECUTION_SELECT} WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
-            " ORDER BY expires_at_ms, id LIMIT ?",
+            f" ORDER BY expires_at_ms, id LIMIT ?{self.dialect.skip_locked}",
             (
                 ExecutionState.RUNNING.value,
                 ExecutionState.RECOVERING.value,
@@ -96,6 +100,8 @@ class ExecutionsTx(TxBase):
             "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
             (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
         )
+        if cur.rowcount:
+            self.notify(LeaseExpiry(execution_id=None, expires_at_ms=now_ms))
         return int(cur.rowcount)
 
     def execution_token(self, execution_id: str) -> str | None:
@@ -124,11 +130,12 @@ class ExecutionsTx(TxBase):
         now_ms: int,
         watermark: int = 0,
         authority_id: str | None = None,
+        pool: str | None = None,
     ) -> None:
         self._conn.execute(
             "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
-            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id)"
-            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id, pool)"
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 id,
                 work_id,
@@ -146,8 +153,11 @@ class ExecutionsTx(TxBase):
                 now_ms,
                 watermark,
                 authority_id,
+                pool,
             ),
         )
+        self.touch(work_id)
+        self.notify(LeaseExpiry(execution_id=id, expires_at_ms=expires_at_ms))
 
     def update_execution(self, execution_id: str, **fields: Any) -> None:
         """Set non-state ``fields`` on an execution (its state goes through `set_execution_state`)."""
@@ -155,6 +165,8 @@ class ExecutionsTx(TxBase):
         assert not unknown, f"update_execution: unknown fields {unknown}"
         sets = ", ".join(f"{name} = ?" for name in fields)
         self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
+        if fields.get("expires_at_ms") is not None:
+            self.notify(LeaseExpiry(execution_id=execution_id, expires_at_ms=fields["expires_at_ms"]))
 
     def set_execution_state(self, execution: Execution, new: ExecutionState, **fields: Any) -> None:
         """Move ``execution`` from the state it was read in to ``new`` (checked against its lifecycle)."""
@@ -167,6 +179,11 @@ class ExecutionsTx(TxBase):
             (new.value, *fields.values(), execution.id, execution.state.value),
         )
         self._written(cur, f"execution {execution.id}", execution.state, new)
+        self.touch(execution.work_id)
+        if fields.get("expires_at_ms") is not None:
+            self.notify(LeaseExpiry(execution_id=execution.id, expires_at_ms=fields["expires_at_ms"]))
+        if execution.pool is not None and execution.state in CAPACITY_STATES and new not in CAPACITY_STATES:
+            self.freed_pools.append(execution.pool)
 
     # -- intents ----------------------------------------------------------------
 

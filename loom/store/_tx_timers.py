@@ -102,6 +102,27 @@ class TimersTx(TxBase):
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    def due_head(self, now_ms: int, limit: int) -> list[tuple[str, int, int]]:
+        """(id, revision, fire_at) of up to ``limit`` armed timers due at ``now_ms``, earliest first. On a
+        shared database the rows are locked until the transaction ends, skipping those another node's
+        firing holds: nodes divide the due timers."""
+        rows = self._all(
+            f"SELECT id, revision, fire_at_ms FROM timers{self.dialect.due_hint}"
+            " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, id"
+            f" LIMIT ?{self.dialect.skip_locked}",
+            (now_ms, limit),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def next_armed(self, limit: int) -> list[tuple[str, int]]:
+        """(id, fire_at) of the ``limit`` earliest armed timers (an indexed range: the next deadlines)."""
+        rows = self._all(
+            f"SELECT id, fire_at_ms FROM timers{self.dialect.due_hint}"
+            " WHERE state = 'armed' ORDER BY fire_at_ms, id LIMIT ?",
+            (limit,),
+        )
+        return [(r[0], r[1]) for r in rows]
+
     def take_timer(self, timer_id: str) -> bool:
         """Lock the timer's row until this transaction ends, so that only one node fires it; ``False``:
         another node holds it now (the row is skipped, not waited for). Alone on the database
@@ -121,8 +142,12 @@ class TimersTx(TxBase):
         return _sql.firing_from_row(row) if row else None
 
     def insert_firing(self, firing: Firing) -> None:
+        """Add a firing to its timer's ledger, numbered after every firing of that timer committed
+        before it (``commit_seq``): the ledger is read in that order. A timer's firings are serialised
+        by its row lock (`take_timer`), and the unique (timer, number) index refuses a racing one."""
         self._conn.execute(
-            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO timer_firings ({_sql.FIRING_COLUMNS}, commit_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?,"
+            " (SELECT coalesce(max(commit_seq), 0) + 1 FROM timer_firings WHERE timer_id = ?))",
             (
                 firing.timer_id,
                 firing.revision,
@@ -132,5 +157,6 @@ class TimersTx(TxBase):
                 firing.next_fire_at_ms,
                 firing.detail,
                 firing.at_ms,
+                firing.timer_id,
             ),
         )

@@ -245,19 +245,18 @@ class RuntimeDriver:
     async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
         async with self.runtime.watch() as notices:
             with trio.move_on_after(self.stall_s) as scope:
-                while not await check():
+                while True:
+                    launched = self.fake.launch_signal()  # before the check: a launch after it is seen
+                    if await check():
+                        break
                     async with trio.open_nursery() as nursery:
 
                         async def on_commit() -> None:
                             await notices.__anext__()
                             nursery.cancel_scope.cancel()
 
-                        async def on_launch() -> None:
-                            await self.fake.next_launch()
-                            nursery.cancel_scope.cancel()
-
                         nursery.start_soon(on_commit)
-                        nursery.start_soon(on_launch)
+                        nursery.start_soon(_cancel_when_set, launched, nursery.cancel_scope)
             if scope.cancelled_caught:
                 raise ScenarioFailure(f"timed out waiting for {what}")
 
@@ -275,6 +274,11 @@ class RuntimeDriver:
 
     async def causal_rejections(self) -> list[CausalRejection]:
         return await self.runtime.causal_rejections(limit=100_000)
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 async def until_committed(

@@ -126,6 +126,11 @@ class FakeExecutor:
         """Return at the next launch (or inject/interrupt call) the fake sees."""
         await self._launched.wait()
 
+    def launch_signal(self) -> trio.Event:
+        """An event set at the next launch (or inject/interrupt call): take it before looking at what
+        has launched, so a launch in between is never missed."""
+        return self._launched
+
     def _signal(self) -> None:
         launched, self._launched = self._launched, trio.Event()
         launched.set()

@@ -14,7 +14,7 @@ import enum
 
 import attrs
 
-from ..store import CrashPoint, is_postgres_url
+from ..store import CrashPoint, as_store
 
 __all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint", "storage_failure"]
 
@@ -48,10 +48,4 @@ class CrashAt:
 def storage_failure(store: str, message: str = "disk I/O error") -> Exception:
     """An error the driver of ``store``'s backend raises when the store itself fails (a full disk,
     an I/O error), for a procedure to raise on purpose: the batch it is in must fail as a whole."""
-    if is_postgres_url(store):
-        import psycopg.errors
-
-        return psycopg.errors.DiskFull(message)
-    import sqlite3
-
-    return sqlite3.OperationalError(message)
+    return as_store(store).dialect.failure(message)

@@ -1,12 +1,12 @@
 """White-box access for fault-injection and negative-control tests: the parts `Runtime` keeps private.
 
 These are test seams, not a stable API: a test that drives a kernel procedure on the storage actor
-directly (a driver that breaks one rule on purpose) or inspects the timer actor's in-memory heap.
+directly (a driver that breaks one rule on purpose) or asks the timer actor when it next wakes.
 """
 
 from __future__ import annotations
 
-from ..actors.timer_service import TimerService
+from ..actors.timers import TimerActor
 from ..runtime import Runtime
 from ..store import StorageActor
 
@@ -16,9 +16,9 @@ def storage_of(runtime: Runtime) -> StorageActor:
     return runtime._p.storage
 
 
-def timer_service_of(runtime: Runtime) -> TimerService[str]:
-    """The timer actor's in-memory service (its heap of armed timers); the timer actor must be running."""
+def timer_actor_of(runtime: Runtime) -> TimerActor:
+    """The running timer actor (its ``next_due_ms`` is the one deadline it keeps in memory)."""
     timers = runtime._p.timers
     if timers is None:
         raise LookupError("the timers actor is not running in this runtime")
-    return timers.service
+    return timers

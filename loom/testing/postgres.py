@@ -2,7 +2,10 @@
 
 `PostgresCluster.start()` makes a cluster with ``initdb`` in a temporary directory, runs it as an
 unprivileged user when started as root (PostgreSQL refuses root), listening only on a unix socket in
-that directory under a private port number, and `stop` removes it all. `PostgresCluster.external`
+that directory under a private port number, and `stop` removes it all. A guard process started with
+it stops the server and removes its files when the process that started it ends without calling
+`stop` (killed, or out through ``os._exit``), so a failed or hung test run leaves no server behind.
+`PostgresCluster.external`
 uses a server someone else runs instead (``LOOM_TEST_POSTGRES_URL``). Either way, `create_database`
 makes a fresh database per test, copied from a migrated template (fast: no migrations per test).
 """
@@ -14,6 +17,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -46,6 +50,21 @@ DURABLE_SETTINGS = {**TEST_SETTINGS, "fsync": "on", "full_page_writes": "on"}
 
 class PostgresUnavailable(RuntimeError):
     """No PostgreSQL server could be started or reached."""
+
+
+GUARD_MARK = "loom-postgres-guard"
+"""The guard process's first argument: a test harness tells it from a process a test left behind."""
+
+_GUARD = """
+import os, shutil, subprocess, sys
+_, _mark, root, data, *stop = sys.argv
+sys.stdin.buffer.read()  # returns once the harness closes its end: by stop(), or by ending
+if os.path.exists(os.path.join(data, "postmaster.pid")):
+    subprocess.run(stop, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+shutil.rmtree(root, ignore_errors=True)
+"""
+"""The guard: it waits for end of file on its standard input, a pipe only the harness's process holds
+open, then stops the server (fast: ``immediate``) if it still runs and removes the cluster's files."""
 
 
 def find_bin_dir() -> Path | None:
@@ -89,6 +108,7 @@ class PostgresCluster:
     _root: Path | None = None
     _owned: list[str] = attrs.field(factory=list)
     _template: str | None = None
+    _guard: subprocess.Popen[bytes] | None = None
 
     # -- starting and stopping ------------------------------------------------
 
@@ -115,11 +135,32 @@ class PostgresCluster:
             with (data / "postgresql.conf").open("a") as f:
                 for key, value in conf.items():
                     f.write(f"{key} = {value}\n")
+            cluster._guard = cluster._start_guard()
             cluster._run("pg_ctl", "-D", str(data), "-l", str(root / "server.log"), "-w", "-t", "60", "start")
         except BaseException:
             cluster.stop()
             raise
         return cluster
+
+    def _start_guard(self) -> subprocess.Popen[bytes]:
+        """Start the guard (see `_GUARD`) before the server: in a session of its own, so a Ctrl-C
+        aimed at the test run does not stop it before it has done its work."""
+        assert self.data_dir is not None
+        assert self._root is not None
+        stop = self._command("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        return subprocess.Popen(
+            [sys.executable, "-c", _GUARD, GUARD_MARK, str(self._root), str(self.data_dir), *stop],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+        )
+
+    @property
+    def guard_pid(self) -> int | None:
+        """The guard process's id (``None``: no guard, the server is not this harness's)."""
+        return self._guard.pid if self._guard is not None else None
 
     @classmethod
     def external(cls, url: str) -> PostgresCluster:
@@ -135,11 +176,15 @@ class PostgresCluster:
             base_dbname=str(parts.get("dbname") or "postgres"),
         )
 
-    def _run(self, tool: str, *args: str) -> None:
+    def _command(self, tool: str, *args: str) -> list[str]:
         assert self.bin_dir is not None
         cmd = [str(self.bin_dir / tool), *args]
         if self.run_as is not None:
             cmd = ["runuser", "-u", self.run_as, "--", *cmd]
+        return cmd
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd = self._command(tool, *args)
         done = subprocess.run(cmd, capture_output=True, text=True, cwd="/", check=False)
         if done.returncode != 0:
             raise PostgresUnavailable(
@@ -163,6 +208,11 @@ class PostgresCluster:
                     pass  # already gone
             if self._root is not None:
                 shutil.rmtree(self._root, ignore_errors=True)
+            if self._guard is not None:
+                guard, self._guard = self._guard, None
+                assert guard.stdin is not None
+                guard.stdin.close()  # nothing is left for it to do: it ends
+                guard.wait()
             return
         for name in self._owned:
             try:

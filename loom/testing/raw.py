@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..store import is_postgres_url
+from ..store import as_store
 from ..store._open import postgres_backend
 
 Row = dict[str, Any]
@@ -58,7 +58,7 @@ class Snapshot:
 
 @contextmanager
 def _connected(where: str, *, snapshot: bool) -> Iterator[Snapshot]:
-    if is_postgres_url(where):
+    if as_store(where).dialect.shared:
         import psycopg
         from psycopg.rows import dict_row
 

@@ -162,7 +162,6 @@ async def main(db: str, node: str, generation: str, seed: str) -> None:
         owner=f"{node}.{generation}",
         lease_ms=LEASE_MS,
         load_entry_points=False,
-        resync_ms=200,
     ) as rt:
         steps.open(rt)
 
@@ -171,7 +170,7 @@ async def main(db: str, node: str, generation: str, seed: str) -> None:
                 for event in job(name, i):
                     if event is not None:
                         say(f"ack {(await rt.publish(event)).delivery_id}")
-                await trio.sleep(0.2)
+                await trio.sleep(0.05)
 
         async def timers() -> None:
             for i in range(100_000):
@@ -185,7 +184,7 @@ async def main(db: str, node: str, generation: str, seed: str) -> None:
                 )
                 await rt.arm(spec)
                 say(f"armed {spec.id}")
-                await trio.sleep(0.2)
+                await trio.sleep(0.05)
 
         async def orders() -> None:
             for i in range(100_000):
@@ -199,7 +198,7 @@ async def main(db: str, node: str, generation: str, seed: str) -> None:
                         source="drill", delivery_id=f"common-{i}", type="drill.common", scope="drill"
                     )
                     say(f"ack {(await rt.publish(common)).delivery_id}")
-                await trio.sleep(0.1)  # a steady load the routers keep up with
+                await trio.sleep(0.02)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(jobs)

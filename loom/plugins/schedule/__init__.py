@@ -31,7 +31,8 @@ Defaults, and what they mean:
 Occurrence identity is deterministic: ``occurrence_id(schedule_id, occurrence_ms)`` is
 ``f"{schedule_id}@{occurrence_ms}"``, so a replayed or duplicated firing names the same occurrence.
 
-The modules: `spec` (the spec and its validation), `cron` (cron expressions), `calendar` (calendar
+The modules: `spec` (the spec and its validation), `cron` (cron expressions and their search),
+`cron_fields` (what each cron field means, and where cron tools disagree), `calendar` (calendar
 schedules), `instants` (local times to instants, DST) and `policy` (firing, overlap, the hooks).
 The plugin manager registers this package by name, so the hook implementations are attributes here.
 """

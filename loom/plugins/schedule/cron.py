@@ -1,14 +1,17 @@
-"""Cron expressions: loom reads every field itself, and croniter does the calendar arithmetic.
+"""Cron expressions: croniter's meaning, Quartz's and croner's ``5L``, ``FRI#L``, ``LW`` and ``L-n``,
+and a refusal wherever cron tools read the same text differently.
 
-Loom parses each field into the explicit set of values it means in standard cron (Vixie cron and
-cronie, robfig/cron; ``a/n`` as robfig/cron and Quartz read it, ``L``, ``W`` and ``#`` as Quartz
-does), and hands croniter an expression made only of plain numbers and the ``L``, ``W`` and ``#``
-forms. Croniter's own reading of ranges and steps never decides what a schedule means, because it
-has changed from release to release: an equal range (``5-5``, ``Sun-Sun``, ``jan-jan``) is read as
-the whole field from croniter 5.0 on, ``59/15`` as every fifteen minutes in 5.0 to 6.2, and ``6/1``
-in the day-of-week field as every day in 4.0 to 6.2. What is left to croniter (finding the next or
-previous local time that matches explicit sets) is checked against an independent model in the
-tests.
+Every form croniter 7 accepts means here what it means to croniter, except where croniter and the
+other cron tools (cron itself, Quartz, croner) read the same text differently; such a form is
+refused, and the message says what to write instead. `cron_fields` reads each field and decides
+that; this module puts the fields together and searches for occurrences.
+
+The search is croniter's, over explicit values: an expression becomes one or more croniter
+expressions made only of plain numbers and the ``L``, ``W`` and ``#`` spellings croniter reads as
+documented, each with at most one restricted day field, and the occurrences are the union of
+theirs. The day-of-month-or-day-of-week rule is that union; a day form croniter has no spelling
+for (``L-3``, ``L-3W``) is searched as the days it can fall on, keeping the right one. The tests
+check the search against an independent model, and the readings against croniter's own.
 
 The field order has one rule, so that an expression ported from another tool cannot be misread:
 
@@ -16,8 +19,7 @@ The field order has one rule, so that an expression ported from another tool can
 * six or seven fields carry seconds, and other tools disagree where (Quartz, Spring, robfig/cron,
   croner and Temporal put them first; croniter after the day of week), so the spec must say:
   `SecondsField.FIRST` reads ``second minute hour day-of-month month day-of-week [year]``, and
-  `SecondsField.LAST` reads six fields as ``minute hour day-of-month month day-of-week second``.
-  A year, when given, is always the seventh field after seconds first.
+  `SecondsField.LAST` reads ``minute hour day-of-month month day-of-week second [year]``.
 """
 
 from __future__ import annotations
@@ -25,26 +27,48 @@ from __future__ import annotations
 import calendar
 import enum
 import functools
+import heapq
 import re
-from collections.abc import Iterator, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterator, Mapping
+from datetime import date, datetime, time, timedelta
 
 import attrs
 from croniter import croniter
 
 from ...records.errors import InvalidRequest
+from .cron_fields import (
+    DAY,
+    HOUR,
+    MINUTE,
+    MONTH,
+    SECOND,
+    WEEKDAY,
+    YEAR,
+    YEAR_MAX,
+    YEAR_MIN,
+    DayField,
+    Field,
+    Refusal,
+    WeekdayField,
+    day_field,
+    plain_list,
+    weekday_field,
+)
 
-YEAR_MIN = 1970
-YEAR_MAX = 2099
-"""The years a year field may name: the range croniter computes in."""
+__all__ = [
+    "ALIASES",
+    "YEAR_MAX",
+    "YEAR_MIN",
+    "CronExpression",
+    "SecondsField",
+    "nearest_weekday",
+    "parse_cron",
+]
 
 # croniter gives up after this many years without a match; every gap between two occurrences of a
 # valid expression is shorter (a year field spans 1970..2099; without one, the rarest day an
 # expression can name, such as the fifth Monday of February, recurs within 40 years).
 _SEARCH_YEARS = YEAR_MAX - YEAR_MIN + 1
-
-MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 
 ALIASES: Mapping[str, str] = {
     "@yearly": "0 0 1 1 *",
@@ -56,6 +80,12 @@ ALIASES: Mapping[str, str] = {
     "@hourly": "0 * * * *",
 }
 
+_NONDETERMINISTIC_RE = re.compile(r"[rh](\(.*\))?(/\d+)?")
+_SECOND = timedelta(seconds=1)
+_DAY = timedelta(days=1)
+
+DayTest = Callable[[date], bool]
+
 
 class SecondsField(enum.StrEnum):
     """Where the seconds field of a six- or seven-field cron expression is."""
@@ -64,41 +94,21 @@ class SecondsField(enum.StrEnum):
     """``second minute hour day-of-month month day-of-week [year]``: Quartz, Spring, robfig/cron, croner,
     Temporal."""
     LAST = "last"
-    """``minute hour day-of-month month day-of-week second``: six fields only (croniter's order)."""
+    """``minute hour day-of-month month day-of-week second [year]``: croniter's order."""
 
 
-@attrs.frozen
-class _Field:
-    """One cron field: its name, its values, and the names it accepts for them."""
-
-    name: str
-    low: int
-    high: int
-    names: tuple[str, ...] = ()
-    """Names of ``low``, ``low + 1``, ..."""
-    open_high: int | None = None
-    """Where ``*`` and ``start/step`` end, if not at ``high`` (day-of-week ends at 6, not at 7)."""
-
-    @property
-    def end(self) -> int:
-        return self.high if self.open_high is None else self.open_high
-
-
-_SECOND = _Field("second", 0, 59)
-_MINUTE = _Field("minute", 0, 59)
-_HOUR = _Field("hour", 0, 23)
-_DAY = _Field("day-of-month", 1, 31)
-_MONTH = _Field("month", 1, 12, MONTH_NAMES)
-_WEEKDAY = _Field("day-of-week", 0, 7, WEEKDAY_NAMES, open_high=6)
-_YEAR = _Field("year", YEAR_MIN, YEAR_MAX)
-
-_ITEM_RE = re.compile(r"(?P<start>\*|\d+|[a-z]+)(?:-(?P<end>\d+|[a-z]+))?(?:/(?P<step>\d+))?")
-_NONDETERMINISTIC_RE = re.compile(r"[rh](\(.*\))?(/\d+)?")
-_NEAREST_WEEKDAY_RE = re.compile(r"(\d+)w")
-_NTH_WEEKDAY_RE = re.compile(r"(\d+|[a-z]+)#(\d+)")
-_LAST_WEEKDAY_RE = re.compile(r"(\d+|[a-z]+)l")
-_UNRESTRICTED = frozenset({"*", "?", "*/1"})
-_NEAREST_WEEKDAY_MAX = 28
+def nearest_weekday(year: int, month: int, day: int) -> int | None:
+    """The weekday (Monday to Friday) nearest ``day`` within its month, as croniter and Quartz find it
+    (``None`` for a day before the 1st, such as ``L-30W`` in February)."""
+    if day < 1:
+        return None
+    last = calendar.monthrange(year, month)[1]
+    weekday = calendar.weekday(year, month, day)
+    if weekday == 5:  # Saturday: the Friday before, unless that is in the previous month
+        return day - 1 if day > 1 else day + 2
+    if weekday == 6:  # Sunday: the Monday after, unless that is in the next month
+        return day + 1 if day < last else day - 2
+    return day
 
 
 @attrs.frozen(kw_only=True)
@@ -106,188 +116,139 @@ class CronExpression:
     """A cron expression as the explicit sets of values its fields mean.
 
     A day matches when it is in the month (and year) sets and its day fields match: when both
-    day-of-month and day-of-week are restricted (neither has a plain ``*`` or ``?``) a day matches
-    if either does, otherwise it must match the restricted one (standard cron's rule).
+    day-of-month and day-of-week are restricted a day matches if either does, otherwise it must
+    match the restricted one (standard cron's rule; which fields are restricted is croniter's
+    reading, see `parse_cron`).
     """
 
     text: str
     seconds: frozenset[int]
     minutes: frozenset[int]
     hours: frozenset[int]
-    days: frozenset[int]
+    days: frozenset[int] = frozenset()
     last_day: bool = False
     """``L`` in day-of-month: the last day of the month."""
-    nearest_weekday: int | None = None
-    """``15W``: the weekday (Monday to Friday) nearest the 15th, within its month."""
+    last_day_offsets: frozenset[int] = frozenset()
+    """``L-3``: the n-th day before the last day of the month."""
+    nearest_weekdays: frozenset[int] = frozenset()
+    """``15W``: the weekday nearest the 15th, within its month (`nearest_weekday`); as croniter reads
+    it, a day the month lacks stands for its last day (``31W`` in April: the weekday nearest the 30th)."""
+    last_nearest_weekdays: frozenset[int] = frozenset()
+    """``LW`` (0), ``L-3W`` (3): the weekday nearest the n-th day before the last, within its month."""
     days_restricted: bool
     months: frozenset[int]
-    weekdays: frozenset[int]
+    weekdays: frozenset[int] = frozenset()
     """0 is Sunday, 6 Saturday."""
     nth_weekdays: frozenset[tuple[int, int]] = frozenset()
-    """``5#3``: (weekday, n) for the n-th such weekday of the month."""
+    """``FRI#3``: (weekday, n) for the n-th such weekday of the month."""
     last_weekdays: frozenset[int] = frozenset()
-    """``5L``: the last such weekday of the month."""
+    """``FRI#L``: the last such weekday of the month."""
     weekdays_restricted: bool
     years: frozenset[int] | None = None
     """``None``: every year."""
 
-    def croniter_expression(self) -> str:
-        """The expression croniter is given: explicit values only, in croniter's field order."""
-        day = "*"
+    def croniter_terms(self) -> list[tuple[str, DayTest | None]]:
+        """The croniter expressions whose occurrences together are this expression's, each with the
+        test a day must pass (``None``: every day croniter finds is one).
+
+        Each has one restricted day field at most, so croniter never combines two; the other is
+        ``?`` rather than ``*``, because next to a ``*`` croniter reads a list of 31 days (or 7
+        weekdays) as no restriction at all.
+        """
+        terms: list[tuple[str, DayTest | None]] = []
         if self.days_restricted:
-            if self.nearest_weekday is not None:
-                day = f"{self.nearest_weekday}W"
-            else:
-                day = ",".join([*map(str, sorted(self.days)), *(["L"] if self.last_day else [])])
-        weekday = "*"
-        if self.weekdays_restricted:
+            terms += [(self._croniter_text(day, "?"), test) for day, test in self._day_terms()]
+        if self.weekdays_restricted and self.weekdays:
+            terms.append((self._croniter_text("?", ",".join(map(str, sorted(self.weekdays)))), None))
+        if self.weekdays_restricted and (self.nth_weekdays or self.last_weekdays):
             special = [f"{d}#{n}" for d, n in sorted(self.nth_weekdays)]
             special += [f"L{d}" for d in sorted(self.last_weekdays)]
-            weekday = ",".join(special or map(str, sorted(self.weekdays)))
+            terms.append((self._croniter_text("?", ",".join(special)), None))
+        return terms or [(self._croniter_text("*", "*"), None)]
+
+    def _day_terms(self) -> Iterator[tuple[str, DayTest | None]]:
+        """Day-of-month texts for croniter: one per W form (croniter reads W alone), one for the rest."""
+        for day in sorted(self.nearest_weekdays):
+            yield f"{day}W", None
+        for n in sorted(self.last_nearest_weekdays):
+            if n == 0:
+                yield "31W", None  # croniter's 31W is the last weekday: the 31st stands for the last day
+            else:
+                yield _days(range(max(1, 26 - n), min(31, 33 - n) + 1)), functools.partial(_is_nearest_to, n)
+        if self.days or self.last_day or self.last_day_offsets:
+            candidates = set(self.days)
+            for n in self.last_day_offsets:
+                candidates |= set(range(max(1, 28 - n), 31 - n + 1))
+            text = ",".join([*map(str, sorted(candidates)), *(["L"] if self.last_day else [])])
+            yield text, (self._is_day if self.last_day_offsets else None)
+
+    def _is_day(self, day: date) -> bool:
+        last = calendar.monthrange(day.year, day.month)[1]
+        return (
+            day.day in self.days
+            or (self.last_day and day.day == last)
+            or last - day.day in self.last_day_offsets
+        )
+
+    def _croniter_text(self, day: str, weekday: str) -> str:
         fields = [
-            _render(self.minutes, _MINUTE),
-            _render(self.hours, _HOUR),
+            _render(self.minutes, MINUTE),
+            _render(self.hours, HOUR),
             day,
-            _render(self.months, _MONTH),
+            _render(self.months, MONTH),
             weekday,
         ]
         if self.seconds != {0} or self.years is not None:
-            fields.append(_render(self.seconds, _SECOND))
+            fields.append(_render(self.seconds, SECOND))
         if self.years is not None:
-            fields.append(_render(self.years, _YEAR))
+            fields.append(_render(self.years, YEAR))
         return " ".join(fields)
 
     def walls(self, start: datetime, *, reverse: bool) -> Iterator[datetime]:
         """Local wall times strictly after ``start`` (before it when ``reverse``), in order."""
-        it = croniter(self.croniter_expression(), start, max_years_between_matches=_SEARCH_YEARS)
-        step = it.get_prev if reverse else it.get_next
-        while True:
-            try:
-                wall: datetime = step(datetime)
-            except (OverflowError, ValueError):  # no match in reach (CroniterBadDateError), or past year 9999
-                return
-            yield wall
+        streams = [_term_walls(text, test, start, reverse=reverse) for text, test in self.croniter_terms()]
+        previous = None
+        for wall in heapq.merge(*streams, reverse=reverse):
+            if wall != previous:
+                previous = wall
+                yield wall
 
     def search_start(self) -> datetime:
         """A local time before the first occurrence: just before the first year the expression names."""
-        return datetime(min(self.years) if self.years else YEAR_MIN, 1, 1) - timedelta(seconds=1)
+        return datetime(min(self.years) if self.years else YEAR_MIN, 1, 1) - _SECOND
 
 
-def _render(values: frozenset[int], field: _Field) -> str:
-    full = set(range(field.low, field.end + 1))
-    return "*" if values == full else ",".join(map(str, sorted(values)))
+def _is_nearest_to(n: int, day: date) -> bool:
+    """Whether ``day`` is the weekday nearest the n-th day before the last of its month (``L-nW``)."""
+    last = calendar.monthrange(day.year, day.month)[1]
+    return nearest_weekday(day.year, day.month, last - n) == day.day
 
 
-class _Refusal(Exception):
-    """A field is refused; `parse_cron` adds which expression."""
+def _term_walls(text: str, test: DayTest | None, start: datetime, *, reverse: bool) -> Iterator[datetime]:
+    it = croniter(text, start, max_years_between_matches=_SEARCH_YEARS)
+    step = it.get_prev if reverse else it.get_next
+    found = start
+    while True:
+        try:
+            wall: datetime = step(datetime)
+        except (OverflowError, ValueError):  # no match in reach (CroniterBadDateError), or past year 9999
+            return
+        if test is None or test(wall.date()):
+            found = wall
+            yield wall
+        elif abs(wall.year - found.year) > _SEARCH_YEARS:
+            return
+        else:  # not one of the days: go on from that day's other end
+            midnight = datetime.combine(wall.date(), time.min)
+            it.set_current(midnight if reverse else midnight + _DAY - _SECOND, force=True)
 
 
-def _number(field: _Field, token: str) -> int:
-    if token.isdigit():
-        value = int(token)
-    elif token in field.names:
-        value = field.low + field.names.index(token)
-    elif field.names:
-        raise _Refusal(f"{token!r} is not a number or a {field.name} name ({', '.join(field.names)})")
-    else:
-        raise _Refusal(f"{token!r} is not a number")
-    if not field.low <= value <= field.high:
-        raise _Refusal(f"{value} is outside {field.low}-{field.high}")
-    return value
+def _days(days: range) -> str:
+    return ",".join(map(str, days))
 
 
-def _values(field: _Field, item: str) -> set[int]:
-    """The values one list item (``*``, ``a``, ``a-b``, with an optional ``/step``) names."""
-    match = _ITEM_RE.fullmatch(item)
-    if match is None:
-        raise _Refusal(f"{item!r} is not a value, a range or a step")
-    start, end, step_text = match["start"], match["end"], match["step"]
-    step = 1 if step_text is None else int(step_text)
-    if step == 0:
-        raise _Refusal(f"{item!r} has a step of 0")
-    if start == "*":
-        if end is not None:
-            raise _Refusal(f"{item!r}: '*' cannot start a range")
-        low, high = field.low, field.end
-    else:
-        low = _number(field, start)
-        if end is not None:
-            high = _number(field, end)
-            if field is _WEEKDAY and high == 0 and low > 0:
-                high = 7  # FRI-SUN: Sunday closes the week
-        else:
-            # "a/step" runs from a to the end of the field; "a" alone is a single value.
-            high = field.end if step_text is not None else low
-        if low > high:
-            raise _Refusal(f"{item!r} runs backwards; write it as two ranges (e.g. 22-23,0-2)")
-    return set(range(low, high + 1, step))
-
-
-def _plain(field: _Field, text: str) -> frozenset[int]:
-    values: set[int] = set()
-    for item in text.split(","):
-        values |= _values(field, item)
-    if field is _WEEKDAY and 7 in values:
-        values = (values - {7}) | {0}
-    return frozenset(values)
-
-
-def _list_items(text: str) -> list[str]:
-    items = text.split(",")
-    if "" in items:
-        raise _Refusal("an empty list item")
-    if "?" in items and text != "?":
-        raise _Refusal("'?' stands alone")
-    return items
-
-
-def _day_field(text: str) -> tuple[frozenset[int], bool, int | None]:
-    items = _list_items(text)
-    days: set[int] = set()
-    last = False
-    nearest = None
-    for item in items:
-        w = _NEAREST_WEEKDAY_RE.fullmatch(item)
-        if item == "l":
-            last = True
-        elif w is not None:
-            nearest = int(w[1])
-            if len(items) > 1:
-                raise _Refusal(f"{item!r}: W takes one day and stands alone")
-            if not 1 <= nearest <= _NEAREST_WEEKDAY_MAX:
-                raise _Refusal(
-                    f"W takes a day from 1 to {_NEAREST_WEEKDAY_MAX} (a month without that day "
-                    "has no agreed nearest weekday); use L for the last day of the month"
-                )
-        elif item.startswith("l") or item.endswith("w"):
-            raise _Refusal(f"{item!r} is not supported (L alone, or a day with W such as 15W)")
-        else:
-            days |= _values(_DAY, "*" if item == "?" else item)
-    return frozenset(days), last, nearest
-
-
-def _weekday_field(text: str) -> tuple[frozenset[int], frozenset[tuple[int, int]], frozenset[int]]:
-    items = _list_items(text)
-    plain: list[str] = []
-    nth: set[tuple[int, int]] = set()
-    last: set[int] = set()
-    for item in items:
-        hash_match = _NTH_WEEKDAY_RE.fullmatch(item)
-        last_match = _LAST_WEEKDAY_RE.fullmatch(item)
-        if hash_match is not None:
-            n = int(hash_match[2])
-            if not 1 <= n <= 5:
-                raise _Refusal(f"{item!r}: the n in day#n is 1 to 5")
-            nth.add((_number(_WEEKDAY, hash_match[1]) % 7, n))
-        elif last_match is not None:
-            last.add(_number(_WEEKDAY, last_match[1]) % 7)
-        elif item == "l" or "#" in item:
-            raise _Refusal(f"{item!r} is not supported (a weekday with L or #n, such as 5L or FRI#2)")
-        else:
-            plain.append("*" if item == "?" else item)
-    if plain and (nth or last):
-        raise _Refusal("plain weekdays cannot be mixed with the L or # forms in one field")
-    return _plain(_WEEKDAY, ",".join(plain)) if plain else frozenset(), frozenset(nth), frozenset(last)
+def _render(values: frozenset[int], field: Field) -> str:
+    return "*" if values == field.every else ",".join(map(str, sorted(values)))
 
 
 def _split(text: str, seconds: SecondsField | None) -> tuple[str, list[str], list[str]]:
@@ -296,36 +257,29 @@ def _split(text: str, seconds: SecondsField | None) -> tuple[str, list[str], lis
     if len(fields) == 1 and fields[0].startswith("@"):
         alias = ALIASES.get(fields[0])
         if alias is None:
-            raise _Refusal(f"unknown alias {fields[0]!r} (known: {', '.join(ALIASES)})")
+            raise Refusal(f"unknown alias {fields[0]!r} (known: {', '.join(ALIASES)})")
         if seconds is not None:
-            raise _Refusal(f"{fields[0]} has no seconds field; leave ScheduleSpec.seconds unset")
+            raise Refusal(f"{fields[0]} has no seconds field; leave ScheduleSpec.seconds unset")
         return "0", alias.split(), []
     if len(fields) == 5:
         if seconds is not None:
-            raise _Refusal(
+            raise Refusal(
                 "five fields (minute hour day-of-month month day-of-week) have no seconds; "
                 "leave ScheduleSpec.seconds unset, or add the seconds field"
             )
         return "0", fields, []
     if len(fields) in (6, 7) and seconds is None:
-        raise _Refusal(
+        raise Refusal(
             f"{len(fields)} fields include seconds, and cron tools disagree where they go; say where with "
             'ScheduleSpec.seconds: "first" reads "second minute hour day-of-month month day-of-week [year]" '
-            '(as Quartz, Spring, robfig/cron, croner and Temporal do), "last" reads six fields as '
-            '"minute hour day-of-month month day-of-week second" (as croniter does)'
+            '(as Quartz, Spring, robfig/cron, croner and Temporal do), "last" reads "minute hour '
+            'day-of-month month day-of-week second [year]" (as croniter does)'
         )
-    if len(fields) == 6:
+    if len(fields) in (6, 7):
         if seconds is SecondsField.FIRST:
-            return fields[0], fields[1:], []
-        return fields[5], fields[:5], []
-    if len(fields) == 7:
-        if seconds is SecondsField.LAST:
-            raise _Refusal(
-                'with a year (seven fields) the seconds come first: use ScheduleSpec.seconds "first" and '
-                '"second minute hour day-of-month month day-of-week year"'
-            )
-        return fields[0], fields[1:6], fields[6:]
-    raise _Refusal(
+            return fields[0], fields[1:6], fields[6:]
+        return fields[5], fields[:5], fields[6:]
+    raise Refusal(
         f"{len(fields)} fields; give five (minute hour day-of-month month day-of-week), "
         "or six or seven with seconds (and a year), saying where with ScheduleSpec.seconds"
     )
@@ -336,66 +290,113 @@ def parse_cron(text: str, seconds: SecondsField | None = None) -> CronExpression
     """Read a cron expression; `InvalidRequest` naming ``ScheduleSpec.cron`` says what is wrong."""
     try:
         return _parse(text, None if seconds is None else SecondsField(seconds))
-    except _Refusal as refusal:
+    except Refusal as refusal:
         raise InvalidRequest(f"ScheduleSpec.cron: {text!r}: {refusal}") from None
 
 
-def _field(field: _Field, text: str) -> frozenset[int]:
+def _field(field: Field, text: str) -> frozenset[int]:
     try:
         if "?" in text:
-            raise _Refusal("'?' is only for day-of-month and day-of-week")
-        return _plain(field, text)
-    except _Refusal as refusal:
-        raise _Refusal(f"{field.name} field {text!r}: {refusal}") from None
+            raise Refusal("'?' is only for day-of-month and day-of-week; write *")
+        items = text.split(",")
+        if "" in items:
+            raise Refusal("an empty list item")
+        return plain_list(field, items)
+    except Refusal as refusal:
+        raise Refusal(f"{field.name} field {text!r}: {refusal}") from None
 
 
 def _years(text: str) -> frozenset[int] | None:
-    years = _field(_YEAR, text)
-    return None if years == frozenset(range(YEAR_MIN, YEAR_MAX + 1)) else years
+    years = _field(YEAR, text)
+    return None if years == YEAR.every else years
+
+
+def _restricted(day: str, weekday: str, days: DayField, weekdays: WeekdayField) -> tuple[bool, bool]:
+    """Which day fields restrict the day, as croniter reads them; refused where croner reads otherwise.
+
+    To croniter a day field is unrestricted when it is ``*`` or ``?``, has a plain ``*`` in its list,
+    or names every value while the other day field has a ``*`` in it; to croner (and in the cron
+    tools' documentation) only when it is ``*`` or ``?``. The two agree unless that leaves croniter
+    one restricted field, which croner ORs with every day.
+    """
+    day_count = len(days.days) + days.last
+    weekday_count = len(weekdays.weekdays)  # #n and L days restrict the day whatever they cover
+    croniter_free = (
+        day == "?" or "*" in day.split(",") or (day_count == DAY.high and "*" in weekday),
+        weekday == "?" or "*" in weekday.split(",") or (weekday_count == 7 and "*" in day),
+    )
+    croner_free = (day in ("*", "?"), weekday in ("*", "?"))
+    if day_count == DAY.high and "*" in weekday and days.last and days.days != frozenset(range(1, 31)):
+        raise Refusal(
+            f"day-of-month field {day!r}: croniter counts 31 values (L among them) and reads it as every "
+            "day, other cron tools as the days it names; write * for every day, or the days without L"
+        )
+    if croniter_free != croner_free and not all(croniter_free):
+        field, text, other = (DAY, day, WEEKDAY) if croniter_free[0] else (WEEKDAY, weekday, DAY)
+        raise Refusal(
+            f"{field.name} field {text!r} names every day but is not a plain '*': croniter then lets the "
+            f"{other.name} alone decide, croner fires on every day; write '*' for the {field.name} if "
+            f"the {other.name} alone should decide"
+        )
+    return not croniter_free[0], not croniter_free[1]
 
 
 def _parse(text: str, seconds: SecondsField | None) -> CronExpression:
     for item in text.lower().replace(",", " ").split():
         if _NONDETERMINISTIC_RE.fullmatch(item):
-            raise _Refusal(
-                f"{item!r} is a random or hashed field; occurrences must be a function of the spec"
+            raise Refusal(
+                f"{item!r} is a random or hashed field; occurrences must be a function of the spec: "
+                "write a fixed value"
             )
     second, (minute, hour, day, month, weekday), year = _split(text, seconds)
     try:
-        days, last_day, nearest = _day_field(day)
-    except _Refusal as refusal:
-        raise _Refusal(f"day-of-month field {day!r}: {refusal}") from None
+        days = day_field(day)
+    except Refusal as refusal:
+        raise Refusal(f"day-of-month field {day!r}: {refusal}") from None
     try:
-        weekdays, nth, last_weekdays = _weekday_field(weekday)
-    except _Refusal as refusal:
-        raise _Refusal(f"day-of-week field {weekday!r}: {refusal}") from None
-    # A day field with a plain '*' or '?' in it puts no restriction on the day (as in cronie and
-    # robfig/cron); '*/2' does restrict it (as in robfig/cron, unlike cronie, which looks only at
-    # whether the field's first character is '*').
-    days_restricted = _UNRESTRICTED.isdisjoint(day.split(","))
-    weekdays_restricted = _UNRESTRICTED.isdisjoint(weekday.split(","))
-    if nearest is not None and weekdays_restricted:
-        raise _Refusal(f"{day.upper()} in day-of-month needs '*' or '?' in day-of-week")
-    if (nth or last_weekdays) and days_restricted:
-        raise _Refusal(f"{weekday.upper()} in day-of-week needs '*' or '?' in day-of-month")
+        weekdays = weekday_field(weekday, names_only=seconds is SecondsField.FIRST)
+    except Refusal as refusal:
+        raise Refusal(f"day-of-week field {weekday!r}: {refusal}") from None
+    days_restricted, weekdays_restricted = _restricted(day, weekday, days, weekdays)
+    if (days.nearest or days.last_nearest) and weekdays_restricted:
+        raise Refusal(
+            f"{day.upper()} in day-of-month needs '*' or '?' in day-of-week: with both, croniter lets the "
+            "W day alone decide and croner fires on either"
+        )
+    if (weekdays.nth or weekdays.last) and days_restricted:
+        raise Refusal(
+            f"{weekday.upper()} in day-of-week needs '*' or '?' in day-of-month: with both, croniter "
+            "fires where both match and croner where either does"
+        )
     expression = CronExpression(
         text=text,
-        seconds=_field(_SECOND, second),
-        minutes=_field(_MINUTE, minute),
-        hours=_field(_HOUR, hour),
-        days=days,
-        last_day=last_day,
-        nearest_weekday=nearest,
+        seconds=_field(SECOND, second),
+        minutes=_field(MINUTE, minute),
+        hours=_field(HOUR, hour),
+        days=days.days,
+        last_day=days.last,
+        last_day_offsets=days.offsets,
+        nearest_weekdays=days.nearest,
+        last_nearest_weekdays=days.last_nearest,
         days_restricted=days_restricted,
-        months=_field(_MONTH, month),
-        weekdays=weekdays,
-        nth_weekdays=nth,
-        last_weekdays=last_weekdays,
+        months=_field(MONTH, month),
+        weekdays=weekdays.weekdays,
+        nth_weekdays=weekdays.nth,
+        last_weekdays=weekdays.last,
         weekdays_restricted=weekdays_restricted,
         years=_years(year[0]) if year else None,
     )
-    if days_restricted and not weekdays_restricted and not last_day and nearest is None:
-        longest = max(calendar.monthrange(2000, month)[1] for month in expression.months)
-        if min(days) > longest:
-            raise _Refusal(f"never occurs: no month it names has day {min(days)}")
+    _check_occurs(expression)
     return expression
+
+
+def _check_occurs(e: CronExpression) -> None:
+    """Refuse days of the month that no month the expression names has (the spec searches the rest)."""
+    if not e.days_restricted or e.weekdays_restricted or e.last_day or e.nearest_weekdays:
+        return
+    longest = max(calendar.monthrange(2000, month)[1] for month in e.months)
+    offsets = e.last_day_offsets | e.last_nearest_weekdays
+    if any(d <= longest for d in e.days) or any(longest - n >= 1 for n in offsets):
+        return
+    what = f"day {min(e.days)}" if e.days else f"a day L-{min(offsets)}"
+    raise Refusal(f"never occurs: no month it names has {what}")

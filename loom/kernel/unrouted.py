@@ -1,0 +1,41 @@
+"""Finding Events that still need routing, from a durable watermark.
+
+Every Event at or below the routing watermark has its checkpoint, so a search for unrouted Events
+starts there instead of at the first Event ever accepted: its cost follows what is not routed yet, not
+the history. The search raises the watermark as far as it finds everything routed; a replay, which
+makes an Event unrouted again, lowers it below that Event. On a shared database the watermark's row is
+locked while it is read and moved, so a raise never overwrites a replay's lowering.
+"""
+
+from __future__ import annotations
+
+from ..records.events import Event
+from ..store import Tx
+
+ROUTING_NAMESPACE = "core.routing"
+WATERMARK = "watermark"
+
+
+def routing_watermark(tx: Tx, *, for_update: bool = False) -> int:
+    entry = tx.kv_get(ROUTING_NAMESPACE, WATERMARK, for_update=for_update)
+    return int(entry.value["seq"]) if entry is not None else 0
+
+
+def unrouted_in_tx(tx: Tx, now_ms: int, limit: int, after_seq: int | None = None) -> list[Event]:
+    """Up to ``limit`` Events without a routing checkpoint, in acceptance order: from the watermark,
+    which it raises to just below the first of them (or to the newest Event, when every one is routed);
+    or, to read on from an earlier page, from just after ``after_seq``."""
+    if after_seq is not None:
+        return tx.unrouted_events(after_seq, limit)
+    watermark = routing_watermark(tx, for_update=True)
+    found = tx.unrouted_events(watermark, limit)
+    raised = found[0].seq - 1 if found else tx.max_seq()
+    if raised > watermark:
+        tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
+    return found
+
+
+def lower_watermark_in_tx(tx: Tx, now_ms: int, seq: int) -> None:
+    """The Event at ``seq`` needs routing again (a replay): the watermark goes below it."""
+    if routing_watermark(tx, for_update=True) >= seq:
+        tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": seq - 1}, now_ms)

@@ -1,0 +1,116 @@
+"""The admission part of `Tx`: the ready queue, Work a pass passed over, and capacity pools.
+
+A Work in the ready queue has a ``ready_seq`` (its place in readiness order: the tail when it joined)
+and ``blocked`` says why the admission pass passed over it (``None``: the pass looks at it). Which Work
+belongs in the queue is the kernel's rule (`kernel.admission`); this part only stores and finds it, and
+records what the rule needs to know: which Works a request touched, and which pools an ended attempt
+freed a slot in.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, WorkState
+from . import _sql
+from ._tx_base import TxBase
+
+_COUNTED = _sql._sql_set(CAPACITY_STATES)
+_LIVE = _sql.LIVE
+
+
+@attrs.frozen
+class AdmissionFacts:
+    """What decides whether a Work belongs in the ready queue, read in one query."""
+
+    state: WorkState
+    held: bool
+    retry: RetryState | None
+    execution_state: ExecutionState | None
+    has_pending: bool
+    ready_seq: int | None
+    blocked: str | None
+    scope: str
+
+
+class AdmissionTx(TxBase):
+    def admission_facts(self, work_id: str) -> AdmissionFacts | None:
+        row = self._one(
+            "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope,"
+            f" (SELECT x.state FROM executions x WHERE x.work_id = w.id AND x.state IN {_LIVE}),"
+            " EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = w.id"
+            f" AND i.state = '{InputState.PENDING.value}')"
+            " FROM works w WHERE w.id = ?",
+            (work_id,),
+        )
+        if row is None:
+            return None
+        return AdmissionFacts(
+            state=WorkState(row[0]),
+            held=bool(row[1]),
+            retry=RetryState(row[2]) if row[2] else None,
+            ready_seq=row[3],
+            blocked=row[4],
+            scope=row[5],
+            execution_state=ExecutionState(row[6]) if row[6] else None,
+            has_pending=bool(row[7]),
+        )
+
+    def enqueue_work(self, work_id: str, now_ms: int) -> None:
+        """Put a Work at the tail of the ready queue (behind every Work in it now)."""
+        self._conn.execute(
+            "UPDATE works SET ready_seq = (SELECT coalesce(max(ready_seq), 0) + 1 FROM works"
+            " WHERE ready_seq IS NOT NULL), ready_at_ms = ?, blocked = NULL WHERE id = ?",
+            (now_ms, work_id),
+        )
+
+    def dequeue_work(self, work_id: str) -> None:
+        self._conn.execute(
+            "UPDATE works SET ready_seq = NULL, ready_at_ms = NULL, blocked = NULL WHERE id = ?", (work_id,)
+        )
+
+    def block_work(self, work_id: str, blocked: str | None) -> None:
+        """Record why the admission pass passed over a queued Work (``None``: it looks again)."""
+        self._conn.execute("UPDATE works SET blocked = ? WHERE id = ?", (blocked, work_id))
+
+    def admission_page(self, limit: int) -> list[tuple[str, int]]:
+        """(id, ready_seq) of up to ``limit`` queued Works the pass looks at, head first. On a shared
+        database the rows are locked until the transaction ends, skipping those another node holds."""
+        rows = self._all(
+            "SELECT id, ready_seq FROM works WHERE ready_seq IS NOT NULL AND blocked IS NULL"
+            f" ORDER BY ready_seq, id LIMIT ?{self.dialect.skip_locked}",
+            (limit,),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def unblock(self, blocked: str, limit: int) -> list[str]:
+        """Let the pass look again at the first ``limit`` Works passed over for ``blocked``, in
+        readiness order."""
+        rows = self._all(
+            "SELECT id FROM works WHERE blocked = ? ORDER BY ready_seq, id LIMIT ?", (blocked, limit)
+        )
+        for (work_id,) in rows:
+            self._conn.execute("UPDATE works SET blocked = NULL WHERE id = ?", (work_id,))
+        return [r[0] for r in rows]
+
+    def unblock_all(self) -> int:
+        cur = self._conn.execute("UPDATE works SET blocked = NULL WHERE blocked IS NOT NULL")
+        return int(cur.rowcount)
+
+    def blocked_count(self, blocked: str) -> int:
+        row = self._one("SELECT count(*) FROM works WHERE blocked = ?", (blocked,))
+        return int(row[0]) if row else 0
+
+    def lock_pool(self, pool: str) -> None:
+        """Serialise claims and freed slots of one capacity pool until this transaction ends (a shared
+        database: two nodes must not both take a pool's last slot)."""
+        if self.dialect.pool_lock is not None:
+            self._conn.execute(self.dialect.pool_lock, (f"pool:{pool}",))
+
+    def pool_running(self, pool: str) -> int:
+        """Attempts counting against ``pool`` now."""
+        row = self._one(
+            f"SELECT count(*) FROM executions WHERE pool = ? AND pool IS NOT NULL AND state IN {_COUNTED}",
+            (pool,),
+        )
+        return int(row[0]) if row else 0
