@@ -1,0 +1,182 @@
+"""A short run of every benchmark, failing when a figure falls past its floor.
+
+Run from the repository root (CI runs it)::
+
+    python bench/check.py [--only NAME,...]
+
+Each figure is a ratio measured within one run of its script (or a count that does not depend on the
+machine), so a slow or busy machine moves it little; each floor is about half the figure these runs
+reached on a 2-core machine (bench/README.md), so noise cannot fail it, while a lost batch, an extra
+commit per item or a starter that claims every waiting Work again does. The whole check takes about a
+minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import attrs
+
+HERE = Path(__file__).parent
+
+
+@attrs.frozen
+class Floor:
+    name: str
+    """What the figure says, as a reader of the report would put it."""
+    script: str
+    args: tuple[str, ...]
+    pattern: str
+    """A regular expression whose first group is the figure, matched against the script's output."""
+    limit: float
+    at_least: bool = True
+    """``True``: the figure must not fall below ``limit``; ``False``: it must not rise above it."""
+    reached: str = ""
+    """The figure these runs reached (bench/README.md), for the report."""
+
+
+FLOORS = (
+    Floor(
+        "acceptance, 100 producers / raw commit-per-row",
+        "accept.py",
+        ("--events", "3000", "--serial-events", "200", "--rounds", "1"),
+        r"ratio loom-100/raw-commit-per-row: ([\d.]+)",
+        1.0,
+        reached="1.8-3.3",
+    ),
+    Floor(
+        "acceptance, 1 producer / raw commit-per-row",
+        "accept.py",
+        ("--events", "3000", "--serial-events", "200", "--rounds", "1"),
+        r"ratio loom-1/raw-commit-per-row: ([\d.]+)",
+        0.12,
+        reached="0.3-0.4",
+    ),
+    Floor(
+        "route, claim, run and complete, 100 Works / acceptance",
+        "route.py",
+        ("--events", "300"),
+        r"ratio route-100/accept: ([\d.]+)",
+        0.05,
+        reached="0.13-0.16",
+    ),
+    Floor(
+        "route, claim, run and complete, 1 Work / acceptance",
+        "route.py",
+        ("--events", "300"),
+        r"ratio route-1/accept: ([\d.]+)",
+        0.01,
+        reached="0.02-0.05",
+    ),
+    Floor(
+        "timers fired by the timer actor / raw one firing per commit",
+        "timers.py",
+        ("--fire", "2000", "--poll", "1000", "--armed", "100000", "--serial", "300"),
+        r"ratio actor/raw-one-per-commit: ([\d.]+)",
+        0.8,
+        reached="1.6-2.1",
+    ),
+    Floor(
+        "timers fired by rt.poll / raw one firing per commit",
+        "timers.py",
+        ("--fire", "2000", "--poll", "1000", "--armed", "100000", "--serial", "300"),
+        r"ratio poll/raw-one-per-commit: ([\d.]+)",
+        0.6,
+        reached="1.3-3.2",
+    ),
+    Floor(
+        "start with pending timers / raw scan of them (at most)",
+        "timers.py",
+        ("--fire", "2000", "--poll", "1000", "--armed", "100000", "--serial", "300"),
+        r"startup with [\d,]+ pending timers .*\(ratio to the raw scan ([\d.]+)\)",
+        1.5,
+        at_least=False,
+        reached="0.01-0.05 (4.6 when the timer actor rebuilt a heap of every armed timer)",
+    ),
+    Floor(
+        "wakes to started continuations / acceptance",
+        "waits.py",
+        ("--waiting", "500", "--samples", "50", "--wakes", "300"),
+        r"wakes to started continuations.*= ([\d.]+)x acceptance",
+        0.04,
+        reached="0.08",
+    ),
+    Floor(
+        "recovered attempts / acceptance",
+        "recovery.py",
+        ("--attempts", "500", "--rounds", "1"),
+        r"ratio recovered-per-s/acceptance-per-s: ([\d.]+)",
+        0.06,
+        reached="0.14",
+    ),
+    Floor(
+        "storage requests per recovered attempt (at most)",
+        "recovery.py",
+        ("--attempts", "500", "--rounds", "1"),
+        r"storage requests in [\d,]+ commits, ([\d.]+) and",
+        6.0,
+        at_least=False,
+        reached="3.0",
+    ),
+    Floor(
+        "claims per start, 50 Works under capacity 1 (at most)",
+        "admission.py",
+        ("--works", "50"),
+        r"\(([\d.]+) per start;",
+        2.0,
+        at_least=False,
+        reached="1.02 (25 when every waiting Work was tried at each freed slot)",
+    ),
+)
+
+
+def run(script: str, args: tuple[str, ...]) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{script} {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="scripts to run, e.g. accept.py,timers.py (default: all)")
+    args = parser.parse_args(argv)
+    only = {name.strip() for name in args.only.split(",") if name.strip()}
+    outputs: dict[tuple[str, tuple[str, ...]], str] = {}
+    failed: list[str] = []
+    started = time.perf_counter()
+    for floor in FLOORS:
+        if only and floor.script not in only:
+            continue
+        key = (floor.script, floor.args)
+        if key not in outputs:
+            outputs[key] = run(floor.script, floor.args)
+        found = re.search(floor.pattern, outputs[key])
+        if found is None:
+            failed.append(f"{floor.name}: {floor.script} printed no such figure ({floor.pattern})")
+            print(f"MISSING  {floor.name}")
+            continue
+        figure = float(found.group(1))
+        ok = figure >= floor.limit if floor.at_least else figure <= floor.limit
+        bound = ">=" if floor.at_least else "<="
+        print(
+            f"{'ok' if ok else 'FAILED':8} {floor.name}: {figure:g} (floor {bound} {floor.limit:g}; reached {floor.reached})"
+        )
+        if not ok:
+            failed.append(f"{floor.name}: {figure:g}, floor {bound} {floor.limit:g}")
+    print(f"# {time.perf_counter() - started:.0f} s")
+    if failed:
+        print("\n".join(["bench/check.py: figures past their floors:", *failed]), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
