@@ -19,6 +19,7 @@ import trio
 
 from ..config import Config
 from ..kernel.authority import Authority
+from ..kernel.chains import complete_then_start_in_tx
 from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
 from ..kernel.recovery import mark_handed_in_tx, not_adoptable_in_tx
 from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
@@ -27,6 +28,7 @@ from ..records.executor import Executor
 from ..records.validation import validate_outcome
 from ..records.work import Failed, Lease, Outcome
 from .shared import Shared
+from .starter import admit_request
 from .supervision import contained, describe
 from .toolbelt import RuntimeToolbelt
 
@@ -34,8 +36,11 @@ log = logging.getLogger("loom.attempts")
 
 
 class AttemptRunner:
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Shared, *, chain: bool = False) -> None:
+        """``chain``: the runtime's starter runs, so a completion that leaves input waiting starts the
+        next attempt in the same commit (`chains.complete_then_start_in_tx`), run here as well."""
         self._s = shared
+        self._chain = chain
 
     def start(self, lease: Lease, executor_name: str, *, metadata: Mapping[str, Any] | None = None) -> None:
         """Run the attempt ``lease`` holds, in a task of its own. With ``metadata`` (a recovery that
@@ -163,14 +168,28 @@ class AttemptRunner:
         lease = toolbelt.lease
         while True:
             try:
-                await storage.submit(
-                    complete_in_tx,
+                config = self._s.config()
+                if not self._chain:
+                    await storage.submit(
+                        complete_in_tx,
+                        Authority.of(toolbelt.lease),
+                        outcome,
+                        kind,
+                        config.causal,
+                        config.budgets,
+                    )
+                    return
+                _, following = await storage.submit(
+                    complete_then_start_in_tx,
                     Authority.of(toolbelt.lease),
                     outcome,
                     kind,
-                    self._s.config().causal,
-                    self._s.config().budgets,
+                    config.causal,
+                    config.budgets,
+                    admit_request(self._s),
                 )
+                if following is not None:
+                    self.start(following, following.request.executor or "")
                 return
             except StaleAuthority as exc:
                 log.info("execution %s ended without authority: %s", lease.execution_id, exc)

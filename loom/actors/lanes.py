@@ -17,6 +17,7 @@ from functools import partial
 import attrs
 
 from ..config import Config, EffectiveRoute, effective_routes
+from ..kernel.chains import route_then_start_in_tx
 from ..kernel.resolve import (
     RouteRef,
     RouteRequest,
@@ -32,6 +33,7 @@ from ..records.errors import Conflict, InvalidRequest, StorageError
 from ..records.events import Event
 from ..records.work import Decision, Work
 from .shared import Shared
+from .starter import LaunchHook, admit_request
 from .supervision import describe
 
 log = logging.getLogger("loom.router")
@@ -48,8 +50,12 @@ class _Lane:
 
 
 class RoutingLanes:
-    def __init__(self, shared: Shared) -> None:
+    def __init__(self, shared: Shared, launch: LaunchHook | None = None) -> None:
+        """``launch``: the runtime's starter runs here, so an Event that makes its Work able to start
+        at once starts it in its routing commit (`chains.route_then_start_in_tx`) and the new lease is
+        launched through ``launch``; without it (a host's pass) the ready queue decides alone."""
         self._s = shared
+        self._launch = launch
         self._lanes: dict[str, _Lane] = {}
         self._routes_cache: dict[str, tuple[EffectiveRoute, ...]] = {}
         self._routes_generation = -1
@@ -198,7 +204,14 @@ class RoutingLanes:
                 from_handler=decided is None,
             )
             try:
-                await storage.submit(route_in_tx, request, config.causal)
+                if self._launch is None:
+                    await storage.submit(route_in_tx, request, config.causal)
+                else:
+                    _, lease = await storage.submit(
+                        route_then_start_in_tx, request, config.causal, admit_request(self._s)
+                    )
+                    if lease is not None:
+                        self._launch(lease, lease.request.executor or "")
                 return True
             except OutOfOrder as blocked:
                 if not wait:

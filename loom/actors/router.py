@@ -38,9 +38,9 @@ from .starter import Starter
 class RouterPool:
     def __init__(self, shared: Shared) -> None:
         self._s = shared
-        self.lanes = RoutingLanes(shared)
-        self.attempts = AttemptRunner(shared)
+        self.attempts = AttemptRunner(shared, chain=True)
         self.starter = Starter(shared, self.attempts.start)
+        self.lanes = RoutingLanes(shared, self.attempts.start)
         self.dispatcher = IntentDispatcher(shared)
 
     @property

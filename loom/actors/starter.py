@@ -33,6 +33,24 @@ PASS_LIMIT = 64
 """Attempts one pass starts at most (the next pass goes on where it stopped)."""
 
 
+def admit_request(shared: Shared, *, limit: int = 1, skip: frozenset[str] = frozenset()) -> AdmitRequest:
+    """What this runtime's admission passes (and the starts that commit with a route or a completion)
+    claim with: its owner and lease length, the executors it launches, whether start gates are asked."""
+    extensions = shared.extensions
+    return AdmitRequest(
+        config=shared.config(),
+        owner=shared.owner,
+        lease_ms=shared.lease_ms,
+        limit=limit,
+        token_seed=secrets.token_urlsafe(32),
+        advertised=extensions.advertised(),
+        executors=frozenset(extensions.executors),
+        gated=bool(extensions.start_gates),
+        skip=skip,
+        sole=not shared.storage.shared,
+    )
+
+
 class Starter:
     def __init__(self, shared: Shared, launch: LaunchHook) -> None:
         self._s = shared
@@ -57,19 +75,7 @@ class Starter:
             self._s.activity.spawn(self._passes)
 
     def request(self, *, limit: int = PASS_LIMIT) -> AdmitRequest:
-        extensions = self._s.extensions
-        return AdmitRequest(
-            config=self._s.config(),
-            owner=self._s.owner,
-            lease_ms=self._s.lease_ms,
-            limit=limit,
-            token_seed=secrets.token_urlsafe(32),
-            advertised=extensions.advertised(),
-            executors=frozenset(extensions.executors),
-            gated=bool(extensions.start_gates),
-            skip=frozenset(self._gating | self._elsewhere),
-            sole=not self._s.storage.shared,
-        )
+        return admit_request(self._s, limit=limit, skip=frozenset(self._gating | self._elsewhere))
 
     async def _passes(self) -> None:
         try:

@@ -289,6 +289,25 @@ def start_in_tx(
     return _claim(tx, now_ms, work, binding, req, lease_token(req.token_seed, 0))
 
 
+def start_at_once_in_tx(tx: Tx, now_ms: int, work_id: str, req: AdmitRequest) -> Lease | None:
+    """Start ``work_id`` now if an admission pass made right now would start it: it can start, no scope
+    capacity applies to it (a pool keeps its readiness order through the queue), its binding runs
+    here and no start gate must be asked first. ``None``: the ready queue decides, as for any Work
+    (a refusal for its budget holds it, as the pass would)."""
+    work = tx.work(work_id)
+    if work is None or claimable(work) is not None:
+        return None
+    if capacity_pool(req.config, work.scope) is not None:
+        return None
+    if req.gated and not work.started and not work.released:
+        return None
+    binding = binding_for_in_tx(tx, now_ms, work.id, req.config, req.advertised)
+    if _unstartable(binding, req.executors) is not None:
+        return None
+    claimed = _claim(tx, now_ms, work, binding or NO_BINDING, req, lease_token(req.token_seed, 0))
+    return claimed if isinstance(claimed, Lease) else None
+
+
 def _free_slots(tx: Tx, pool: Pool, slots: dict[str, int]) -> int:
     if pool.scope not in slots:
         tx.lock_pool(pool.scope)
