@@ -105,3 +105,22 @@ class Activity:
                 self.leave()
 
         self._nursery.start_soon(counted)
+
+
+class Progress:
+    """A signal that what an actor's idle check looks at may have changed: `wait_until` checks, and
+    waits for the next signal if the check fails, never missing one given in between."""
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def signal(self) -> None:
+        event, self._event = self._event, trio.Event()
+        event.set()
+
+    async def wait_until(self, idle: Callable[[], bool]) -> None:
+        while True:
+            changed = self._event  # taken before the check, so a change in between is seen
+            if idle():
+                return
+            await changed.wait()

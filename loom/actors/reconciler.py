@@ -35,6 +35,7 @@ from ..records.events import DiagnosticKind
 from ..records.notices import EventAccepted, Lagged, Notice, StoreChanged, SubscriptionChanged
 from ..records.subscriptions import AliasAuthorization, ReconcileReport, Subscription
 from ..store import NoticeFeed, StorageActor
+from .activity import Progress
 from .supervision import contained, describe
 
 log = logging.getLogger("loom.subscriptions")
@@ -142,7 +143,7 @@ class SubscriptionReconciler:
         """The periodic check of a shared database came round: one fair, bounded pass is due."""
         self._busy = False
         self._feed: NoticeFeed | None = None
-        self._progress = trio.Event()
+        self._progress = Progress()
 
     @property
     def idle(self) -> bool:
@@ -159,15 +160,7 @@ class SubscriptionReconciler:
 
     async def wait_idle(self) -> None:
         """Return once `idle` (a host's quiescence check)."""
-        while True:
-            progress = self._progress  # captured before the check, so a change in between is seen
-            if self.idle:
-                return
-            await progress.wait()
-
-    def _signal_progress(self) -> None:
-        progress, self._progress = self._progress, trio.Event()
-        progress.set()
+        await self._progress.wait_until(lambda: self.idle)
 
     async def run(
         self, *, task_status: trio.TaskStatus[SubscriptionReconciler] = trio.TASK_STATUS_IGNORED
@@ -182,7 +175,7 @@ class SubscriptionReconciler:
                         await self._pass()
                     finally:
                         self._busy = False
-                self._signal_progress()
+                self._progress.signal()
                 for notice in await feed.next_batch():
                     self._on_notice(notice)
         except trio.EndOfChannel:
@@ -190,7 +183,7 @@ class SubscriptionReconciler:
         finally:
             self._storage.unsubscribe(feed)
             self._feed = None
-            self._signal_progress()
+            self._progress.signal()
 
     def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, EventAccepted):

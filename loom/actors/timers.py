@@ -26,6 +26,7 @@ from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Lagged, StoreChanged, TimerArmed
 from ..records.timers import RecurrencePolicy
 from ..store import NoticeFeed, StorageActor
+from .activity import Progress
 
 log = logging.getLogger("loom.timers")
 
@@ -56,7 +57,7 @@ class TimerActor:
         self._feed_pending = False
         self._firing = True
         self._changed = trio.Event()
-        self._progress = trio.Event()
+        self._progress = Progress()
 
     @property
     def idle(self) -> bool:
@@ -66,15 +67,7 @@ class TimerActor:
 
     async def wait_idle(self) -> None:
         """Return once `idle` (a host's quiescence check; timers due later do not count)."""
-        while True:
-            progress = self._progress  # captured before the check, so a change in between is seen
-            if self.idle:
-                return
-            await progress.wait()
-
-    def _signal_progress(self) -> None:
-        progress, self._progress = self._progress, trio.Event()
-        progress.set()
+        await self._progress.wait_until(lambda: self.idle)
 
     def _wake_at(self) -> int | None:
         times = [t for t in (self.next_due_ms, *self._retrying.values()) if t is not None]
@@ -97,7 +90,7 @@ class TimerActor:
                     self._firing = True
                     await self._fire_due()
                     self._firing = False
-                    self._signal_progress()
+                    self._progress.signal()
                     await self._sleep()
         except trio.EndOfChannel:
             return  # the storage actor stopped: the runtime is going down
@@ -107,7 +100,7 @@ class TimerActor:
     async def _read_notices(self, feed: NoticeFeed) -> None:
         while True:
             self._feed_pending = feed.pending
-            self._signal_progress()
+            self._progress.signal()
             batch = await feed.next_batch()
             self._feed_pending = True
             for notice in batch:
