@@ -130,8 +130,8 @@ class RoutingLanes:
             for event in batch:
                 if accepted_before_ms is None or event.accepted_at_ms < accepted_before_ms:
                     self.enqueue(event.id, event.seq, event.work_id, event.key)
-            if len(batch) < RESYNC_PAGE:
-                return
+            if len(batch) < RESYNC_PAGE or accepted_before_ms is not None:
+                return  # a check reads one page: the oldest unrouted Events, those that could be stuck
             after = batch[-1].seq
 
     async def route_pass(self, limit: int) -> int:
