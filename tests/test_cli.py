@@ -8,6 +8,7 @@ import json
 import socket
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 import loom
-from loom.service._render import humanize, iso
+from loom.service import _render
+from loom.service._render import humanize, iso, relative
 from loom.service.cli import app
 
 T9 = 1_767_258_000_000  # 2026-01-01T09:00:00Z
@@ -90,8 +92,22 @@ def server() -> Iterator[FakeServer]:
         yield fake
 
 
-def loom_cli(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+def loom_cli(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(app, list(args), catch_exceptions=False, input=input, prog_name="loom")
+
+
+NOW = T9 + 4 * 60_000 + 200  # "now" for the relative forms: a little after 09:04 UTC
+
+
+@pytest.fixture(autouse=True)
+def paris_time(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is Paris (UTC+1 in January), and now is `NOW`, for every test here."""
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    monkeypatch.setattr(_render, "now_ms", lambda: NOW)
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def one_line_error(result: Any, text: str) -> None:
@@ -109,13 +125,30 @@ def test_version() -> None:
     assert result.stdout.strip() == f"loom {loom.__version__}"
 
 
-def test_iso_times_are_utc_iso_8601() -> None:
+def test_times_show_local_time_with_its_offset_and_how_far_from_now() -> None:
+    """Catches times shown in UTC only, without their offset, or without the relative form."""
     assert iso(T9) == "2026-01-01T09:00:00Z"
     assert iso(T9 + 1) == "2026-01-01T09:00:00.001Z"
     assert humanize({"fire_at_ms": T9, "budget_ms": 5000}) == {
-        "fire_at": "2026-01-01T09:00:00Z",
+        "fire_at": "2026-01-01 10:00:00+01:00 (4 min ago)",
         "budget_ms": 5000,
     }
+    assert humanize({"due_at_ms": T9 + 1}, now=T9 - 3 * 3_600_000) == {
+        "due_at": "2026-01-01 10:00:00.001+01:00 (in 3 h)"
+    }
+    assert [relative(T9 + d, T9) for d in (240_000, -3_000, 400, 90_061_000)] == [
+        "in 4 min", "3 s ago", "now", "in 1 d",
+    ]  # fmt: skip
+
+
+def test_dash_h_is_help_and_flags_show_no_type() -> None:
+    """Catches a CLI without -h, or a help page that shows <bool> for a flag."""
+    for args in (["-h"], ["work", "-h"], ["work", "list", "-h"], ["timers", "-h"]):
+        result = loom_cli(*args)
+        assert result.exit_code == 0, result.output
+        assert "Usage: loom" in result.stdout
+        assert "<bool>" not in result.stdout
+    assert "--install-completion" in loom_cli("--help").stdout
 
 
 # -- talking to a server -------------------------------------------------------------------------------
@@ -127,8 +160,8 @@ def test_work_get_shows_the_work_with_iso_times_not_epoch_ms(server: FakeServer)
     result = loom_cli("work", "get", "wk_1", "--url", server.url)
     assert result.exit_code == 0, result.output
     assert "held      yes: waiting for stock" in result.stdout
-    assert "2026-01-01T09:00:00Z" in result.stdout
-    assert "2026-01-01T09:00:01.500Z  ev_1  routed by route orders" in result.stdout
+    assert "2026-01-01 10:00:00+01:00 (4 min ago)" in result.stdout
+    assert "2026-01-01 10:00:01.500+01:00 (3 min ago)  ev_1  routed by route orders" in result.stdout
     assert str(T9) not in result.stdout
     assert server.requests == [("GET", "/work/wk_1", None)]
 
@@ -140,14 +173,17 @@ def test_work_get_json_prints_the_servers_answer_as_it_is(server: FakeServer) ->
 
 
 def test_work_list_asks_with_its_filters_and_prints_a_table(server: FakeServer) -> None:
-    server.answers["GET", "/work"] = (200, {"work": [WORK, {**WORK, "id": "wk_2", "held": False}]})
+    work = [WORK, {**WORK, "id": "wk_2", "held": False}]
+    server.answers["GET", "/work"] = (200, {"work": work, "next_after": None})
     result = loom_cli("work", "list", "--scope", "shop", "--state", "ready", "--url", server.url)
     assert result.exit_code == 0, result.output
     header, first, second = result.stdout.strip().splitlines()
-    assert header.split() == ["ID", "STATE", "SCOPE", "KIND", "ATTEMPTS", "HELD", "KEYS"]
-    assert first.split() == ["wk_1", "ready", "shop", "-", "2", "yes", "order/1"]
+    assert header.split() == ["ID", "STATE", "SCOPE", "KIND", "ATTEMPTS", "HELD", "KEYS", "CREATED"]
+    assert first.split()[:7] == ["wk_1", "ready", "shop", "-", "2", "yes", "order/1"]
+    assert first.endswith("2026-01-01 10:00:00+01:00 (4 min ago)")
     assert second.split()[0] == "wk_2"
-    assert server.requests == [("GET", "/work?scope=shop&state=ready", None)]
+    assert server.requests == [("GET", "/work?scope=shop&state=ready&limit=100", None)]
+    assert result.stderr == "", "the last page says nothing more"
 
 
 @pytest.mark.parametrize(
@@ -218,7 +254,7 @@ def test_an_unreachable_server_is_one_line_on_stderr() -> None:
 
 
 def test_a_bad_url_is_one_line_on_stderr() -> None:
-    one_line_error(loom_cli("timers", "--url", "127.0.0.1:8440"), "--url must be an http:// address")
+    one_line_error(loom_cli("timers", "list", "--url", "127.0.0.1:8440"), "--url must be an http:// address")
 
 
 def test_send_posts_the_event_and_says_it_is_accepted(server: FakeServer) -> None:
@@ -233,7 +269,7 @@ def test_send_posts_the_event_and_says_it_is_accepted(server: FakeServer) -> Non
         "source": "cli", "delivery_id": "d-1", "type": "order.placed", "scope": "shop", "key": "order/1",
         "payload": {"total": 42},
     })]  # fmt: skip
-    assert result.stdout.startswith("accepted: event ev_1 seq 7 at 2026-01-01T09:00:00Z")
+    assert result.stdout.startswith("accepted: event ev_1 seq 7 at 2026-01-01 10:00:00+01:00 (4 min ago)")
 
 
 def test_send_reads_a_payload_file_and_refuses_what_is_not_a_json_object(
@@ -254,7 +290,7 @@ def test_send_reads_a_payload_file_and_refuses_what_is_not_a_json_object(
     assert len(server.requests) == 1, "a refused payload sends nothing"
 
 
-def test_timers_and_diagnostics_print_iso_times(server: FakeServer) -> None:
+def test_timers_and_diagnostics_print_local_times(server: FakeServer) -> None:
     timer = {
         "id": "t-1",
         "state": "armed",
@@ -266,12 +302,14 @@ def test_timers_and_diagnostics_print_iso_times(server: FakeServer) -> None:
     server.answers["GET", "/timers"] = (200, {"timers": [timer]})
     diagnostic = {"id": 1, "kind": "executor_failed", "subject": "ex_1", "message": "boom", "at_ms": T9}
     server.answers["GET", "/diagnostics"] = (200, {"diagnostics": [diagnostic]})
-    timers = loom_cli("timers", "--state", "armed", "--url", server.url)
+    timers = loom_cli("timers", "list", "--state", "armed", "--url", server.url)
     assert "t-1" in timers.stdout
-    assert "2026-01-01T09:00:00Z" in timers.stdout
+    assert "2026-01-01 10:00:00+01:00 (4 min ago)" in timers.stdout
     diagnostics = loom_cli("diagnostics", "--kind", "executor_failed", "--url", server.url)
-    assert diagnostics.stdout.strip() == "2026-01-01T09:00:00Z  executor_failed  ex_1: boom"
-    assert [r[1] for r in server.requests] == ["/timers?state=armed", "/diagnostics?kind=executor_failed"]
+    assert diagnostics.stdout.strip() == "2026-01-01 10:00:00+01:00 (4 min ago)  #1  executor_failed  ex_1: boom"
+    assert [r[1] for r in server.requests] == [
+        "/timers?state=armed&limit=100", "/diagnostics?kind=executor_failed&limit=100",
+    ]  # fmt: skip
 
 
 # -- serve --------------------------------------------------------------------------------------------

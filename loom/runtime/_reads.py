@@ -125,14 +125,16 @@ class Reads(RuntimeBase):
         return await self._p.reader.intents_of_execution(execution_id)
 
     async def diagnostics(
-        self, *, kind: str | None = None, subject: str | None = None, limit: int = 1000
+        self, *, kind: str | None = None, subject: str | None = None, after_id: int = 0, limit: int = 1000
     ) -> list[Diagnostic]:
+        """Diagnostics in the order they were recorded (``after_id``: only those recorded after it)."""
         check_limit(limit)
+        check_int("after_id", after_id, 0, MAX_SEQ)
         if kind is not None:
             lookup("kind", kind)
         if subject is not None:
             lookup("subject", subject)
-        return await self._p.reader.diagnostics(kind, subject, limit)
+        return await self._p.reader.diagnostics(kind, subject, limit, after_id)
 
     async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
         check_limit(limit)

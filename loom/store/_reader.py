@@ -270,8 +270,10 @@ class Reader:
         )
         return [_sql.intent_from_row(r) for r in rows]
 
-    async def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
-        rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
+    async def diagnostics(
+        self, kind: str | None, subject: str | None, limit: int, after_id: int = 0
+    ) -> list[Diagnostic]:
+        rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, after_id, limit))
         return [_sql.diagnostic_from_row(r) for r in rows]
 
     async def timer(self, timer_id: str) -> Timer | None:

@@ -217,7 +217,7 @@ def intent_from_row(row: Row) -> Intent:
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
 DIAGNOSTICS = (
     "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
-    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) AND id > ? ORDER BY id LIMIT ?"
 )
 
 
