@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -59,10 +60,13 @@ class FakeServer:
                 raw = self.rfile.read(length) if length else b""
                 fake.requests.append((self.command, self.path, json.loads(raw) if raw else None))
                 path = self.path.split("?", 1)[0]
-                status, body = fake.answers.get((self.command, path), (404, NOT_FOUND))
-                data = json.dumps(body).encode()
+                status, body = fake.answers.get(
+                    (self.command, self.path), fake.answers.get((self.command, path), (404, NOT_FOUND))
+                )
+                kind = "text/event-stream" if isinstance(body, bytes) else "application/json"
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -306,7 +310,9 @@ def test_timers_and_diagnostics_print_local_times(server: FakeServer) -> None:
     assert "t-1" in timers.stdout
     assert "2026-01-01 10:00:00+01:00 (4 min ago)" in timers.stdout
     diagnostics = loom_cli("diagnostics", "--kind", "executor_failed", "--url", server.url)
-    assert diagnostics.stdout.strip() == "2026-01-01 10:00:00+01:00 (4 min ago)  #1  executor_failed  ex_1: boom"
+    assert (
+        diagnostics.stdout.strip() == "2026-01-01 10:00:00+01:00 (4 min ago)  #1  executor_failed  ex_1: boom"
+    )
     assert [r[1] for r in server.requests] == [
         "/timers?state=armed&limit=100", "/diagnostics?kind=executor_failed&limit=100",
     ]  # fmt: skip
@@ -354,3 +360,109 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
 )
 def test_serve_refuses_bad_options_in_one_line(args: list[str], message: str) -> None:
     one_line_error(loom_cli("serve", *args), message)
+
+
+# -- lists, events, timers, watch --------------------------------------------------------------------
+
+
+def test_a_list_says_when_more_remain_and_all_reads_every_page(server: FakeServer) -> None:
+    """Catches a list that stops at one page silently, or --all that stops early or loops."""
+    server.answers["GET", "/work?limit=1"] = (200, {"work": [WORK], "next_after": "wk_1"})
+    server.answers["GET", "/work?after=wk_1&limit=1"] = (
+        200,
+        {"work": [{**WORK, "id": "wk_2"}], "next_after": None},
+    )
+    first = loom_cli("work", "list", "--limit", "1", "--url", server.url)
+    assert [line.split()[0] for line in first.stdout.splitlines()] == ["ID", "wk_1"]
+    assert first.stderr == "(more remain: --after wk_1 reads on, --all reads every page)\n"
+    every = loom_cli("work", "list", "--limit", "1", "--all", "--url", server.url)
+    assert [line.split()[0] for line in every.stdout.splitlines()] == ["ID", "wk_1", "ID", "wk_2"]
+    assert every.stderr == ""
+    as_json = json.loads(
+        loom_cli("work", "list", "--limit", "1", "--all", "--json", "--url", server.url).stdout
+    )
+    assert [w["id"] for w in as_json["work"]] == ["wk_1", "wk_2"]
+    assert as_json["next_after"] is None
+
+
+def test_events_list_and_get(server: FakeServer) -> None:
+    event = {"id": "ev_1", "seq": 3, "type": "order.placed", "scope": "shop", "key": "order/1",
+             "work_id": None, "accepted_at_ms": T9, "payload": {"total": 42}}  # fmt: skip
+    server.answers["GET", "/events"] = (200, {"events": [event], "next_after": None})
+    server.answers["GET", "/events/ev_1"] = (200, {"event": event, "checkpoint": {"status": "routed"}})
+    listed = loom_cli("events", "list", "--type", "order.placed", "--after", "2", "--url", server.url)
+    assert listed.stdout.splitlines()[1].split()[:5] == ["3", "ev_1", "order.placed", "shop", "order/1"]
+    shown = loom_cli("events", "get", "ev_1", "--url", server.url)
+    assert "total" in shown.stdout
+    assert "routed" in shown.stdout
+    assert [r[1] for r in server.requests] == ["/events?type=order.placed&after=2&limit=100", "/events/ev_1"]
+
+
+def test_timers_get_cancel_and_arm(server: FakeServer) -> None:
+    """Catches a cancel that does not send the timer's revision, and --at +5m read from the wrong clock."""
+    timer = {"id": "t-1", "revision": 4, "state": "armed", "fire_at_ms": T9}
+    server.answers["GET", "/timers/t-1"] = (200, {"timer": timer, "firings": []})
+    server.answers["POST", "/timers/t-1/cancel"] = (200, {**timer, "state": "cancelled", "revision": 5})
+    server.answers["GET", "/healthz"] = (200, {"status": "ok", "now_ms": T9})
+    server.answers["POST", "/timers"] = (201, timer)
+    assert "armed" in loom_cli("timers", "get", "t-1", "--url", server.url).stdout
+    said = loom_cli("timers", "cancel", "t-1", "--url", server.url).stdout
+    assert said == "cancel: timer t-1 is cancelled (revision 5)\n"
+    armed = loom_cli("timers", "arm", "t-1", "--at", "+5m", "--type", "t.due", "--scope", "ops",
+                     "--every", "1h", "--url", server.url)  # fmt: skip
+    assert armed.exit_code == 0, armed.output
+    assert server.requests[1] == ("GET", "/timers/t-1", None)
+    assert server.requests[2] == ("POST", "/timers/t-1/cancel", {"revision": 4})
+    assert server.requests[-1][2] == {"id": "t-1", "fire_at_ms": T9 + 300_000, "source": "cli", "type": "t.due",
+                                      "scope": "ops", "payload": {}, "interval_ms": 3_600_000}  # fmt: skip
+
+
+def test_payloads_and_batches_read_stdin_with_at_dash(server: FakeServer) -> None:
+    server.answers["POST", "/events"] = (201, {"id": "ev_1", "seq": 1, "duplicate": False})
+    result = loom_cli("send", "x.y", "--scope", "s", "--payload", "@-", "--url", server.url, input='{"a": 1}')
+    assert result.exit_code == 0, result.output
+    assert server.requests[-1][2]["payload"] == {"a": 1}
+    server.answers["POST", "/events"] = (200, {"results": [
+        {"status": 201, "event": {"id": "ev_2", "seq": 2, "source": "s", "delivery_id": "a"}},
+        {"status": 400, "error": {"error": "invalid_request", "field": "type", "message": "bad type"}},
+    ], "accepted": 1, "duplicates": 0, "refused": 1})  # fmt: skip
+    lines = '{"type": "x.y"}\n\n{"type": "Bad"}\n'
+    batch = loom_cli("send", "--batch", "-", "--url", server.url, input=lines)
+    assert server.requests[-1][2] == [{"type": "x.y"}, {"type": "Bad"}]
+    assert batch.exit_code == 1, "a refused item fails the command"
+    assert batch.stdout.splitlines()[1] == "2: refused (type): bad type"
+
+
+def test_watch_prints_each_work_change(server: FakeServer) -> None:
+    stream = (
+        b": watching\n\n"
+        b'event: work\ndata: {"work": {"id": "wk_1", "state": "ready", "held": true, "hold_reason": "x",'
+        b' "scope": "shop", "keys": ["order/1"]}, "at_ms": 1767258000000}\n\n'
+        b": keep-alive\n\n"
+        b'event: lagged\ndata: {"message": "fell behind"}\n\n'
+        b'event: work\ndata: {"work": {"id": "wk_2", "state": "running", "scope": "shop", "keys": []},'
+        b' "at_ms": 1767258000000}\n\n'
+    )
+    server.answers["GET", "/watch"] = (200, stream)
+    result = loom_cli("watch", "--scope", "shop", "--count", "2", "--url", server.url)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        "2026-01-01 10:00:00+01:00 (4 min ago)  wk_1  ready held: x  shop  order/1",
+        "lagged: fell behind",
+        "2026-01-01 10:00:00+01:00 (4 min ago)  wk_2  running  shop  ",
+    ]
+    assert server.requests[-1][1] == "/watch?scope=shop"
+
+
+def test_the_command_line_imports_no_runtime_to_parse_a_command() -> None:
+    """Catches an eager import that makes every ``loom`` call (and ``--help``, and completion) pay for
+    the runtime, trio, the HTTP server or the HTTP client: the command line's start-up time (it was
+    1.5 s; bench/check.py prints it)."""
+    code = "import json, sys; import loom.service.cli; print(json.dumps(sorted(sys.modules)))"
+    loaded = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
+    heavy = ("trio", "starlette", "hypercorn", "prometheus_client", "sqlite3", "psycopg", "urllib.request",
+             "http.client", "rich", "loom.runtime", "loom.store", "loom.kernel", "loom.actors", "loom.records",
+             "loom.config")  # fmt: skip
+    assert not [m for m in loaded if m.startswith(heavy)], [m for m in loaded if m.startswith(heavy)]

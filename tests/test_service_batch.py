@@ -39,7 +39,8 @@ async def test_a_batch_is_accepted_in_the_order_it_was_sent(tmp_path: Path) -> N
         batch = [order(n, key="order/same") for n in range(60)]
         response = await a.client.post("/events", json=batch)
         seqs = [r["event"]["seq"] for r in response.json()["results"]]
-        assert seqs == sorted(seqs) and len(set(seqs)) == 60
+        assert seqs == sorted(seqs)
+        assert len(set(seqs)) == 60
 
 
 async def test_json_lines_are_a_batch_and_a_broken_line_is_refused_alone(tmp_path: Path) -> None:
@@ -72,9 +73,12 @@ async def test_publish_many_answers_each_event_and_refuses_bad_arguments(tmp_pat
         good = loom.EventIn(source="s", delivery_id="d1", type="a.b", scope="x")
         bad = loom.EventIn(source="s", delivery_id="", type="a.b", scope="x")
         answers = await rt.publish_many([good, bad, good])
-        assert isinstance(answers[0], loom.Event) and not answers[0].duplicate
-        assert isinstance(answers[1], loom.InvalidRequest) and answers[1].field == "event.delivery_id"
-        assert isinstance(answers[2], loom.Event) and answers[2].duplicate
+        assert isinstance(answers[0], loom.Event)
+        assert not answers[0].duplicate
+        assert isinstance(answers[1], loom.InvalidRequest)
+        assert answers[1].field == "event.delivery_id"
+        assert isinstance(answers[2], loom.Event)
+        assert answers[2].duplicate
         assert answers[2].id == answers[0].id
         with pytest.raises(loom.InvalidRequest, match="events"):
             await rt.publish_many([good] * 1001)

@@ -263,7 +263,7 @@ def watch(
             data.append(line[5:].strip())
         elif not line and data:
             item = json.loads("\n".join(data))
-            kind, data = "message", []
+            said, kind, data = kind, "message", []
             if as_json:
                 typer.echo(json.dumps(item, sort_keys=True, ensure_ascii=False))
             elif "work" in item:
@@ -274,7 +274,7 @@ def watch(
                     f"{when(item.get('at_ms'))}  {w.get('id')}  {w.get('state')}{held}  {w.get('scope')}  {keys}"
                 )
             else:
-                typer.echo(f"{when(item.get('at_ms'))}  {item.get('message', kind)}")
+                typer.echo(f"{said}: {item.get('message', '')}")
             seen += "work" in item
             if count is not None and seen >= count:
                 return

@@ -95,9 +95,14 @@ def _operation(op: Op, *, operator_token: bool) -> dict[str, Any]:
     if op.body is not None:
         schema = body_schema(op.body) | op.body_schema
         if op.batch:  # one object, or an array of them accepted in order (JSON lines too: see the docs)
-            schema = {
-                "anyOf": [schema, {"type": "array", "items": schema, "minItems": 1, "maxItems": MAX_BATCH}]
+            batch = {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "description": "a batch: each item an Event object as above, checked and answered on its"
+                " own (a bad item is refused in its result, and the others are accepted)",
             }
+            schema = {"anyOf": [schema, batch]}
         operation["requestBody"] = {
             "required": op.body_required,
             "content": {"application/json": {"schema": schema}},
