@@ -336,11 +336,11 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
     db = tmp_path / "x.db"
     token = tmp_path / "token"
     result = loom_cli("serve", "--db", str(db), "--config", str(config), "--listen", "127.0.0.1:9000",
-                      "--test-clock", "--log-level", "DEBUG", "--allow-host", "loom.internal", "--allow-host",
+                      "--test-clock", "--log-level", "DEBUG", "--log-format", "json", "--allow-host", "loom.internal", "--allow-host",
                       "10.0.0.5", "--token-file", str(token), "--read-timeout", "12.5")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert calls == [{"db": str(db), "config_path": str(config), "listen": "127.0.0.1:9000",
-                      "test_clock": True, "log_level": "debug", "allow_hosts": ("loom.internal", "10.0.0.5"),
+                      "test_clock": True, "log_level": "debug", "log_format": "json", "allow_hosts": ("loom.internal", "10.0.0.5"),
                       "token_file": str(token), "read_timeout": 12.5}]  # fmt: skip
     url = "postgresql://loom@db.example:5433/loom"
     assert loom_cli("serve", "--db", url).exit_code == 0

@@ -54,6 +54,11 @@ class LogLevel(enum.StrEnum):
     ERROR = "error"
 
 
+class LogFormat(enum.StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
 def parse_listen(listen: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:8440`` for IPv6), or `UserError` saying what is expected."""
     host, sep, port = listen.rpartition(":")
@@ -80,6 +85,9 @@ def serve(
         help="Business time that tests move with POST /debug/clock (never in production).",
     ),
     log_level: LogLevel = typer.Option(LogLevel.INFO, "--log-level", case_sensitive=False),
+    log_format: LogFormat = typer.Option(
+        LogFormat.TEXT, "--log-format", case_sensitive=False, help="Log lines as text or as JSON objects."
+    ),
     allow_host: list[str] = typer.Option(
         [],
         "--allow-host",
@@ -125,6 +133,7 @@ def serve(
             listen=listen,
             test_clock=test_clock,
             log_level=log_level.value,
+            log_format=log_format.value,
             allow_hosts=tuple(allow_host),
             token_file=str(token_file) if token_file is not None else None,
             read_timeout=read_timeout,
