@@ -68,6 +68,11 @@ class Runtime(Reads, Host, Passes, Subscriptions):
         return self._p.owner
 
     @property
+    def backend(self) -> str:
+        """The store's database: ``sqlite`` or ``postgresql``."""
+        return str(self._p.storage.store.dialect.name)
+
+    @property
     def plugin_names(self) -> list[str]:
         """The plugins loaded: the built-ins, those given to `open_runtime` and entry points."""
         return sorted(name for name, plugin in self._p.plugins.list_name_plugin() if plugin is not None)

@@ -309,7 +309,7 @@ async def _serve(
                 log.info(
                     "store: %s (%s)",
                     _shown(str(db)),
-                    "PostgreSQL" if str(db).startswith("postgres") else "SQLite",
+                    rt.backend,
                 )
                 log.info("config: %s", config_path or "none (an empty configuration)")
                 log.info("plugins: %s", ", ".join(rt.plugin_names))
