@@ -13,6 +13,7 @@ import attrs
 
 from .events import Event, JSONObject
 from .frozen import frozen_object, frozen_optional_object
+from .reprs import with_instants
 from .states import Lifecycle
 from .waits import Waiting
 
@@ -260,6 +261,7 @@ Decision = Deliver | Drop | Unmatched
 # -- snapshots ------------------------------------------------------------------
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Work:
     """A frozen snapshot of one Work."""
@@ -293,6 +295,7 @@ class Work:
     """``backoff``: waiting for its retry timer; ``exhausted``: no automatic retry is left."""
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Checkpoint:
     event_id: str
@@ -309,6 +312,7 @@ class Checkpoint:
     at_ms: int
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Execution:
     id: str

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -37,6 +36,7 @@ from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
+from ._logs import ACCESS_FORMAT, configure_logging
 from ._metrics import Metrics
 from ._token import read_token_file
 
@@ -156,6 +156,7 @@ def hypercorn_config(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
     config.accesslog = logging.getLogger("loom.service.access") if access_log else None
+    config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("loom.service.http")
     return config
 
@@ -165,7 +166,7 @@ async def run_http(
     listen: str = DEFAULT_LISTEN,
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
-    access_log: bool = False,
+    access_log: bool = True,
     read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -192,18 +193,6 @@ def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
     return out
 
 
-def _configure_logging(log_level: str | int) -> None:
-    level = log_level if isinstance(log_level, int) else logging.getLevelName(str(log_level).upper())
-    if not isinstance(level, int):
-        raise InvalidRequest(
-            f"log_level must be debug, info, warning or error, got {log_level!r}", field="log_level"
-        )
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    logging.getLogger("loom").setLevel(level)
-
-
 async def serve(
     db: str | Path = "loom.db",
     config_path: str | Path | None = None,
@@ -211,6 +200,7 @@ async def serve(
     test_clock: bool = False,
     log_level: str | int = "info",
     *,
+    log_format: str = "text",
     allow_hosts: Sequence[str] = (),
     token_file: str | Path | None = None,
     read_timeout: float = READ_TIMEOUT_S,
@@ -233,7 +223,7 @@ async def serve(
     required: without one `serve` refuses to start. A connection that sends nothing for
     ``read_timeout`` seconds while a request is due is closed.
     """
-    _configure_logging(log_level)
+    configure_logging(log_level, log_format)
     host, _ = parse_listen(listen)
     if (
         isinstance(read_timeout, bool)
@@ -254,7 +244,9 @@ async def serve(
     config = Config.load(str(config_path)) if config_path is not None else None
     stop = trio.Event()
     try:
-        await _serve(db, config, listen, test_clock, access, float(read_timeout), stop, task_status)
+        await _serve(
+            db, config, config_path, listen, test_clock, access, float(read_timeout), stop, task_status
+        )
     except BaseExceptionGroup as group:
         reason = _reason(group)
         if reason is None:
@@ -282,6 +274,7 @@ def _reason(group: BaseExceptionGroup[BaseException]) -> LoomError | None:
 async def _serve(
     db: str | Path,
     config: Config | None,
+    config_path: str | Path | None,
     listen: str,
     test_clock: bool,
     access: Access,
@@ -302,7 +295,7 @@ async def _serve(
                         service.app,
                         listen,
                         shutdown=stop.wait,
-                        access_log=logging.getLogger("loom").isEnabledFor(logging.DEBUG),
+                        access_log=True,
                         read_timeout=read_timeout,
                     )
                 )
@@ -312,9 +305,49 @@ async def _serve(
                 await service.start_actors()
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
-                log.info("serving %s on %s", db, ", ".join(urls))
+                rt = service.runtime
+                log.info(
+                    "store: %s (%s)",
+                    _shown(str(db)),
+                    rt.backend,
+                )
+                log.info("config: %s", config_path or "none (an empty configuration)")
+                log.info("plugins: %s", ", ".join(rt.plugin_names))
+                log.info("listening on %s%s", ", ".join(urls), note)
+                signals.start_soon(_reload_on_hangup, rt, config_path)
                 task_status.started(urls)
         signals.cancel_scope.cancel()
+
+
+def _shown(db: str) -> str:
+    """A store's location without the password of its URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    return db.replace(f":{parts.password}@", ":***@", 1)
+
+
+async def _reload_on_hangup(rt: Runtime, config_path: str | Path | None) -> None:
+    """SIGHUP reads the configuration file again and makes it the next generation (`Runtime.reload`);
+    a refused file is logged, naming file, key and reason, and the configuration in force stays.
+    What is not in the file (the store, the address, the token) needs a restart to change."""
+    with trio.open_signal_receiver(signal.SIGHUP) as hangups:
+        async for _ in hangups:
+            if config_path is None:
+                log.warning(
+                    "SIGHUP: no --config file to reload (the store, address and token need a restart)"
+                )
+                continue
+            try:
+                rt.reload(Config.load(str(config_path)))
+            except LoomError as exc:
+                log.error(
+                    "SIGHUP: %s was not reloaded, the configuration in force stays: %s", config_path, exc
+                )
+            else:
+                log.info("SIGHUP: reloaded %s", config_path)
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:
