@@ -17,6 +17,7 @@ system (their mean), in the same run. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -107,21 +108,30 @@ ROUTED = loom.Config.from_dict(
 
 @attrs.define
 class System:
-    """One system's figures, each beside the raw commit-per-row rate measured just before them."""
+    """One system's results by workload, each with the raw commit-per-row rates measured just before and
+    just after it (``raw``), and why any workload could not be measured."""
 
     key: str
     label: str
-    raw_rate: float = 0.0
-    raws: tuple[float, ...] = ()
-    """Every raw commit-per-row measurement around this system."""
-    submit: float | None = None
-    due: float | None = None
-    late: tuple[float, float] | None = None
+    results: dict[str, dict[str, Any]] = attrs.Factory(dict)
     failures: dict[str, str] = attrs.Factory(dict)
 
+    def baseline(self, workload: str) -> float:
+        """The raw commit-per-row rate around ``workload``: the mean of the one before and the one after."""
+        before, after = self.results[workload]["raw"]
+        return float(before + after) / 2
+
+    def ratio(self, workload: str) -> float | None:
+        """``workload``'s rate over its baseline (``None``: not measured)."""
+        result = self.results.get(workload, {})
+        return result["rate"] / self.baseline(workload) if "rate" in result else None
+
+    def lateness(self, which: str) -> float | None:
+        return self.results.get("lateness", {}).get(f"{which}_ms")
+
     def commits(self, ms: float) -> float:
-        """``ms`` in raw commit-per-row transactions of this system's baseline."""
-        return ms / (1000 / self.raw_rate)
+        """``ms`` in raw commit-per-row transactions of the lateness figure's baseline."""
+        return ms * self.baseline("lateness") / 1000
 
 
 def say(line: str) -> None:
@@ -201,6 +211,14 @@ async def loom_due(
 
 
 def loom_run(tmp: Path, workload: str, args: argparse.Namespace, lead: float) -> dict[str, Any]:
+    """One loom workload; a failure is reported as the peers' are (``{"error": why}``), not raised."""
+    try:
+        return loom_workload(tmp, workload, args, lead)
+    except Exception as exc:  # reported beside the other systems' figures
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def loom_workload(tmp: Path, workload: str, args: argparse.Namespace, lead: float) -> dict[str, Any]:
     store = SQLiteStore(path=str(tmp / f"loom-{workload}-{time.monotonic_ns()}.db"), synchronous="FULL")
     if workload == "submit":
         rate, _ = trio.run(accept.loom_acceptance, store, args.submits, args.producers)
@@ -272,7 +290,7 @@ def describe_versions(versions: dict[str, str]) -> str:
 
 
 def peer_run(
-    python: Path, key: str, tmp: Path, workload: str, args: argparse.Namespace, lead: float
+    python: Path, key: str, tmp: Path, workload: str, lead: float, *, args: argparse.Namespace
 ) -> dict[str, Any]:
     n = {"submit": args.submits, "due": args.due, "lateness": args.late}[workload]
     return child(
@@ -302,54 +320,52 @@ def measure(
     run: Callable[[str, float], dict[str, Any]],
     how: tuple[str, str],
 ) -> None:
-    """Every figure of one system between two raw baselines (their mean is the system's), then its lines."""
-    before = accept.raw_commit_per_row(tmp / f"raw-{system.key}-before.db", args.serial, "FULL")
-    results: dict[str, dict[str, Any]] = {"submit": run("submit", 0.0)}
-    submitted = results["submit"].get("rate")
-    for workload, n in (("due", args.due), ("lateness", args.late)):
-        lead = lead_for(n, submitted)
+    """Every figure of one system, each between two raw baselines, printed as it is measured."""
+
+    def bracketed(workload: str, lead: float) -> dict[str, Any]:
+        before = accept.raw_commit_per_row(
+            tmp / f"raw-{workload}-{time.monotonic_ns()}.db", args.serial, "FULL"
+        )
         result = run(workload, lead)
+        after = accept.raw_commit_per_row(
+            tmp / f"raw-{workload}-{time.monotonic_ns()}.db", args.serial, "FULL"
+        )
+        return {**result, "raw": (before, after), "lead": lead}
+
+    for workload, n in (("submit", args.submits), ("due", args.due), ("lateness", args.late)):
+        lead = 0.0 if workload == "submit" else lead_for(n, system.results["submit"].get("rate"))
+        result = bracketed(workload, lead)
         if "overran_s" in result:  # the submits took longer than the lead: once more, with room
-            lead = 2 * lead + result["overran_s"]
-            result = run(workload, lead)
+            result = bracketed(workload, 2 * lead + result["overran_s"])
         if "overran_s" in result:
-            result = {"error": f"scheduling {n:,} jobs took longer than the {lead:.0f} s lead"}
-        results[workload] = {**result, "lead": lead}
-    after = accept.raw_commit_per_row(tmp / f"raw-{system.key}-after.db", args.serial, "FULL")
-    system.raws = (before, after)
-    system.raw_rate = (before + after) / 2
-    say(
-        f"raw sqlite3 commit-per-row inserts (WAL, synchronous=FULL) before and after {system.label}: "
-        f"{before:,.0f} and {after:,.0f} rows/s ({args.serial:,} rows each); {system.label}'s baseline, "
-        f"their mean: {system.raw_rate:,.0f} rows/s"
-    )
-    for workload, result in results.items():
+            result["error"] = f"scheduling {n:,} jobs took longer than the {result['lead']:.0f} s lead"
+        system.results[workload] = result
         if "error" in result:
             system.failures[workload] = result["error"]
             say(f"{FIGURES[workload](args)}, {system.label}: failed: {result['error']}")
-    if "rate" in results["submit"]:
-        system.submit = rate = results["submit"]["rate"]
-        say(
-            f"{FIGURES['submit'](args)}, {system.label}: {rate:,.0f} submits/s "
-            f"= {rate / system.raw_rate:.2f} x raw commit-per-row ({args.submits:,} submits; {how[0]}; "
-            f"its file: {results['submit'].get('settings', 'not reported')})"
-        )
-    if "rate" in results["due"]:
-        system.due = rate = results["due"]["rate"]
-        say(
-            f"{FIGURES['due'](args)}, {system.label}: {rate:,.0f} jobs/s "
-            f"= {rate / system.raw_rate:.2f} x raw commit-per-row (all due at one moment, "
-            f"scheduled {results['due']['lead']:.1f} s ahead; {how[1]})"
-        )
-    late = results["lateness"]
-    if "p50_ms" in late:
-        system.late = (late["p50_ms"], late["p99_ms"])
-        say(
-            f"{FIGURES['lateness'](args)}, {system.label}: p50 {late['p50_ms']:,.1f} ms "
-            f"= {system.commits(late['p50_ms']):,.1f} raw commits, p99 {late['p99_ms']:,.1f} ms "
-            f"= {system.commits(late['p99_ms']):,.1f} raw commits, max {late['max_ms']:,.1f} ms "
-            f"({args.late:,} jobs {args.spacing_ms:g} ms apart; due time to the job function's start)"
-        )
+            continue
+        before, after = result["raw"]
+        raw = f"raw {before:,.0f} before, {after:,.0f} after: {system.baseline(workload):,.0f} rows/s"
+        if workload == "submit":
+            say(
+                f"{FIGURES[workload](args)}, {system.label}: {result['rate']:,.0f} submits/s "
+                f"= {system.ratio(workload):.2f} x raw commit-per-row ({raw}; {n:,} submits; {how[0]}; "
+                f"its file: {result.get('settings', 'not reported')})"
+            )
+        elif workload == "due":
+            say(
+                f"{FIGURES[workload](args)}, {system.label}: {result['rate']:,.0f} jobs/s "
+                f"= {system.ratio(workload):.2f} x raw commit-per-row ({raw}; all due at one moment, "
+                f"scheduled {result['lead']:.1f} s ahead; {how[1]})"
+            )
+        else:
+            p50, p99 = result["p50_ms"], result["p99_ms"]
+            say(
+                f"{FIGURES[workload](args)}, {system.label}: p50 {p50:,.1f} ms = {system.commits(p50):,.1f} "
+                f"raw commits, p99 {p99:,.1f} ms = {system.commits(p99):,.1f} raw commits, max "
+                f"{result['max_ms']:,.1f} ms ({raw}; {n:,} jobs {args.spacing_ms:g} ms apart; due time to "
+                "the job function's start)"
+            )
 
 
 FIGURES: dict[str, Callable[[argparse.Namespace], str]] = {
@@ -363,47 +379,37 @@ def summary(systems: list[System], args: argparse.Namespace) -> None:
     """One line per figure: which system leads, the rest in order, and any not measured."""
 
     def line(
-        figure: str, value: Callable[[System], float | None], fmt: Callable[[System], str], high: bool
+        figure: str, value: Callable[[System], float | None], show: Callable[[System, float], str], high: bool
     ) -> None:
-        measured = [s for s in systems if value(s) is not None]
-        ranked = sorted(measured, key=lambda s: value(s) or 0.0, reverse=high)
+        measured = [(s, v) for s in systems if (v := value(s)) is not None]
+        measured.sort(key=lambda pair: pair[1], reverse=high)
         missing = [s.label for s in systems if value(s) is None]
-        if not ranked:
+        if not measured:
             say(f"summary, {figure}: no system measured")
             return
-        rest = "; ".join(f"{s.label} {fmt(s)}" for s in ranked[1:])
+        (first, best), rest = measured[0], measured[1:]
         say(
-            f"summary, {figure}: {ranked[0].label} leads at {fmt(ranked[0])}"
-            + (f"; then {rest}" if rest else "")
+            f"summary, {figure}: {first.label} leads at {show(first, best)}"
+            + (f"; then {'; '.join(f'{s.label} {show(s, v)}' for s, v in rest)}" if rest else "")
             + (f"; not measured: {', '.join(missing)}" if missing else "")
         )
 
-    line(
-        f"durable submit, {args.producers} producers (ratio to raw commit-per-row)",
-        lambda s: None if s.submit is None else s.submit / s.raw_rate,
-        lambda s: f"{(s.submit or 0) / s.raw_rate:.2f}x",
-        high=True,
-    )
-    line(
-        f"{args.due:,} due jobs run to recorded done (ratio to raw commit-per-row)",
-        lambda s: None if s.due is None else s.due / s.raw_rate,
-        lambda s: f"{(s.due or 0) / s.raw_rate:.2f}x",
-        high=True,
-    )
-    for which, index in (("p50", 0), ("p99", 1)):
-        line(
-            f"lateness {which} (lower leads)",
-            lambda s, i=index: None if s.late is None else s.late[i],
-            lambda s, i=index: f"{(s.late or (0.0, 0.0))[i]:,.1f} ms",
-            high=False,
+    def times(s: System, ratio: float) -> str:
+        return f"{ratio:.2f}x"
+
+    def ms(s: System, value: float) -> str:
+        return f"{value:,.1f} ms ({s.commits(value):,.0f} raw commits)"
+
+    line(f"{FIGURES['submit'](args)}, ratio to raw commit-per-row", lambda s: s.ratio("submit"), times, True)
+    line(f"{FIGURES['due'](args)}, ratio to raw commit-per-row", lambda s: s.ratio("due"), times, True)
+    line("lateness p50 (lower leads)", lambda s: s.lateness("p50"), ms, False)
+    line("lateness p99 (lower leads)", lambda s: s.lateness("p99"), ms, False)
+    rates = [rate for s in systems for r in s.results.values() if "raw" in r for rate in r["raw"]]
+    if rates:
+        say(
+            f"raw sqlite3 commit-per-row over the run: median {statistics.median(rates):,.0f} rows/s, "
+            f"from {min(rates):,.0f} to {max(rates):,.0f} ({len(rates)} measurements: how much the disk moved)"
         )
-    rates = [rate for s in systems for rate in s.raws]
-    if not rates:
-        return
-    say(
-        f"raw sqlite3 commit-per-row over the run: median {statistics.median(rates):,.0f} rows/s "
-        f"(from {min(rates):,.0f} to {max(rates):,.0f}: how much the disk moved)"
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                 system,
                 tmp,
                 args,
-                lambda w, lead, python=python, key=key: peer_run(python, key, tmp, w, args, lead),
+                functools.partial(peer_run, python, key, tmp, args=args),
                 (peer.submit, peer.due),
             )
             systems.append(system)
