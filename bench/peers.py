@@ -9,9 +9,10 @@ Each peer is installed into an environment of its own under ``--envs`` (default
 ``~/.cache/loom-bench-peers``; made and filled with pip on first use, reused after) and measured by
 bench/peer_jobs.py run as a subprocess there; loom's own figures run in this process. None of them is
 a loom dependency. Every database is a SQLite file in one temporary directory under ``--dir`` (default:
-the system temp dir), so all share one disk, in WAL mode with ``synchronous=FULL``. Each system's figures
-are given as ratios to raw sqlite3 commit-per-row inserts measured just before and just after that
-system (their mean), in the same run. See bench/README.md.
+the system temp dir), so all share one disk, in WAL mode with ``synchronous=FULL``. Each figure is given
+as a ratio to raw sqlite3 commit-per-row inserts measured just before and just after that workload of
+that system (their mean), in the same run. A peer that cannot be installed or run is reported with its
+reason. See bench/README.md.
 """
 
 from __future__ import annotations
