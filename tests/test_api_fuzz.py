@@ -984,6 +984,7 @@ NOT_FUZZED = {
     "mark_time": "takes no arguments",
     "time_floor": "takes no arguments",
     "gauges": "takes no arguments",
+    "store_size": "takes no arguments",
 }
 
 

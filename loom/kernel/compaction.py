@@ -389,6 +389,8 @@ def logs_due_in_tx(
 def logs_forgotten_in_tx(tx: Tx, now_ms: int, execution_ids: Collection[str]) -> None:
     """Their executors forgot these attempts' logs (or failed to, with a diagnostic): their rows may go."""
     tx.mark_logs_removed(sorted(execution_ids), now_ms)
+    if execution_ids:
+        tx.notify(Compacted(report=CompactionReport(logs=len(execution_ids))))
 
 
 def _json(metadata: Any) -> Mapping[str, Any]:

@@ -59,3 +59,16 @@ class CompactionReport:
             name: getattr(self, name) + getattr(other, name) for name in (*COUNTS, "kept", "released_bytes")
         }
         return CompactionReport(**summed, more=other.more, dry_run=self.dry_run or other.dry_run)
+
+
+@attrs.frozen(kw_only=True)
+class StoreSize:
+    """How big the store is: rows per table, and bytes."""
+
+    rows: dict[str, int] = attrs.field(factory=dict, hash=False)
+    bytes: int = 0
+    """The database's size: SQLite's main file (its ``-wal`` file comes on top, folded in at each
+    checkpoint); PostgreSQL's whole database."""
+    free_bytes: int = 0
+    """The part of it that holds nothing: pages compaction freed that the file keeps for reuse (SQLite;
+    a file with incremental vacuum gives them back as compaction goes)."""

@@ -67,6 +67,7 @@ class PostgresDialect(Dialect):
     for_update = " FOR UPDATE"
     notify = f"SELECT pg_notify('{CHANNEL}', ?)"
     pool_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(?))"
+    size_sql = "SELECT pg_database_size(current_database()), 0"
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError):
@@ -308,6 +309,8 @@ def migrate(raw: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
 class PostgresReader(Reader):
     """The same reads on a connection of their own, in a worker thread; a lost connection fails the
     read as `StorageUnavailable` and the next read connects again."""
+
+    size_sql = POSTGRES.size_sql
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(store.describe())
