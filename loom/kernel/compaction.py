@@ -44,14 +44,13 @@ from ..records.compaction import CompactionReport
 from ..records.core_events import CORE_SOURCE, WAIT_TIMEOUT
 from ..records.notices import Compacted
 from ..store import AttemptRow, EventRow, Tx
-from .causal import utc_minute
+from .causal import REJECTIONS_NAMESPACE, utc_minute
 from .unrouted import routing_watermark, unrouted_in_tx
 
 NAMESPACE = "core.compaction"
 DEFAULT_LIMIT = 200
 RELEASE_PAGES = 1000
 """Free pages a pass gives back to the file system at most (SQLite with incremental vacuum)."""
-STEPS = ("attempts", "works", "timers", "firings", "events", "expiry", "diagnostics", "ledgers", "buckets")
 _START: dict[str, list[Any]] = {
     "attempts": [-1, ""],
     "works": [-1, ""],
@@ -60,6 +59,7 @@ _START: dict[str, list[Any]] = {
     "events": [0],
     "ledgers": ["", "", ""],
     "logs": [-1, ""],
+    "rejections": [""],
 }
 
 
@@ -138,6 +138,7 @@ def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
     cursors["firings"] = _firings(run, cursors["firings"])
     cursors["events"] = _events(run, cursors["events"])
     cursors["ledgers"] = _ledgers(run, cursors["ledgers"])
+    cursors["rejections"] = _rejections(run, cursors["rejections"])
     _expiry(run)
     released = 0
     if not req.dry_run:
@@ -291,6 +292,19 @@ def _ledgers(run: _Pass, cursor: list[Any]) -> list[Any]:
             if not run.req.dry_run:
                 run.tx.remove_ledger(budget, subject, window)
     return list(rows[-1]) if run.page(len(rows)) else _START["ledgers"]
+
+
+def _rejections(run: _Pass, cursor: list[Any]) -> list[Any]:
+    """The redacted records of causal refusals are diagnostics too (``Runtime.causal_rejections``)."""
+    keep = global_setting(run.req.config.retention, "diagnostics")
+    if keep == FOREVER:
+        return _START["rejections"]
+    rows = run.tx.kv_page(REJECTIONS_NAMESPACE, cursor[0], run.req.limit)
+    due = [key for key, at_ms in rows if at_ms + keep <= run.now_ms]
+    run.count("diagnostics", len(due))
+    if due and not run.req.dry_run:
+        run.tx.kv_delete(REJECTIONS_NAMESPACE, due)
+    return [rows[-1][0]] if run.page(len(rows)) else _START["rejections"]
 
 
 def window_end_ms(window: str) -> int | None:

@@ -40,6 +40,17 @@ class TombstonesTx(TxBase):
         self._conn.executemany(f"DELETE FROM {table} WHERE id = ?", rows)
         return len(rows)
 
+    def kv_page(self, namespace: str, after_key: str, limit: int) -> list[tuple[str, int]]:
+        """(key, updated_at) of a namespace's entries after ``after_key``, in key order."""
+        rows = self._all(
+            "SELECT key, updated_at_ms FROM kv WHERE namespace = ? AND key > ? ORDER BY key LIMIT ?",
+            (namespace, after_key, limit),
+        )
+        return [(r[0], r[1]) for r in rows]
+
+    def kv_delete(self, namespace: str, keys: list[str]) -> None:
+        self._conn.executemany("DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys])
+
     def expire_buckets(self, before_minute: int, limit: int) -> int:
         """Causal buckets of minutes before ``before_minute`` (only the current minute is ever charged)."""
         rows = self._all(
