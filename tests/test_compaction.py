@@ -13,6 +13,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 import loom
 from loom import (
@@ -33,6 +34,7 @@ from loom.kernel.executions import BindingRef
 from loom.records.compaction import CompactionReport
 from loom.records.timers import FireRequest
 from loom.testing import T0_MS
+from loom.testing.postgres import PostgresCluster
 
 HOUR = 3_600_000
 MINUTE = 60_000
@@ -537,3 +539,38 @@ def test_vacuum_gives_a_file_made_without_incremental_vacuum_the_setting(tmp_pat
     store.vacuum()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)
+
+
+# -- several nodes -----------------------------------------------------------------------------------------
+
+
+async def test_nodes_compacting_at_once_divide_the_work_and_remove_each_row_once(
+    loom_postgres: PostgresCluster, clock: ManualClock
+) -> None:
+    """Two nodes sweep one database at the same time, in small pages. Catches: candidates taken without
+    row locks (both nodes would remove, and count, the same rows: the counts would add up to more than
+    there was), and a sweep that waits for the other node's instead of taking other rows."""
+    url = loom_postgres.create_database(template=loom_postgres.migrated_template())
+    async with host(url, config(), clock) as rt:
+        for n in range(60):
+            await rt.publish(order(f"d-{n}", key=f"o/{n}", type="nobody.listens"))
+        for n in range(20):
+            await finish(rt, order(f"w-{n}", key=f"w/{n}"))
+        await rt.poll(limit=1000)
+    clock.advance(2 * HOUR)
+    reports: list[CompactionReport] = []
+    async with host(url, config(), clock) as a, host(url, config(), clock) as b:
+
+        async def sweep(rt: Runtime) -> None:
+            reports.append(await rt.compact(limit=3))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sweep, a)
+            nursery.start_soon(sweep, b)
+        reports.append(await a.compact())
+        assert sum(r.events for r in reports) == 80
+        assert sum(r.works for r in reports) == 20
+        assert all(r.removed > 0 for r in reports[:2]), f"one node did all the work: {reports}"
+        assert (await a.store_size()).rows["events"] == 0
+        for n in range(60):
+            assert (await b.publish(order(f"d-{n}", key=f"o/{n}", type="nobody.listens"))).compacted

@@ -24,6 +24,7 @@ from ..kernel.compaction import (
     compact_in_tx,
     logs_due_in_tx,
     logs_forgotten_in_tx,
+    raise_watermark_in_tx,
 )
 from ..records.clock import Clock
 from ..records.compaction import CompactionReport
@@ -53,6 +54,7 @@ async def sweep(
     report = CompactionReport(dry_run=dry_run)
     if not dry_run:
         report += CompactionReport(logs=await forget_logs(storage, config, executors, limit=limit, sole=sole))
+        await storage.submit(raise_watermark_in_tx)
     cursors: dict[str, Any] | None = None
     while True:
         started = trio.current_time()

@@ -260,14 +260,22 @@ def _events(run: _Pass, cursor: list[Any]) -> list[Any]:
 
 
 def _routed_upto(run: _Pass) -> int:
-    """The routing watermark, raised first as far as every Event is routed (a dry run only reads): the
-    Events a pass may remove are at or below it, so the last sequence accepted stays known."""
-    if run.req.dry_run:
-        watermark = routing_watermark(run.tx)
-        found = run.tx.unrouted_events(watermark, 1)
-        return found[0].seq - 1 if found else max(run.tx.max_seq(), watermark)
-    unrouted_in_tx(run.tx, run.now_ms, 1)
-    return routing_watermark(run.tx)
+    """The routing watermark (`raise_watermark_in_tx` raised it at the sweep's start; a dry run, which
+    writes nothing, reads as far as it would go): the Events a pass may remove are at or below it, so
+    the last sequence accepted stays known."""
+    watermark = routing_watermark(run.tx)
+    if not run.req.dry_run:
+        return watermark
+    found = run.tx.unrouted_events(watermark, 1)
+    return found[0].seq - 1 if found else max(run.tx.max_seq(), watermark)
+
+
+def raise_watermark_in_tx(tx: Tx, now_ms: int) -> int:
+    """Raise the routing watermark as far as every Event is routed, in a transaction of its own (on a
+    shared database its row is locked while it moves: not for the length of a compaction pass). A sweep
+    does this first; its passes remove Events up to it."""
+    unrouted_in_tx(tx, now_ms, 1)
+    return routing_watermark(tx)
 
 
 def _event_kept(run: _Pass, row: EventRow) -> bool:
