@@ -84,6 +84,9 @@ class EventRefs:
     """An open wait watches its key and has not looked past it (``after_seq`` below it)."""
     live_attempt: bool
     """The Work owning its key has a live attempt that may still wait on it (watermark below it)."""
+    next_attempt: bool
+    """The Work owning its key may start an attempt that waits on it: its pending input is all older
+    (an attempt's watermark is the newest input it is claimed with)."""
     open_subscription: bool
     """An open subscription on its scope and key has not decided it yet (checkpoint below it)."""
     open_timeout: bool
@@ -259,7 +262,9 @@ class CompactionTx(TxBase):
             " EXISTS (SELECT 1 FROM work_keys o JOIN executions x ON x.work_id = o.work_id WHERE o.key = ?"
             f" AND x.state IN {_LIVE} AND x.watermark < ?),"
             " EXISTS (SELECT 1 FROM subscriptions WHERE source_key = ? AND source_scope = ?"
-            f" AND state IN {_OPEN_SUBS} AND checkpoint_seq < ?)",
+            f" AND state IN {_OPEN_SUBS} AND checkpoint_seq < ?),"
+            " EXISTS (SELECT 1 FROM work_keys o WHERE o.key = ? AND (SELECT max(i.seq) FROM work_inputs i"
+            f" WHERE i.work_id = o.work_id AND i.state = '{_PENDING}') < ?)",
             (
                 event.id,
                 event.id,
@@ -274,6 +279,8 @@ class CompactionTx(TxBase):
                 key,
                 event.scope,
                 event.seq,
+                key,
+                event.seq,
             ),
         )
         assert row is not None
@@ -287,6 +294,7 @@ class CompactionTx(TxBase):
             open_wait=bool(row[6]),
             live_attempt=bool(row[7]),
             open_subscription=bool(row[8]),
+            next_attempt=bool(row[9]),
             open_timeout=False,
         )
 
