@@ -49,7 +49,9 @@ class TombstonesTx(TxBase):
         return [(r[0], r[1]) for r in rows]
 
     def kv_delete(self, namespace: str, keys: list[str]) -> None:
-        self._conn.executemany("DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys])
+        self._conn.executemany(
+            "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
+        )
 
     def expire_buckets(self, before_minute: int, limit: int) -> int:
         """Causal buckets of minutes before ``before_minute`` (only the current minute is ever charged)."""
