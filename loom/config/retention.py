@@ -142,7 +142,7 @@ class Compaction:
     table, one short transaction per page."""
 
     every_ms: int = attrs.field(default=60_000)
-    batch: int = attrs.field(default=200)
+    batch: int = attrs.field(default=100)
 
     def __attrs_post_init__(self) -> None:
         every = parse_duration(self.every_ms, "compaction.every", forever=False)

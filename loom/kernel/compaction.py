@@ -48,7 +48,7 @@ from .causal import REJECTIONS_NAMESPACE, utc_minute
 from .unrouted import routing_watermark, unrouted_in_tx
 
 NAMESPACE = "core.compaction"
-DEFAULT_LIMIT = 200
+DEFAULT_LIMIT = 100
 RELEASE_PAGES = 1000
 """Free pages a pass gives back to the file system at most (SQLite with incremental vacuum)."""
 _START: dict[str, list[Any]] = {
