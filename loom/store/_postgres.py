@@ -11,8 +11,9 @@ integers. What each guarantee rests on with several nodes is in ``docs/backends.
   in the order they were allocated (`PostgresDialect.order_lock`);
 * division of work: the scans for due timers and expired leases lock what they return with
   ``FOR UPDATE SKIP LOCKED``, so another node's concurrent scan takes other rows;
-* races between nodes (a deadlock, a key both inserted, a row changed under a compare-and-set)
-  roll the batch back whole and run it again (`PostgresDialect.is_conflict`);
+* races between nodes (a deadlock, a key both inserted, a row changed under a compare-and-set, a row
+  another node's compaction removed) roll the batch back whole and run it again
+  (`PostgresDialect.is_conflict`);
 * a lost connection fails the batch in flight and the actor reconnects (`reconnect_delays`).
 """
 
@@ -48,6 +49,7 @@ _CONFLICTS = frozenset(
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
         "23505",  # unique_violation: another node inserted the same key first
+        "23503",  # foreign_key_violation: another node's compaction removed a row this batch refers to
         "55P03",  # lock_not_available
     }
 )
