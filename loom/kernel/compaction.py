@@ -139,7 +139,8 @@ def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
     cursors["events"] = _events(run, cursors["events"])
     cursors["ledgers"] = _ledgers(run, cursors["ledgers"])
     cursors["rejections"] = _rejections(run, cursors["rejections"])
-    _expiry(run)
+    if not (req.dry_run and req.cursors is not None):
+        _expiry(run)  # (a dry run counts its one page at its first pass: nothing moves its head)
     released = 0
     if not req.dry_run:
         for step, value in cursors.items():
@@ -334,27 +335,29 @@ def window_end_ms(window: str) -> int | None:
 
 
 def _expiry(run: _Pass) -> None:
-    """Tombstones past the dedup window, diagnostics past theirs, causal buckets of past minutes."""
-    tx, now, limit = run.tx, run.now_ms, run.req.limit
+    """Tombstones past the dedup window, diagnostics past theirs, causal buckets of past minutes (from
+    the head of their tables: a dry run counts one page of each, and its cursors do not move them)."""
+    tx, now, limit, dry = run.tx, run.now_ms, run.req.limit, run.req.dry_run
     dedup = global_setting(run.req.config.retention, "dedup")
     diagnostics = global_setting(run.req.config.retention, "diagnostics")
-    if run.req.dry_run:
-        return  # counted by a real pass only: these are head deletions with no decision to report
     if dedup != FOREVER:
         for n in (
-            tx.expire_event_tombstones(now - dedup, limit),
-            tx.expire_removed("removed_works", now - dedup, limit),
-            tx.expire_removed("removed_timers", now - dedup, limit),
+            tx.expire_event_tombstones(now - dedup, limit, dry=dry),
+            tx.expire_removed("removed_works", now - dedup, limit, dry=dry),
+            tx.expire_removed("removed_timers", now - dedup, limit, dry=dry),
         ):
             run.count("tombstones", n)
-            run.page(n)
+            if not dry:
+                run.page(n)
     if diagnostics != FOREVER:
-        n = tx.expire_diagnostics(now - diagnostics, limit)
+        n = tx.expire_diagnostics(now - diagnostics, limit, dry=dry)
         run.count("diagnostics", n)
-        run.page(n)
-    n = tx.expire_buckets(utc_minute(now) - 1, limit)
+        if not dry:
+            run.page(n)
+    n = tx.expire_buckets(utc_minute(now) - 1, limit, dry=dry)
     run.count("buckets", n)
-    run.page(n)
+    if not dry:
+        run.page(n)
 
 
 # -- attempt logs: what executors keep, forgotten outside any transaction ------------------------------
