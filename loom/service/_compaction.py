@@ -6,8 +6,10 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from ..kernel.compaction import DEFAULT_LIMIT
+from ..records.compaction import COUNTS
 from ..records.serde import unstructure
 from ._ops import Call, Service
+from ._schemas import INTEGER, obj
 from ._wire import Field, json_response
 
 COMPACT_FIELDS = (
@@ -20,6 +22,14 @@ COMPACT_FIELDS = (
         schema={"minimum": 1, "maximum": 10_000},
     ),
 )
+
+
+COMPACTED = obj(
+    **{name: INTEGER for name in (*COUNTS, "kept", "released_bytes", "removed")},
+    more={"type": "boolean"},
+    dry_run={"type": "boolean"},
+)
+"""The answer: what the sweep removed (or would), per kind of row (`CompactionReport`)."""
 
 
 async def compact(s: Service, call: Call) -> Response:
