@@ -15,6 +15,7 @@ from ..actors.compactor import sweep
 from ..actors.gates import ask_start_gates
 from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
+from ..config.retention import MAX_BATCH
 from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, readmit_in_tx, start_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.compaction import DEFAULT_LIMIT
@@ -202,7 +203,7 @@ class Passes(RuntimeBase):
 
         With ``dry_run`` nothing is written (not even the cursors): the report says what the sweep would
         remove now, counted as if each pass removed nothing before the next (docs/operations.md)."""
-        check_limit(limit)
+        check_int("limit", limit, 1, MAX_BATCH)
         if not isinstance(dry_run, bool):
             raise InvalidRequest(f"dry_run must be true or false, got {dry_run!r}", field="dry_run")
         p = self._p
