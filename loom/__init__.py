@@ -25,6 +25,7 @@ from .records.errors import StaleAuthority as StaleAuthority
 from .records.errors import StorageClosed as StorageClosed
 from .records.errors import StorageError as StorageError
 from .records.errors import StorageUnavailable as StorageUnavailable
+from .records.errors import WaitTimedOut as WaitTimedOut
 from .records.events import CausalRejection as CausalRejection
 from .records.events import Diagnostic as Diagnostic
 from .records.events import DiagnosticKind as DiagnosticKind
@@ -77,6 +78,7 @@ from .records.work import RetryState as RetryState
 from .records.work import RunRequest as RunRequest
 from .records.work import Unmatched as Unmatched
 from .records.work import Work as Work
+from .records.work import WorkResult as WorkResult
 from .records.work import WorkState as WorkState
 from .runtime import PollReport as PollReport
 from .runtime import Runtime as Runtime

@@ -35,6 +35,8 @@ EXPECTED = {
     "StorageClosed",
     "StorageError",
     "StorageUnavailable",
+    "WaitTimedOut",
+    "WorkResult",
     "SystemClock",
     "hookimpl",
     "open_runtime",

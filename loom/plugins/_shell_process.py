@@ -40,17 +40,24 @@ def boot_id() -> str:
         return ""
 
 
-def _tail(path: Path) -> str:
+def tail_text(path: Path, limit: int = TAIL_BYTES, *, strip: bool = False) -> str:
+    """The last ``limit`` bytes of a file as text (``...`` first when it holds more); ``""`` when it
+    cannot be read."""
     try:
         with path.open("rb") as file:
             file.seek(0, os.SEEK_END)
             size = file.tell()
-            file.seek(max(size - TAIL_BYTES, 0))
+            file.seek(max(size - limit, 0))
             data = file.read()
     except OSError:
         return ""
-    text = data.decode("utf-8", errors="replace").strip()
-    return ("..." + text) if size > TAIL_BYTES else text
+    text = data.decode("utf-8", errors="replace")
+    text = text.strip() if strip else text
+    return ("..." + text) if size > limit else text
+
+
+def _tail(path: Path) -> str:
+    return tail_text(path, TAIL_BYTES, strip=True)
 
 
 def _read_lines(path: Path) -> list[str]:

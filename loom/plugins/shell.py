@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..records.errors import InvalidRequest, NotAccepting, NotAdoptable
+from ..records.errors import InvalidRequest, NotAccepting, NotAdoptable, NotFound
 from ..records.events import Event
 from ..records.executor import Toolbelt
 from ..records.serde import unstructure
@@ -62,6 +62,7 @@ from ._shell_process import (
     boot_id,
     private_dir,
     process_start_time,
+    tail_text,
     write_private,
 )
 
@@ -72,6 +73,7 @@ MAX_SECONDS = 24 * 3600.0
 POLL_S = 0.02
 """How often the ack file is read while an inject waits (a file has no readiness to wait on)."""
 
+STREAMS = ("stdout", "stderr")
 _CONFIG_KEYS = ("command", "env", "cwd", "grace_s", "ack_timeout_s", "on_close")
 
 
@@ -352,6 +354,23 @@ class ShellExecutor:
         except ProcessLookupError:
             return
         await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
+
+    # -- logs -----------------------------------------------------------------------------------------
+
+    async def logs(self, execution_id: str, metadata: Mapping[str, Any], *, tail: int) -> Mapping[str, str]:
+        """The end (``tail`` bytes) of the attempt's ``stdout`` and ``stderr``, from the directory it
+        pinned; `NotFound` once the directory is gone (removed after its retention)."""
+        directory = metadata.get("dir")
+        if not isinstance(directory, str) or Path(directory).parent != self._root():
+            raise NotFound(f"the shell executor kept no directory for execution {execution_id}")
+        folder = Path(directory)
+
+        def read() -> dict[str, str]:
+            if not folder.is_dir():
+                raise NotFound(f"the logs of execution {execution_id} are gone ({folder} was removed)")
+            return {name: tail_text(folder / name, tail) for name in STREAMS}
+
+        return await trio.to_thread.run_sync(read)
 
     # -- recover --------------------------------------------------------------------------------------
 

@@ -116,3 +116,12 @@ class StorageUnavailable(StorageError):
 
 class StorageClosed(StorageError):
     """The storage actor is not running (stopped, or crashed at a fault point)."""
+
+
+class WaitTimedOut(LoomError, TimeoutError):
+    """`Runtime.wait_for` gave up: the Work's outcome was not settled within the time it was given.
+    ``result`` is the Work's outcome as it stood then."""
+
+    def __init__(self, message: str, *, result: object) -> None:
+        super().__init__(message)
+        self.result = result

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from .events import Event, JSONObject
-from .frozen import frozen_object, frozen_optional_object
+from .frozen import freeze, frozen_object, frozen_optional_object
 from .states import Lifecycle
 from .waits import Waiting
 
@@ -291,6 +291,10 @@ class Work:
     """Consecutive failed attempts counted by the retry policy (apart from the attempt number)."""
     retry: RetryState | None = None
     """``backoff``: waiting for its retry timer; ``exhausted``: no automatic retry is left."""
+    blocked: str | None = None
+    """Why the admission pass passes it over while it is ready: ``capacity:<scope>`` (it waits for a
+    slot of that pool) or ``start:<reason>`` (nothing here can start it; a ``start_failed`` diagnostic
+    says the same). ``None``: nothing keeps it back."""
 
 
 @attrs.frozen(kw_only=True)
@@ -418,13 +422,45 @@ class Recovery:
     metadata: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
 
 
+@attrs.frozen(kw_only=True)
+class WorkResult:
+    """A Work's outcome as it stands (`Runtime.result`): its state, and the value or the error of its
+    last ended attempt.
+
+    ``settled`` says nothing more happens by itself: the Work is terminal (``done``), or its retry
+    budget is spent (``retry`` is ``exhausted``; it is held until an operator retries or cancels it).
+    ``value`` is what the last ended attempt completed with (`Completed.value`); ``error`` is why it
+    failed, when it failed. ``next_retry_at_ms`` is when its retry backoff ends (``None``: it is in
+    none)."""
+
+    work_id: str
+    state: WorkState
+    done: bool
+    settled: bool
+    value: Any = attrs.field(default=None, hash=False, converter=freeze)
+    error: str | None = None
+    attempts: int = 0
+    failures: int = 0
+    retry: RetryState | None = None
+    next_retry_at_ms: int | None = None
+    held: bool = False
+    hold_reason: str | None = None
+    execution_id: str | None = None
+    """The attempt ``value`` or ``error`` comes from (``None``: no attempt has ended)."""
+    ended_at_ms: int | None = None
+
+
 # -- outcomes -------------------------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
 class Completed:
+    """The attempt completed. ``value``: its result, any JSON value (at most `MAX_VALUE_BYTES` as JSON),
+    which the Work's outcome carries (`Runtime.result`)."""
+
     consumed_inputs: tuple[str, ...] = ()
     usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
+    value: Any = attrs.field(default=None, hash=False, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -462,4 +498,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         data["rate_limited"] = outcome.rate_limited
     if isinstance(outcome, Waiting):
         data["artifacts"] = list(outcome.artifacts)
+    if isinstance(outcome, Completed) and outcome.value is not None:
+        data["value"] = outcome.value
     return data

@@ -44,6 +44,8 @@ class Parts:
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
+    waiters: Any = None
+    """The `_results.Waiters` of the tasks waiting for an outcome (made at the first wait)."""
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

@@ -6,6 +6,7 @@ fast); durable state means a restart loses nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,6 +22,7 @@ from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
+from ..records.notices import AttemptFailed, Notice
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..store import (
     ActorReader,
@@ -132,6 +134,7 @@ async def open_runtime(
                 StorageActor(opened, clock, fault=fault, settle=settle_in_tx, check_ms=resync_ms).run,
                 storage_scope,
             )
+            storage.on_commit(_log_failures)
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
@@ -156,6 +159,8 @@ async def open_runtime(
                         yield runtime
                     finally:
                         actors_nursery.cancel_scope.cancel()
+                        if parts.waiters is not None:
+                            parts.waiters.close()
             finally:
                 # every actor (and the attempts it ran) has stopped: nothing renews these leases now
                 await _release_leases(storage, owner)
@@ -166,6 +171,28 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+
+
+attempts_log = logging.getLogger("loom.attempts")
+MAX_LOGGED_ERROR = 2000
+
+
+def _log_failures(notices: list[Notice]) -> None:
+    """Every failed attempt is logged once, by the node that committed its failure: its Work, attempt,
+    error and what follows (when it is retried, or that it is held)."""
+    for notice in notices:
+        if isinstance(notice, AttemptFailed):
+            error = notice.error
+            if len(error) > MAX_LOGGED_ERROR:
+                error = error[: MAX_LOGGED_ERROR - 3] + "..."
+            attempts_log.warning(
+                "work %s: attempt %d (%s) failed: %s; %s",
+                notice.work_id,
+                notice.attempt,
+                notice.execution_id,
+                error,
+                notice.then,
+            )
 
 
 async def _shielded(

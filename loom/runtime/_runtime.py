@@ -26,6 +26,7 @@ from ..records.validation import check_int
 from ._host import Host
 from ._passes import Passes
 from ._reads import Reads
+from ._results import Results
 from ._subscriptions import Subscriptions
 from ._watch import Watch
 
@@ -52,7 +53,7 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-class Runtime(Reads, Host, Passes, Subscriptions):
+class Runtime(Reads, Results, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property

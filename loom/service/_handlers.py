@@ -14,6 +14,7 @@ from ..records.timers import TimerSpec
 from ..records.validation import MAX_SEQ
 from ..runtime import Runtime
 from ._ops import Call, Service, next_cursor
+from ._results import routing_of
 from ._wire import (
     BAD_REQUEST,
     CONFLICT,
@@ -31,6 +32,7 @@ from ._wire import (
     query_int,
     query_limit,
     query_text,
+    to_data,
 )
 from ._wire import INTERNAL as INTERNAL
 
@@ -69,7 +71,9 @@ def event_in(body: dict[str, Any]) -> EventIn:
 
 async def post_event(s: Service, call: Call) -> Response:
     event = await s.rt.publish(event_in(call.body))
-    return json_response(event, 200 if event.duplicate else 201)
+    answer = to_data(event)
+    answer["routing"] = await routing_of(s, call, event)
+    return json_response(answer, 200 if event.duplicate else 201)
 
 
 async def list_events(s: Service, call: Call) -> Response:

@@ -18,6 +18,7 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {"type": "object"},
     "strings": {"type": "array", "items": {"type": "string"}},
     "amounts": {"type": "object", "additionalProperties": {"type": "number"}},
+    "json": {},
 }
 
 ERROR_SCHEMA = {

@@ -9,6 +9,7 @@ from contextlib import aclosing
 from typing import Any
 
 import attrs
+import trio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -44,6 +45,8 @@ class Service:
     clock: ManualClock | None = None
     max_body: int = MAX_BODY_BYTES
     access: Access = attrs.field(factory=Access)
+    stopping: trio.Event | None = None
+    """Set once the server stops: a long-poll answers at once (``None``: it never stops early)."""
 
 
 @attrs.frozen(kw_only=True)

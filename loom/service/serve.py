@@ -87,6 +87,7 @@ async def open_service(
     load_entry_points: bool = True,
     start_actors: bool = True,
     access: Access | None = None,
+    stopping: trio.Event | None = None,
 ) -> AsyncIterator[Service]:
     """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
     actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
@@ -96,7 +97,8 @@ async def open_service(
     of its own that starts where the store's time floor is (on a new store: at the wall clock's time);
     a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
     as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
-    ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`)."""
+    ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`).
+    ``stopping``: set when the server stops (long-polls then answer at once)."""
     clock: ManualClock | None = None
     if isinstance(test_clock, ManualClock):
         clock = test_clock
@@ -122,7 +124,7 @@ async def open_service(
             await nursery.start(metrics.run, rt)
             service = Service(
                 runtime=rt,
-                app=make_app(rt, metrics=metrics, clock=clock, access=access),
+                app=make_app(rt, metrics=metrics, clock=clock, access=access, stopping=stopping),
                 clock=clock,
                 nursery=nursery,
             )
@@ -292,7 +294,12 @@ async def _serve(
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
         async with open_service(
-            str(db), config=config, test_clock=test_clock, start_actors=False, access=access
+            str(db),
+            config=config,
+            test_clock=test_clock,
+            start_actors=False,
+            access=access,
+            stopping=stop,
         ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:

@@ -94,6 +94,13 @@ class _Request:
     ok: bool = False
     value: Any = None
     error: BaseException | None = None
+    read: bool = False
+    """A read (`StorageActor.read`): it changes nothing, so a batch of reads alone publishes nothing."""
+
+
+CommitListener = Callable[[list[Notice]], None]
+"""Called with each committed batch's notices (and each `StoreChanged` heard from another node), at
+once, in the storage actor's task: it must not block (it sets events, counts, logs)."""
 
 
 @attrs.define(eq=False)
@@ -170,6 +177,7 @@ class StorageActor:
         self._dialect = store.dialect
         self._limiter = anyio.CapacityLimiter(1)
         self._feeds: list[NoticeFeed] = []
+        self._listeners: list[CommitListener] = []
         self._running = False
         self.stats = StorageStats()
 
@@ -177,11 +185,19 @@ class StorageActor:
 
     async def submit(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``proc(tx, now_ms, *args, **kwargs)`` in the next batch; return its result after COMMIT."""
+        return await self._submit(_Request(proc, args, kwargs))  # type: ignore[no-any-return]
+
+    async def read(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`submit` for a procedure that only reads: a batch made of reads alone commits nothing, so it
+        publishes no notice (not even `Committed`): a watcher that reads the store at each notice
+        (through a ``:memory:`` runtime's reader) waits for the next change instead of waking itself."""
+        return await self._submit(_Request(proc, args, kwargs, read=True))  # type: ignore[no-any-return]
+
+    async def _submit(self, request: _Request) -> Any:
         if not self._running:
             # a caller being cancelled at shutdown sees its cancellation, not a closed store
             await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor is not running")
-        request = _Request(proc, args, kwargs)
         try:
             await self._send.send(request)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -189,7 +205,7 @@ class StorageActor:
             raise StorageClosed("the storage actor stopped") from None
         await request.done.wait()
         if request.ok:
-            return request.value  # type: ignore[no-any-return]
+            return request.value
         assert request.error is not None
         if isinstance(request.error, StorageClosed):
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -213,6 +229,25 @@ class StorageActor:
         cursors, whatever they heard."""
         return self._check_ms
 
+    def on_commit(self, listener: CommitListener) -> Callable[[], None]:
+        """Call ``listener`` with every batch's notices from now on (see `CommitListener`); returns the
+        function that stops it."""
+        self._listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return stop
+
+    def _tell(self, notices: list[Notice]) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notices)
+            except Exception:
+                log.exception("a commit listener failed; it is dropped")
+                self._listeners.remove(listener)
+
     def announce(self, notice: StoreChanged) -> None:
         """Hand every feed what another node committed (or, with ``everything``, a call to look at the
         store again from its cursors). A feed with notices still unread skips a check: its reader is
@@ -220,6 +255,7 @@ class StorageActor:
         for feed in list(self._feeds):
             if not (notice.check and feed.pending):
                 feed._offer([notice])
+        self._tell([notice])
 
     def _heard(self, payload: str | None) -> None:
         notice = StoreChanged(everything=True) if payload is None else parse(payload, self.origin)
@@ -334,7 +370,11 @@ class StorageActor:
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         for request in batch:
             request.done.set()
+        if not notices and all(request.read for request in batch):
+            return  # reads alone: nothing was committed, nothing to tell
         seconds = trio.current_time() - started
+        if notices:
+            self._tell(notices)
         with_commit = [
             *notices,
             Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds),

@@ -328,10 +328,10 @@ class ActorReader(Reader):
         def read(tx: Tx, now_ms: int) -> Rows:
             return tx._all(sql, params)
 
-        return await self._storage.submit(read)
+        return await self._storage.read(read)
 
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         def read(tx: Tx, now_ms: int) -> list[Rows]:
             return [tx._all(sql, params) for sql, params in queries]
 
-        return await self._storage.submit(read)
+        return await self._storage.read(read)
