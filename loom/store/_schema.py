@@ -373,6 +373,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
     """,
     },
+    # 12: a Work's diagnostics (why it cannot start, its failed attempts) are read by their subject,
+    # newest first
+    """
+    CREATE INDEX diagnostics_subject ON diagnostics (subject, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
