@@ -18,6 +18,7 @@ import trio
 
 from ..kernel.retry import retry_timer_id
 from ..records.errors import InvalidRequest, NotFound, StorageClosed, WaitTimedOut
+from ..records.events import Diagnostic
 from ..records.executor import AttemptLogs
 from ..records.ids import stable_id
 from ..records.notices import EventRouted, Notice, StoreChanged, WorkChanged, WorkSettled
@@ -170,6 +171,13 @@ class Results(RuntimeBase):
                     await wake.wait()
             finally:
                 waiters.discard(EVENT + event_id, wake)
+
+    async def latest_diagnostics(self, subject: str, *, limit: int = 20) -> list[Diagnostic]:
+        """The latest diagnostics about ``subject`` (a Work: why it cannot start, its failed attempts),
+        newest first."""
+        lookup("subject", subject)
+        check_int("limit", limit, 1, 1000)
+        return await self._p.reader.diagnostics_about(subject, limit)
 
     async def attempt_logs(
         self, work_id: str, attempt: int, *, stream: str | None = None, tail: int = 65_536

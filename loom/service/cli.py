@@ -227,7 +227,8 @@ def send(
     token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
-    """Send an Event to a running server; it is durable once this returns."""
+    """Send an Event to a running server; it is durable once this returns, and the answer says which
+    route matched it (waiting a moment for its routing)."""
     body: dict[str, Any] = {
         "source": source,
         "delivery_id": delivery_id or uuid.uuid4().hex,
@@ -239,7 +240,7 @@ def send(
         body["key"] = key
     if work is not None:
         body["work_id"] = work
-    answer = _client(url, token_file).post("/events", body)
+    answer = _client(url, token_file).post(f"/events?wait={ROUTE_WAIT_S}", body)
     if as_json or not isinstance(answer, dict):
         _show(answer, True)
         return
@@ -249,6 +250,7 @@ def send(
         f"{what}: event {shown.get('id')} seq {shown.get('seq')} at {shown.get('accepted_at', '-')} "
         f"(source {body['source']}, delivery {body['delivery_id']})"
     )
+    typer.echo(_cli_results.routing_line(answer.get("routing")))
 
 
 @work_app.command("list")
@@ -434,6 +436,12 @@ def diagnostics(
         return
     for row in rows:
         typer.echo(f"{row.get('at', '-')}  {row.get('kind')}  {row.get('subject')}: {row.get('message')}")
+
+
+from . import _cli_results  # noqa: E402  # its commands join the apps defined above
+
+ROUTE_WAIT_S = 2
+"""How long ``loom send`` lets the server wait for its Event's routing checkpoint."""
 
 
 def main() -> None:

@@ -274,6 +274,11 @@ class Reader:
         rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
         return [_sql.diagnostic_from_row(r) for r in rows]
 
+    async def diagnostics_about(self, subject: str, limit: int) -> list[Diagnostic]:
+        """The subject's latest diagnostics, newest first."""
+        rows = await self._all(_sql.DIAGNOSTICS_ABOUT, (subject, limit))
+        return [_sql.diagnostic_from_row(r) for r in rows]
+
     async def timer(self, timer_id: str) -> Timer | None:
         rows = await self._all(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(rows[0]) if rows else None

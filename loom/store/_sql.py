@@ -216,6 +216,8 @@ def intent_from_row(row: Row) -> Intent:
 
 
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
+DIAGNOSTICS_ABOUT = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE subject = ? ORDER BY id DESC LIMIT ?"
+"""A subject's diagnostics, newest first (the ``diagnostics_subject`` index)."""
 DIAGNOSTICS = (
     "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
     " AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY id LIMIT ?"
