@@ -222,7 +222,13 @@ def test_a_bad_url_is_one_line_on_stderr() -> None:
 
 
 def test_send_posts_the_event_and_says_it_is_accepted(server: FakeServer) -> None:
-    routing = {"status": "routed", "route": "orders", "route_scope": "shop", "work_id": "wk_1", "reason": None}
+    routing = {
+        "status": "routed",
+        "route": "orders",
+        "route_scope": "shop",
+        "work_id": "wk_1",
+        "reason": None,
+    }
     accepted = {"id": "ev_1", "seq": 7, "accepted_at_ms": T9, "duplicate": False, "routing": routing}
     server.answers["POST", "/events"] = (201, accepted)
     result = loom_cli(
@@ -248,7 +254,10 @@ def test_send_posts_the_event_and_says_it_is_accepted(server: FakeServer) -> Non
 )
 def test_send_says_when_its_event_matched_no_route(server: FakeServer, routing: Any, said: str) -> None:
     """Catches a send that says only "accepted" for an Event nothing will act on."""
-    server.answers["POST", "/events"] = (201, {"id": "ev_1", "seq": 1, "duplicate": False, "routing": routing})
+    server.answers["POST", "/events"] = (
+        201,
+        {"id": "ev_1", "seq": 1, "duplicate": False, "routing": routing},
+    )
     result = loom_cli("send", "x.y", "--scope", "s", "--url", server.url)
     assert result.exit_code == 0, result.output
     assert said in result.stdout.splitlines()[1]

@@ -73,7 +73,12 @@ async def test_a_completed_attempt_value_is_the_work_result(loom_store: str) -> 
     async with host(loom_store) as rt:
         lease = await started(rt, 1)
         before = await rt.result(lease.work_id)
-        assert (before.state, before.done, before.settled, before.value) == (WorkState.RUNNING, False, False, None)
+        assert (before.state, before.done, before.settled, before.value) == (
+            WorkState.RUNNING,
+            False,
+            False,
+            None,
+        )
         await rt.complete(lease, Completed(value={"total": 42, "items": ["a", "b"]}))
         result = await rt.result(lease.work_id)
         assert result.state is WorkState.COMPLETED
@@ -102,7 +107,7 @@ async def test_wait_for_wakes_on_the_commit_and_reads_nothing_while_nothing_chan
     misses the commit that settles the Work."""
     async with host(":memory:") as rt:
         lease = await started(rt, 1)
-        storage = rt._p.storage  # noqa: SLF001  # counting the store's requests is the point
+        storage = rt._p.storage  # counting the store's requests is the point
         got: list[loom.WorkResult] = []
 
         async def waiter() -> None:
@@ -177,7 +182,8 @@ async def test_a_failed_attempt_shows_its_error_and_backoff_and_a_spent_budget_s
         settled = got[0]
         assert (settled.settled, settled.done, settled.retry) == (True, False, RetryState.EXHAUSTED)
         assert settled.error == "no stock (attempt 2)"
-        assert settled.held and settled.hold_reason is not None and "retries exhausted" in settled.hold_reason
+        assert settled.held
+        assert "retries exhausted" in (settled.hold_reason or "")
         assert len(await rt.diagnostics(kind="attempt_failed", subject=work.id)) == 2
 
 
