@@ -4,6 +4,7 @@ from . import notices as notices
 from .config import CausalLimits as CausalLimits
 from .config import Config as Config
 from .plugins import hookimpl as hookimpl
+from .plugins.app import App as App
 from .records.budgets import BudgetLedger as BudgetLedger
 from .records.clock import Clock as Clock
 from .records.clock import ManualClock as ManualClock

@@ -182,6 +182,7 @@ def start_server(
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
     timeout: float = 30,
+    cwd: Path | None = None,
 ) -> Server:
     """Start ``loom serve`` on port 0 and wait for the line that says where it listens (``db``: a
     SQLite file, or a PostgreSQL URL with ``logs`` the directory for the server's log)."""
@@ -197,7 +198,7 @@ def start_server(
         args.append("--test-clock")
     stderr = log.open("w")
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
+        args, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}, cwd=cwd
     )
     stderr.close()
     assert proc.stdout is not None

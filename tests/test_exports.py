@@ -36,6 +36,7 @@ EXPECTED = {
     "StorageError",
     "StorageUnavailable",
     "WaitTimedOut",
+    "App",
     "WorkResult",
     "SystemClock",
     "hookimpl",

@@ -125,7 +125,18 @@ def serve(
         help="The SQLite file (created if missing), or the postgresql:// URL of a PostgreSQL database"
         " that several loom serve nodes may share.",
     ),
-    config: Path | None = typer.Option(None, "--config", help="A loom.toml configuration file."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="A loom.toml configuration file (default: $LOOM_CONFIG, else ./loom.toml if there is one).",
+    ),
+    app_spec: str | None = typer.Option(
+        None,
+        "--app",
+        envvar="LOOM_APP",
+        help="module:object, a loom.App whose functions and executors this server runs (imported from"
+        ' the working directory), e.g. tasks:app. Default: the configuration\'s app = "module:object".',
+    ),
     listen: str = typer.Option("127.0.0.1:8440", "--listen", help="HOST:PORT to serve HTTP on."),
     test_clock: bool = typer.Option(
         False,
@@ -176,6 +187,7 @@ def serve(
             allow_hosts=tuple(allow_host),
             token_file=str(token_file) if token_file is not None else None,
             read_timeout=read_timeout,
+            app=app_spec,
         )
     )
 

@@ -37,6 +37,7 @@ from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
+from ._apps import app_and_config, find_config
 from ._metrics import Metrics
 from ._token import read_token_file
 
@@ -216,11 +217,15 @@ async def serve(
     allow_hosts: Sequence[str] = (),
     token_file: str | Path | None = None,
     read_timeout: float = READ_TIMEOUT_S,
+    app: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
-    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration from ``config_path`` (``None``: an empty one), and the
-    HTTP API and web view on ``listen`` (loopback by default; port 0 picks a free port).
+    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration
+    from ``config_path`` (``None``: ``$LOOM_CONFIG``, else ``./loom.toml``, else the app's, else none: the
+    log says which), the `loom.App` ``app`` (``module:object``, or the configuration's ``app``) whose
+    functions and executors it runs, and the HTTP API and web view on ``listen`` (loopback by default;
+    port 0 picks a free port).
 
     Once listening it sets ``LOOM_URL`` in its environment to the address (the shell executor gives
     it to the processes it runs, beside their token), starts the actors, prints ``loom serve:
@@ -253,10 +258,14 @@ async def serve(
             field="token_file",
         )
     access = Access.for_listen(host, allow_hosts=allow_hosts, token=token)
-    config = Config.load(str(config_path)) if config_path is not None else None
+    served, config, said = app_and_config(app, find_config(config_path))
+    (log.info if config is not None else log.warning)("running %s", said)
+    if served is not None:
+        log.info("serving app %s", served)
+    plugins = (served,) if served is not None else ()
     stop = trio.Event()
     try:
-        await _serve(db, config, listen, test_clock, access, float(read_timeout), stop, task_status)
+        await _serve(db, config, listen, test_clock, access, float(read_timeout), stop, task_status, plugins)
     except BaseExceptionGroup as group:
         reason = _reason(group)
         if reason is None:
@@ -290,6 +299,7 @@ async def _serve(
     read_timeout: float,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
+    plugins: tuple[object, ...] = (),
 ) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
@@ -300,6 +310,7 @@ async def _serve(
             start_actors=False,
             access=access,
             stopping=stop,
+            plugins=plugins,
         ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:
