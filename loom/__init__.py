@@ -40,6 +40,7 @@ from .records.executor import GatedCall as GatedCall
 from .records.executor import RefuseCall as RefuseCall
 from .records.executor import Toolbelt as Toolbelt
 from .records.executor import WaitForCall as WaitForCall
+from .records.results import WorkResult as WorkResult
 from .records.subscriptions import ReconcileReport as ReconcileReport
 from .records.subscriptions import Subscription as Subscription
 from .records.subscriptions import SubscriptionSpec as SubscriptionSpec
@@ -79,7 +80,6 @@ from .records.work import RetryState as RetryState
 from .records.work import RunRequest as RunRequest
 from .records.work import Unmatched as Unmatched
 from .records.work import Work as Work
-from .records.work import WorkResult as WorkResult
 from .records.work import WorkState as WorkState
 from .runtime import PollReport as PollReport
 from .runtime import Runtime as Runtime

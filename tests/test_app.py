@@ -6,7 +6,6 @@ configuration is found as documented (``--config``, ``LOOM_CONFIG``, ``./loom.to
 from __future__ import annotations
 
 import itertools
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -95,7 +94,7 @@ def test_app_registration_refuses_what_it_cannot_run() -> None:
         app.function("")
     with pytest.raises(InvalidRequest, match="has no launch, inject, interrupt, capabilities"):
         app.executor("mine")(object())
-    with pytest.raises(InvalidRequest, match="config must be a loom.Config"):
+    with pytest.raises(InvalidRequest, match=r"config must be a loom\.Config"):
         loom.App(config="loom.toml")  # type: ignore[arg-type]
     assert app.loom_executors() == {}  # no function, no python executor: a binding to it is refused
 
@@ -200,4 +199,4 @@ async def test_the_example_app_is_served_from_its_directory_and_answers_its_resu
     assert f"work {failing}: attempt 1 (" in log
     assert "failed: executor 'python' raised ValueError: order order/2 has no items" in log
     assert not (EXAMPLE / "__pycache__").exists()
-    assert os.path.exists(tmp_path / "shop.db")
+    assert (tmp_path / "shop.db").stat().st_size > 0  # after the server stopped

@@ -22,8 +22,9 @@ from ..records.events import Diagnostic
 from ..records.executor import AttemptLogs
 from ..records.ids import stable_id
 from ..records.notices import EventRouted, Notice, StoreChanged, WorkChanged, WorkSettled
+from ..records.results import WorkResult
 from ..records.validation import MAX_INT, check_int
-from ..records.work import Checkpoint, Execution, ExecutionState, RetryState, Work, WorkResult
+from ..records.work import Checkpoint, Execution, ExecutionState, RetryState, Work
 from ..store import StorageActor
 from ._base import RuntimeBase, lookup
 
