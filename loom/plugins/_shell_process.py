@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,33 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def _end_group(pid: int) -> None:
+    """The wrapper ``pid`` has exited: kill what is left of its process group (the grandchildren the
+    command started: ``work & sleep 600``), then reap it. Its own child is reaped only after, so its pid
+    (the group's id) cannot be reused meanwhile."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _reap(pid)
+
+
+def inheritable_descriptors() -> list[int]:
+    """This process's descriptors above stderr that a spawned process would inherit (loom opens none
+    of its own so: a library's may be). A shell attempt is started with each of them closed."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:
+                pass  # closed meanwhile (the listing's own descriptor)
+    return found

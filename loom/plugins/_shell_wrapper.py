@@ -1,8 +1,9 @@
 """The shell executor's wrapper: runs one command and records how it ended.
 
 Run as ``python _shell_wrapper.py STATUS_FILE CWD ARGV...`` (by path, so it imports nothing of loom;
-an empty CWD keeps the current directory). It starts the command, forwards SIGTERM, SIGINT and SIGHUP to it, waits for it, and writes
-``{"exit": N}`` (or ``{"exit": 128 + S, "signal": S}``, or ``{"exit": 127, "error": ...}`` when the
+an empty CWD keeps the current directory). It starts the command in the process group loom made for
+the attempt (loom signals the whole group: SIGTERM, SIGINT and SIGHUP reach the command, and the
+wrapper stays to see it end), waits for it, and writes ``{"exit": N}`` (or ``{"exit": 128 + S, "signal": S}``, or ``{"exit": 127, "error": ...}`` when the
 command cannot start) to STATUS_FILE atomically before it exits with the same status. A loom that
 restarted while the command ran is not its parent and cannot wait for it, so it reads this file.
 """
@@ -29,8 +30,15 @@ def _write(path: str, status: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
+def _stay(signum: int, frame: object) -> None:
+    """A stop signal reached the whole group, the command included: the wrapper stays to record how
+    the command ends (a handler, not SIG_IGN, so the command starts with the default disposition)."""
+
+
 def main(argv: list[str]) -> int:
     status_path, cwd, command = argv[0], argv[1] or None, argv[2:]
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _stay)
     try:
         child = subprocess.Popen(command, cwd=cwd)
     except OSError as exc:
@@ -40,14 +48,6 @@ def main(argv: list[str]) -> int:
         )
         return 127
 
-    def forward(signum: int, frame: object) -> None:
-        try:
-            child.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
     code = child.wait()
     if code < 0:
         _write(status_path, {"exit": 128 - code, "signal": -code})

@@ -19,8 +19,12 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
   until the process writes that id as a line of the ack file: then it is accepted. A process that has
   exited does not accept; one that stays silent past ``ack_timeout_s`` leaves the answer ambiguous
   (the runtime tries the same Event again, so a process should ignore an id it has seen).
-* ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the process group, and
-  returns once the process is gone.
+* ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the attempt's process group,
+  and returns once the process is gone. However an attempt ends (it exits, is interrupted, cancelled,
+  timed out, or stopped by a close under ``on_close = "stop"``), whatever is left of its process group
+  (the grandchildren it started) is killed: nothing of an attempt outlives it.
+* The process starts with only its own descriptors (stdin from ``/dev/null``, stdout and stderr to
+  its files): nothing loom holds open (the service's listening socket, the database) leaks into it.
 * The process runs in a session of its own, through a small wrapper that records its exit status.
   When the runtime closes or dies while it runs, it goes on: the runtime's next open recovers the
   attempt, and `ShellExecutor.recover` adopts the process by its pinned pid and start time (read from
@@ -51,15 +55,16 @@ from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
 from ._shell_process import (
     StateDirRefused,
+    _end_group,
     _inbox_ids,
     _open_pidfd,
     _outcome,
     _read_lines,
     _read_status,
-    _reap,
     _wait_exit,
     _write_new,
     boot_id,
+    inheritable_descriptors,
     private_dir,
     process_start_time,
     tail_text,
@@ -134,7 +139,8 @@ def read_config(config: Mapping[str, Any]) -> ShellConfig:
 
 
 def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
-    """Start the wrapper (which starts the command) in a session of its own; its pid."""
+    """Start the wrapper (which starts the command) in a session of its own, with no descriptor of
+    this process but its own stdin, stdout and stderr; its pid."""
     create = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     return os.posix_spawn(
         sys.executable,
@@ -144,6 +150,7 @@ def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, str(directory / "stdout"), create, 0o600),
             (os.POSIX_SPAWN_OPEN, 2, str(directory / "stderr"), create, 0o600),
+            *((os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable_descriptors()),
         ],
         setsid=True,
     )
@@ -267,7 +274,7 @@ class ShellExecutor:
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._stop(running, pidfd)
-                    _reap(pid)
+                    _end_group(pid)
                 raise
             try:
                 await _wait_exit(pidfd)
@@ -275,9 +282,9 @@ class ShellExecutor:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _reap(pid)
+                        _end_group(pid)
                 raise  # otherwise it goes on; the next open adopts it
-            _reap(pid)
+            _end_group(pid)
             return await self._finish(running)
         finally:
             os.close(pidfd)
@@ -339,11 +346,12 @@ class ShellExecutor:
         await self._stop(running, None)
 
     async def _stop(self, running: _Running, pidfd: int | None) -> None:
-        """SIGTERM to the wrapper (it passes it on and records the status), SIGKILL to the whole group
-        after the grace period; until it has exited (watched on ``pidfd`` by the caller's own task, or
-        through the task watching it)."""
+        """SIGTERM to the attempt's whole process group (the command and whatever it started; the wrapper
+        stays to record how the command ended), SIGKILL to the group after the grace period; until the
+        wrapper has exited (watched on ``pidfd`` by the caller's own task, or through the task watching
+        it, which then kills what is left of the group: `_end_group`)."""
         try:
-            os.kill(running.pid, signal.SIGTERM)
+            os.killpg(running.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
         with trio.move_on_after(running.config.grace_s):
@@ -410,13 +418,13 @@ class ShellExecutor:
             self._running[request.execution_id] = running
             try:
                 await _wait_exit(pidfd)
-                _reap(pid)
+                _end_group(pid)
                 return await self._finish(running)
             except trio.Cancelled:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _reap(pid)
+                        _end_group(pid)
                 raise
             finally:
                 running.exited.set()

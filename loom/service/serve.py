@@ -29,6 +29,7 @@ import attrs
 import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
 from starlette.applications import Starlette
 
 from ..config import Config
@@ -150,11 +151,23 @@ def bound_socket(listen: str) -> socket.socket:
     return sock
 
 
+class _CloseOnExec(HypercornConfig):
+    """Hypercorn's configuration, whose listening sockets are close-on-exec: Hypercorn makes them
+    inheritable (for its worker processes, which loom does not use), and an inherited listening socket
+    would keep the port bound by every process loom starts (a restarted server could not listen)."""
+
+    def create_sockets(self) -> Sockets:
+        sockets = super().create_sockets()
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
+            sock.set_inheritable(False)
+        return sockets
+
+
 def hypercorn_config(
     sock: socket.socket, *, access_log: bool = False, read_timeout: float = READ_TIMEOUT_S
 ) -> HypercornConfig:
     """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
-    config = HypercornConfig()
+    config = _CloseOnExec()
     config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
