@@ -292,3 +292,10 @@ def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
     """A clean close: every lease ``owner`` holds expires now, so the next open recovers its attempts
     at once rather than after a lease length."""
     return tx.release_leases(owner, now_ms)
+
+
+def release_dead_leases_in_tx(tx: Tx, now_ms: int, except_owner: str) -> int:
+    """An open that knows no other process holds a lease on its store (a SQLite file, whose lock it
+    holds: every earlier process that held one is dead): every lease but its own expires now, so the
+    attempts the killed process left are recovered at once, not a lease length later."""
+    return tx.release_leases(None, now_ms, except_owner=except_owner)

@@ -194,6 +194,32 @@ def _end_group(pid: int) -> None:
     _reap(pid)
 
 
+def take_over(folder: Path) -> dict[str, Any] | None:
+    """Recovery of an attempt whose loom died after pinning its directory and before pinning its
+    process: the wrapper's claim on the directory (``pid``, ``start_time``, ``boot_id``: the process
+    started, adopt it), or ``None`` when this call claimed it first, as abandoned (no command ran there
+    or ever will: the wrapper, if it starts late, finds the claim and exits; run the attempt anew)."""
+    claim = folder / "claim"
+    partial = folder / f"claim.recovery.{os.getpid()}"
+    try:
+        write_private(partial, json.dumps({"abandoned": True}), replace=True)
+    except FileNotFoundError:
+        return None  # the directory is gone: nothing can start there
+    try:
+        os.link(partial, claim)
+    except FileExistsError:
+        try:
+            found = json.loads(claim.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if isinstance(found, dict) and found.get("abandoned") is True:
+            return None  # an earlier recovery took it: still nothing ran there
+        return found if isinstance(found, dict) else {}
+    finally:
+        partial.unlink(missing_ok=True)
+    return None
+
+
 def inheritable_descriptors() -> list[int]:
     """This process's descriptors above stderr that a spawned process would inherit (loom opens none
     of its own so: a library's may be). A shell attempt is started with each of them closed."""

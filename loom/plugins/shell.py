@@ -36,6 +36,7 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -68,8 +69,11 @@ from ._shell_process import (
     private_dir,
     process_start_time,
     tail_text,
+    take_over,
     write_private,
 )
+
+log = logging.getLogger("loom.shell")
 
 WRAPPER = str(Path(__file__).with_name("_shell_wrapper.py"))
 DEFAULT_GRACE_S = 10.0
@@ -254,6 +258,9 @@ class ShellExecutor:
         except (StateDirRefused, OSError) as exc:
             return Failed(error=f"shell executor: {exc}")
         env = {**os.environ, **config.env, **environment(directory, request, token, url)}
+        # the directory is recorded before anything starts there: a loom killed from here on leaves an
+        # attempt its recovery finds (the process, by its claim on the directory, or nothing started)
+        await toolbelt.pin({"dir": str(directory), "boot_id": boot_id()})
         try:
             pid = _spawn(directory, config, env)
         except OSError as exc:
@@ -363,6 +370,12 @@ class ShellExecutor:
             return
         await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
 
+    async def _relaunch(self, request: RunRequest, toolbelt: Toolbelt, why: str) -> Outcome:
+        """Run an attempt whose command never started, now, under the recoverer's lease."""
+        await toolbelt.adopt()
+        log.info("execution %s: %s; it runs now", request.execution_id, why)
+        return await self.launch(request, toolbelt)
+
     # -- logs -----------------------------------------------------------------------------------------
 
     async def logs(self, execution_id: str, metadata: Mapping[str, Any], *, tail: int) -> Mapping[str, str]:
@@ -384,19 +397,37 @@ class ShellExecutor:
 
     async def recover(self, request: RunRequest, toolbelt: Toolbelt, metadata: Mapping[str, Any]) -> Outcome:
         """Adopt the attempt's process after a restart: verified by pid, start time and boot id, then
-        watched to its exit; one that already ended is read from its status file. `NotAdoptable` when
-        neither can be verified."""
-        pid, start_time, directory = metadata.get("pid"), metadata.get("start_time"), metadata.get("dir")
-        if not isinstance(pid, int) or not isinstance(start_time, int) or not isinstance(directory, str):
+        watched to its exit; one that already ended is read from its status file. The process is found
+        by what the attempt pinned, or, when its loom died before it pinned the process, by the wrapper's
+        claim on the attempt's directory. An attempt whose command never started (its loom died before,
+        or a recovery claimed its directory first) runs now, as the same attempt: a command never runs
+        twice. `NotAdoptable` when none of this can be verified."""
+        directory = metadata.get("dir")
+        if not metadata:
+            # nothing pinned: the directory is pinned before anything is spawned, so nothing started
+            return await self._relaunch(request, toolbelt, "its loom stopped before it started anything")
+        if not isinstance(directory, str) or Path(directory).parent != self._root():
             raise NotAdoptable(
-                "the shell executor pinned no process for this attempt (no pid, start time or dir)"
+                f"the shell executor pinned no directory of its own ({self._root()}) for this attempt"
             )
+        pid, start_time, boot = metadata.get("pid"), metadata.get("start_time"), metadata.get("boot_id")
+        if not isinstance(pid, int) or not isinstance(start_time, int):
+            try:
+                private_dir(Path(directory), create=False)
+            except (StateDirRefused, OSError) as exc:
+                raise NotAdoptable(f"shell executor: {exc}") from None
+            claim = await trio.to_thread.run_sync(take_over, Path(directory))
+            if claim is None:
+                return await self._relaunch(request, toolbelt, "its loom stopped before its command started")
+            pid, start_time, boot = claim.get("pid"), claim.get("start_time"), claim.get("boot_id")
+            if not isinstance(pid, int) or not isinstance(start_time, int):
+                raise NotAdoptable(f"the claim on {directory} names no process")
         try:
             config = read_config(request.config)
         except InvalidRequest as exc:
             raise NotAdoptable(str(exc)) from None
         folder = Path(directory)
-        same_boot = metadata.get("boot_id") in (None, "", boot_id())
+        same_boot = boot in (None, "", boot_id())
         running = _Running(folder, pid, config)
         running.written.update(_inbox_ids(folder))
         pidfd = _open_pidfd(pid) if same_boot else None

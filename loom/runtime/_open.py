@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -17,7 +18,7 @@ from ..actors.ingress import IngressActor
 from ..config import Config, ConfigHolder
 from ..kernel.admission import settle_in_tx
 from ..kernel.executions import TRIGGER_SELECTORS
-from ..kernel.recovery import release_leases_in_tx
+from ..kernel.recovery import release_dead_leases_in_tx, release_leases_in_tx
 from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
@@ -131,7 +132,14 @@ async def open_runtime(
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
                 _shielded,
-                StorageActor(opened, clock, fault=fault, settle=settle_in_tx, check_ms=resync_ms).run,
+                StorageActor(
+                    opened,
+                    clock,
+                    fault=fault,
+                    settle=settle_in_tx,
+                    check_ms=resync_ms,
+                    on_open=_dead_leases(opened, owner),
+                ).run,
                 storage_scope,
             )
             storage.on_commit(_log_failures)
@@ -171,6 +179,15 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+
+
+def _dead_leases(store: Store, owner: str) -> Callable[[Any, int], object] | None:
+    """What an open does first: a SQLite file's lock is this process's alone, so whoever held a lease
+    before is dead, and its attempts are recovered now (adopted, relaunched, or failed), not a lease
+    length later. (On a shared database a lease may be another live node's: it waits for its expiry.)"""
+    if store.dialect.shared or store.in_memory:
+        return None
+    return partial(release_dead_leases_in_tx, except_owner=owner)
 
 
 attempts_log = logging.getLogger("loom.attempts")

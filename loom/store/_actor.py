@@ -105,6 +105,8 @@ class StorageStats:
     requests: int = 0
     largest_batch: int = 0
     failed_batches: int = 0
+    reads: int = 0
+    """Reads served alone, apart from any batch (`StorageActor.read`)."""
 
 
 class StorageActor:
@@ -118,6 +120,7 @@ class StorageActor:
         fault: FaultHook | None = None,
         settle: Callable[[Tx, int], None] | None = None,
         check_ms: int = 1000,
+        on_open: Callable[[Tx, int], object] | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
@@ -126,6 +129,7 @@ class StorageActor:
         self._fault = fault
         self._settle = settle
         self._check_ms = check_ms
+        self._on_open = on_open
         self.origin = secrets.token_hex(8)
         """This actor's name in the payloads it sends other nodes (they ignore their own)."""
         self.routing = False
@@ -235,6 +239,8 @@ class StorageActor:
 
     async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+        if self._on_open is not None:
+            await anyio.to_thread.run_sync(self._open_with, self._on_open, limiter=self._limiter)
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
@@ -251,6 +257,20 @@ class StorageActor:
             with trio.CancelScope(shield=True):
                 await self._close()
 
+    def _open_with(self, proc: Callable[[Tx, int], object]) -> None:
+        """Run ``proc`` in a transaction of its own once the store is open, before any request (as a
+        migration is): it is no batch, and nobody hears its notices."""
+        tx = Tx(self._conn, self._dialect)
+        self._conn.execute(self._dialect.begin)
+        try:
+            proc(tx, self._clock.now_ms())
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            self.store.close_writer(self._conn)
+            self._conn = None
+            raise
+
     async def _serve(self) -> None:
         batch_no = 0
         while True:
@@ -260,11 +280,15 @@ class StorageActor:
                     batch.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
-            batch_no += 1
+            reads = all(request.read for request in batch)
+            if not reads:
+                batch_no += 1
             with trio.CancelScope(shield=True):
                 if self._conn is None:
                     await self._reconnect()
-                await self._run_batch(batch, batch_no)
+                # reads alone commit nothing: no batch number, no crash point, no notice (not even
+                # `Committed`: a watcher that reads at each notice is not woken by its own reads)
+                await self._run_batch(batch, None if reads else batch_no)
 
     async def _reconnect(self) -> None:
         """Open the connection again after it was lost, waiting longer after each failure; requests
@@ -285,7 +309,7 @@ class StorageActor:
                 log.warning("reconnected to %s", self.store.describe())
                 return
 
-    async def _run_batch(self, batch: list[_Request], batch_no: int) -> None:
+    async def _run_batch(self, batch: list[_Request], batch_no: int | None) -> None:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
@@ -322,13 +346,14 @@ class StorageActor:
                 request.error = StorageClosed(f"the storage actor crashed {where} (batch {batch_no})")
                 request.done.set()
             raise
+        for request in batch:
+            request.done.set()
+        if batch_no is None:
+            self.stats.reads += len(batch)
+            return  # reads alone: nothing was committed, nothing to tell
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        for request in batch:
-            request.done.set()
-        if not notices and all(request.read for request in batch):
-            return  # reads alone: nothing was committed, nothing to tell
         seconds = trio.current_time() - started
         if notices:
             self._tell(notices)
@@ -342,7 +367,9 @@ class StorageActor:
             elif notices:
                 feed._offer(notices)
 
-    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
+    def _execute_until_settled(
+        self, batch: list[_Request], now_ms: int, batch_no: int | None
+    ) -> list[Notice]:
         """Run the batch; one that raced another node runs again (after a short random pause)."""
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
@@ -353,7 +380,7 @@ class StorageActor:
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise AssertionError("unreachable")
 
-    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
+    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int | None) -> list[Notice]:
         conn = self._conn
         assert conn is not None
         dialect = self._dialect
@@ -382,7 +409,7 @@ class StorageActor:
                 payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:
                     conn.execute(dialect.notify, (payload,))
-            if self._fault is not None:
+            if self._fault is not None and batch_no is not None:
                 self._fault("before_commit", batch_no)
             in_commit = True
             conn.execute("COMMIT")
@@ -399,7 +426,7 @@ class StorageActor:
         except BaseException:
             self._rollback()
             raise
-        if self._fault is not None:
+        if self._fault is not None and batch_no is not None:
             try:
                 self._fault("after_commit", batch_no)
             except CrashPoint:
