@@ -294,8 +294,9 @@ def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
     return tx.release_leases(owner, now_ms)
 
 
-def release_dead_leases_in_tx(tx: Tx, now_ms: int, except_owner: str) -> int:
+def release_dead_leases_in_tx(tx: Tx, now_ms: int) -> int:
     """An open that knows no other process holds a lease on its store (a SQLite file, whose lock it
-    holds: every earlier process that held one is dead): every lease but its own expires now, so the
-    attempts the killed process left are recovered at once, not a lease length later."""
-    return tx.release_leases(None, now_ms, except_owner=except_owner)
+    holds: every earlier process that held one is dead, whatever name it held it under, its own
+    included) and that holds none yet: every lease expires now, so the attempts the killed process left
+    are recovered at once, not a lease length later."""
+    return tx.release_leases(None, now_ms)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import trio
@@ -138,7 +137,7 @@ async def open_runtime(
                     fault=fault,
                     settle=settle_in_tx,
                     check_ms=resync_ms,
-                    on_open=_dead_leases(opened, owner),
+                    on_open=_dead_leases(opened),
                 ).run,
                 storage_scope,
             )
@@ -181,13 +180,13 @@ async def open_runtime(
                 await reader.aclose()
 
 
-def _dead_leases(store: Store, owner: str) -> Callable[[Any, int], object] | None:
+def _dead_leases(store: Store) -> Callable[[Any, int], object] | None:
     """What an open does first: a SQLite file's lock is this process's alone, so whoever held a lease
     before is dead, and its attempts are recovered now (adopted, relaunched, or failed), not a lease
     length later. (On a shared database a lease may be another live node's: it waits for its expiry.)"""
     if store.dialect.shared or store.in_memory:
         return None
-    return partial(release_dead_leases_in_tx, except_owner=owner)
+    return release_dead_leases_in_tx
 
 
 attempts_log = logging.getLogger("loom.attempts")

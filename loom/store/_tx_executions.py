@@ -94,22 +94,13 @@ class ExecutionsTx(TxBase):
         row = self._one("SELECT retry_timer_id FROM works WHERE id = ?", (work_id,))
         return str(row[0]) if row and row[0] is not None else None
 
-    def release_leases(self, owner: str | None, now_ms: int, *, except_owner: str | None = None) -> int:
-        """The leases ``owner`` holds (``None``: every owner but ``except_owner``) expire now: a clean
-        close, so the next open recovers them at once; or an open that knows their holders are dead."""
+    def release_leases(self, owner: str | None, now_ms: int) -> int:
+        """The leases ``owner`` holds (``None``: every lease) expire now: a clean close, so the next open
+        recovers them at once; or an open that knows their holders are dead."""
         cur = self._conn.execute(
             "UPDATE executions SET expires_at_ms = ? WHERE (CAST(? AS TEXT) IS NULL OR owner = ?)"
-            " AND (CAST(? AS TEXT) IS NULL OR owner <> ?) AND state IN (?, ?) AND expires_at_ms > ?",
-            (
-                now_ms,
-                owner,
-                owner,
-                except_owner,
-                except_owner,
-                ExecutionState.RUNNING.value,
-                ExecutionState.RECOVERING.value,
-                now_ms,
-            ),
+            " AND state IN (?, ?) AND expires_at_ms > ?",
+            (now_ms, owner, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
         )
         if cur.rowcount:
             self.notify(LeaseExpiry(execution_id=None, expires_at_ms=now_ms))
