@@ -18,6 +18,7 @@ from .records.errors import Conflict as Conflict
 from .records.errors import IllegalTransition as IllegalTransition
 from .records.errors import InvalidRequest as InvalidRequest
 from .records.errors import LoomError as LoomError
+from .records.errors import NodeInUse as NodeInUse
 from .records.errors import NotAccepting as NotAccepting
 from .records.errors import NotAdoptable as NotAdoptable
 from .records.errors import NotFound as NotFound

@@ -37,6 +37,7 @@ EXPECTED = {
     "StorageUnavailable",
     "WaitTimedOut",
     "App",
+    "NodeInUse",
     "WorkResult",
     "SystemClock",
     "hookimpl",

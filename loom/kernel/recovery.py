@@ -294,6 +294,13 @@ def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
     return tx.release_leases(owner, now_ms)
 
 
+def release_incarnations_in_tx(tx: Tx, now_ms: int, node: str, owner: str) -> int:
+    """A node opens on a shared database, holding its node name (no other live process has it): the
+    leases its earlier incarnations left (a kill) expire now, so their attempts are recovered at once;
+    other nodes' leases wait for their expiry."""
+    return tx.release_incarnations(node, owner, now_ms)
+
+
 def release_dead_leases_in_tx(tx: Tx, now_ms: int) -> int:
     """An open that knows no other process holds a lease on its store (a SQLite file, whose lock it
     holds: every earlier process that held one is dead, whatever name it held it under, its own

@@ -162,6 +162,13 @@ def serve(
         "--read-timeout",
         help="Seconds a client may send nothing while its request is due before it is cut off.",
     ),
+    node: str | None = typer.Option(
+        None,
+        "--node",
+        envvar="LOOM_NODE",
+        help="This server's node name on a shared PostgreSQL database (one live process per name):"
+        " restarted under it, the server recovers its killed predecessor's attempts at once.",
+    ),
 ) -> None:
     """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
     PostgreSQL database shared with other nodes."""
@@ -188,6 +195,7 @@ def serve(
             token_file=str(token_file) if token_file is not None else None,
             read_timeout=read_timeout,
             app=app_spec,
+            node=node,
         )
     )
 

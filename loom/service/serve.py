@@ -90,6 +90,7 @@ async def open_service(
     start_actors: bool = True,
     access: Access | None = None,
     stopping: trio.Event | None = None,
+    node: str | None = None,
 ) -> AsyncIterator[Service]:
     """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
     actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
@@ -100,7 +101,8 @@ async def open_service(
     a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
     as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
     ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`).
-    ``stopping``: set when the server stops (long-polls then answer at once)."""
+    ``stopping``: set when the server stops (long-polls then answer at once). ``node``: this server's
+    node name on a shared database (see `open_runtime`)."""
     clock: ManualClock | None = None
     if isinstance(test_clock, ManualClock):
         clock = test_clock
@@ -113,6 +115,7 @@ async def open_service(
         plugins=plugins,
         load_entry_points=load_entry_points,
         actors=(),
+        node=node,
     ) as rt:
         if clock is not None:
             # before anything commits or reads the time: nothing has run yet
@@ -231,6 +234,7 @@ async def serve(
     token_file: str | Path | None = None,
     read_timeout: float = READ_TIMEOUT_S,
     app: str | None = None,
+    node: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
@@ -249,7 +253,9 @@ async def serve(
 
     Access (docs/http-api.md "Access"): requests must name a host the server serves (its loopback
     names; off loopback also its address and host name; ``allow_hosts`` adds names, ``*`` any), and
-    with ``token_file`` every operator route needs the token it holds. Off loopback the token is
+    with ``token_file`` every operator route needs the token it holds. ``node`` names this server on a
+    shared database: restarted under the same name, it recovers its killed incarnation's attempts at
+    once (on a SQLite file a restart always does). Off loopback the token is
     required: without one `serve` refuses to start. A connection that sends nothing for
     ``read_timeout`` seconds while a request is due is closed.
     """
@@ -278,7 +284,9 @@ async def serve(
     plugins = (served,) if served is not None else ()
     stop = trio.Event()
     try:
-        await _serve(db, config, listen, test_clock, access, float(read_timeout), stop, task_status, plugins)
+        await _serve(
+            db, config, listen, test_clock, access, float(read_timeout), stop, task_status, plugins, node
+        )
     except BaseExceptionGroup as group:
         reason = _reason(group)
         if reason is None:
@@ -313,6 +321,7 @@ async def _serve(
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
     plugins: tuple[object, ...] = (),
+    node: str | None = None,
 ) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
@@ -324,6 +333,7 @@ async def _serve(
             access=access,
             stopping=stop,
             plugins=plugins,
+            node=node,
         ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:

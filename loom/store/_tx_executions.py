@@ -106,6 +106,24 @@ class ExecutionsTx(TxBase):
             self.notify(LeaseExpiry(execution_id=None, expires_at_ms=now_ms))
         return int(cur.rowcount)
 
+    def release_incarnations(self, node: str, owner: str, now_ms: int) -> int:
+        """The leases of the node's earlier incarnations (owners ``<node>#...`` but ``owner``) expire now."""
+        prefix = node + "#"
+        cur = self._conn.execute(
+            "UPDATE executions SET expires_at_ms = ? WHERE substr(owner, 1, ?) = ? AND owner <> ?"
+            " AND state IN (?, ?) AND expires_at_ms > ?",
+            (
+                now_ms,
+                len(prefix),
+                prefix,
+                owner,
+                ExecutionState.RUNNING.value,
+                ExecutionState.RECOVERING.value,
+                now_ms,
+            ),
+        )
+        return int(cur.rowcount)
+
     def execution_token(self, execution_id: str) -> str | None:
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
         return row[0] if row else None
