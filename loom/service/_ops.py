@@ -100,6 +100,8 @@ class Op:
     """Open to every client that reaches the server, without the operator token (health, this document)."""
     media: str = "application/json"
     test_clock_only: bool = False
+    path_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    """The JSON Schema of a path parameter that is not an id (an attempt number)."""
 
     @property
     def openapi_path(self) -> str:

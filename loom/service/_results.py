@@ -119,6 +119,7 @@ OPS: tuple[Op, ...] = (
        query=(WAIT,), errors=(NOT_FOUND,)),
     Op(method="GET", path="/work/{work_id:path}/attempts/{attempt}/logs", handler=get_logs,
        summary="An attempt's stdout and stderr (their ends)", tag="work",
+       path_schemas={"attempt": {"type": "integer", "minimum": 1, "maximum": MAX_INT}},
        query=(
            Query(name="stream", kind="string", doc="only this one", choices=("stdout", "stderr")),
            Query(name="tail", kind="integer",
