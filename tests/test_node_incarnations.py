@@ -34,17 +34,21 @@ class Kill:
 
 async def killed_with_a_lease(db: str, clock: ManualClock, node: str) -> loom.Lease:
     kill = Kill()
-    lease = None
-    with pytest.raises(CrashPoint):
+    leases: list[loom.Lease] = []
+
+    async def run_then_die() -> None:
         async with open_runtime(db, clock=clock, config=CONFIG, load_entry_points=False, actors=(),
                                 fault=kill, node=node) as rt:  # fmt: skip
             await rt.publish(EventIn(source="t", delivery_id="j-1", type="job.run", scope="ops", key="job/1"))
             await rt.poll()
             work = await rt.work_for_key("job/1")
-            lease = await rt.claim(work.id, owner=rt.owner)
-            assert lease.owner.startswith(f"{node}#")
-            kill.armed = True
-    assert lease is not None
+            leases.append(await rt.claim(work.id, owner=rt.owner))
+            kill.armed = True  # the close's release of the leases is the batch that never commits
+
+    with pytest.raises(CrashPoint):
+        await run_then_die()
+    (lease,) = leases
+    assert lease.owner.startswith(f"{node}#")
     return lease
 
 

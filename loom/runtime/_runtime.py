@@ -23,6 +23,7 @@ from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
+from ._checks import Checks
 from ._host import Host
 from ._passes import Passes
 from ._reads import Reads
@@ -53,7 +54,7 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-class Runtime(Reads, Results, Host, Passes, Subscriptions):
+class Runtime(Reads, Results, Checks, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property

@@ -458,7 +458,8 @@ def diagnostics(
         typer.echo(f"{row.get('at', '-')}  {row.get('kind')}  {row.get('subject')}: {row.get('message')}")
 
 
-from . import _cli_results  # noqa: E402  # its commands join the apps defined above
+from . import _cli_config as _cli_config  # noqa: E402  # its commands join the apps defined above
+from . import _cli_results  # noqa: E402
 
 ROUTE_WAIT_S = 2
 """How long ``loom send`` lets the server wait for its Event's routing checkpoint."""

@@ -351,6 +351,8 @@ async def _serve(
                 # LOOM_URL), so they can call the toolbelt; the actors start once it is known
                 os.environ["LOOM_URL"] = urls[0]
                 await service.start_actors()
+                for finding in await service.runtime.check():
+                    log.warning("configuration: %s", finding)
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
                 log.info("serving %s on %s", db, ", ".join(urls))
