@@ -259,6 +259,35 @@ async def over_http(server: Server, events: int, clients: int) -> tuple[float, l
     return events / elapsed, latencies
 
 
+BATCH = 100
+"""Events per request in the batch round (``POST /events`` with a JSON array)."""
+
+
+async def batches_over_http(server: Server, events: int, clients: int) -> float:
+    """``clients`` keep-alive connections, each sending batches of `BATCH` Events (every item answered
+    201): the ingestion rate a sender with many Events at hand reaches."""
+    connections = [await Connection.open(server.host, server.port) for _ in range(clients)]
+    batches = [list(range(first, min(first + BATCH, events))) for first in range(0, events, BATCH)]
+
+    async def client(c: int) -> None:
+        conn = connections[c]
+        for b in range(c, len(batches), clients):
+            body = json.dumps([event_body(events + i) for i in batches[b]]).encode()
+            status, content = await conn.request("POST", "/events", body)
+            answer = json.loads(content)
+            assert status == 200, (status, content[:200])
+            assert answer["accepted"] == len(batches[b]), content[:200]
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for c in range(clients):
+            nursery.start_soon(client, c)
+    elapsed = time.perf_counter() - start
+    for conn in connections:
+        await conn.aclose()
+    return events / elapsed
+
+
 def stored(db: str) -> int:
     (row,) = raw.query(db, "SELECT count(*) AS n FROM events")
     return int(row["n"])
@@ -367,6 +396,7 @@ def report(run: backend.Backend, args: argparse.Namespace) -> None:
         )
     local: list[float] = []
     http: list[float] = []
+    batched: list[float] = []
     p50: list[float] = []
     p99: list[float] = []
     empty: list[float] = []
@@ -393,6 +423,13 @@ def report(run: backend.Backend, args: argparse.Namespace) -> None:
             server.stop()
         assert stored(db) == args.events, "every acknowledged Event stored once"
         http.append(rate)
+        db = run.location(f"batch-{n}.db")
+        server = Server(db)
+        try:
+            batched.append(trio.run(batches_over_http, server, args.events, args.clients))
+        finally:
+            server.stop()
+        assert stored(db) == args.events, "every acknowledged Event of the batches stored once"
         p50.append(percentile(latencies, 0.50) * 1000)
         p99.append(percentile(latencies, 0.99) * 1000)
     rate_fmt = ",.0f"
@@ -410,6 +447,13 @@ def report(run: backend.Backend, args: argparse.Namespace) -> None:
         f"({args.events:,} events, each answered 201)"
     )
     print(f"POST /events latency p50: {spread(p50, '.1f')} ms, p99: {spread(p99, '.1f')} ms")
+    print(
+        f"POST /events with batches of {BATCH} (a JSON array), {args.clients} connections: "
+        f"{spread(batched, rate_fmt)} events/s"
+    )
+    print(
+        f"ratio batched-http/in-process: {spread([b / p for b, p in zip(batched, local, strict=True)], '.2f')}"
+    )
     print(
         f"the stack alone (an empty Starlette handler on Hypercorn's trio worker, same client): "
         f"{spread(empty, rate_fmt)} requests/s"

@@ -90,7 +90,7 @@ def main() -> None:
             print("# operator controls: hold it (no attempt starts), release it, or retry it now")
             loom("work", "hold", work_id, "--reason", "waiting for the on-call engineer", url=url)
             loom("work", "release", work_id, url=url)
-            loom("timers", "--state", "armed", url=url)
+            loom("timers", "list", "--state", "armed", url=url)
             loom("diagnostics", url=url)
         finally:
             server.send_signal(signal.SIGTERM)  # a clean stop: the server finishes and releases its leases

@@ -613,6 +613,10 @@ text_id = (names, hostile_text)
 
 host("publish", event=(event_in(), st.sampled_from([None, "event", Opaque(), loom.Unmatched()])))
 host(
+    "publish_many",
+    events=(st.lists(event_in(), max_size=3), st.sampled_from([None, "event", [Opaque()], (None,), {}])),
+)
+host(
     "publish_derived",
     event=(event_in(), st.sampled_from([None, Opaque()])),
     parent_id=(ident(*EVENT), hostile_text),
@@ -670,6 +674,7 @@ host(
     "diagnostics",
     kind=(opt(st.just("handler_error")), hostile_text),
     subject=(st.none(), hostile_text),
+    after_id=(st.sampled_from([0, 5]), hostile_int),
     limit=limit,
 )
 host("kv", namespace=(st.just("core.timers"), hostile_text), limit=limit)
@@ -999,6 +1004,7 @@ NOT_FUZZED = {
     "wait_idle": "takes no arguments",
     "mark_time": "takes no arguments",
     "time_floor": "takes no arguments",
+    "gauges": "takes no arguments",
 }
 
 

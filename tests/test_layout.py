@@ -31,9 +31,17 @@ def test_no_module_is_over_500_lines() -> None:
     assert long == {}, f"modules over {LIMIT} lines: {long}"
 
 
+LAZY = ("loom/service/cli.py", "loom/service/_cli_")
+"""The command line's modules import what a command needs when it runs, so ``loom --help`` and shell
+completion start without the runtime (tests/test_cli.py pins which modules a parse loads). Nothing
+imports these modules but ``cli.py``, so no cycle can hide in them."""
+
+
 def test_no_import_inside_a_function() -> None:
     hidden: list[str] = []
     for path in modules():
+        if str(path.relative_to(PACKAGE.parent)).startswith(LAZY):
+            continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -18,6 +18,7 @@ import loom.actors.ingress
 import loom.actors.lanes
 import loom.config.config
 import loom.config.resolve
+import loom.kernel.chains
 import loom.kernel.executions
 import loom.runtime._host
 from loom import (
@@ -100,9 +101,10 @@ def merge_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _router_route_in_tx(monkeypatch: pytest.MonkeyPatch, wrap: Callable[[RouteInTx], RouteInTx]) -> None:
-    """Replace the ``route_in_tx`` the router's lanes submit (the kernel's, re-bound in `lanes`)."""
-    assert loom.actors.lanes.route_in_tx is route_in_tx  # type: ignore[attr-defined]
-    monkeypatch.setattr(loom.actors.lanes, "route_in_tx", wrap(route_in_tx))
+    """Replace the ``route_in_tx`` the router's lanes apply decisions with: the kernel's, which they
+    submit through `chains.route_then_start_in_tx` (re-bound there)."""
+    assert loom.kernel.chains.route_in_tx is route_in_tx
+    monkeypatch.setattr(loom.kernel.chains, "route_in_tx", wrap(route_in_tx))
 
 
 def attach_keys_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,8 @@ BAD_EVENTS: list[tuple[Any, str | None]] = [
     (order(1, payload="x"), "payload"),
     (order(1, payload={"n": "\ud800"}), "payload.n"),
     (order(1, payload={"big": 2**64}), "payload.big"),
-    ([order(1)], None),
+    ([], None),
+    ([order(n) for n in range(1001)], None),
     ("order", None),
     (None, None),
 ]

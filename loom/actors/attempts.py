@@ -192,7 +192,13 @@ class AttemptRunner:
                     self.start(following, following.request.executor or "")
                 return
             except StaleAuthority as exc:
-                log.info("execution %s ended without authority: %s", lease.execution_id, exc)
+                # the attempt had already ended (it parked on a wait, was cancelled or recovered
+                # elsewhere): its executor's return has nothing left to record, which is normal
+                log.debug(
+                    "execution %s had already ended; its executor's return is not recorded (%s)",
+                    lease.execution_id,
+                    exc,
+                )
                 return
             except CompletionBlocked as blocked:
                 await activity.wait_routed(blocked.event_id, partial(self._is_routed, blocked.event_id))

@@ -10,13 +10,13 @@ every concurrent producer rather than about half of them (see bench/accept.py).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import trio
 
 from ..config import CausalLimits
-from ..kernel.accept import accept_derived_in_tx, accept_in_tx
-from ..records.errors import CausalRefused
+from ..kernel.accept import accept_batch_in_tx, accept_derived_in_tx, accept_in_tx
+from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.validation import check_text, validate_event_in
 from ..store import StorageActor
@@ -43,6 +43,26 @@ class IngressActor:
         validate_event_in(event, allow_core=trusted)
         async with self._in_flight:
             return await self._storage.submit(accept_in_tx, event, self._limits(), trusted=trusted)
+
+    async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
+        """Accept root Events in the order given, in one storage request (`accept_batch_in_tx`): each
+        answer is the Event (new or a duplicate) or the `LoomError` that refused it, in order. A bad
+        Event is refused here, naming the field, and the others are accepted without it."""
+        answers: list[Event | LoomError | None] = []
+        valid: list[EventIn] = []
+        for event in events:
+            try:
+                validate_event_in(event)
+            except LoomError as refused:
+                answers.append(refused)
+            else:
+                answers.append(None)
+                valid.append(event)
+        if valid:
+            async with self._in_flight:
+                accepted = iter(await self._storage.submit(accept_batch_in_tx, valid, self._limits()))
+            answers = [next(accepted) if answer is None else answer for answer in answers]
+        return [answer for answer in answers if answer is not None]
 
     async def publish_derived(
         self,

@@ -8,11 +8,12 @@ holds these procedures commits.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import attrs
 
 from ..config import CausalLimits
-from ..records.errors import InvalidRequest, NotFound
+from ..records.errors import InvalidRequest, LoomError, NotFound
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import event_id
 from ..records.notices import EventAccepted
@@ -50,6 +51,25 @@ def accept_in_tx(
         execution_id=None,
         payload=payload,
     )
+
+
+def accept_batch_in_tx(
+    tx: Tx, now_ms: int, events: Sequence[EventIn], limits: CausalLimits
+) -> list[Event | LoomError]:
+    """Accept root Events in the order given, in one transaction: each is accepted, answered as a
+    duplicate (of an earlier commit or of an earlier item of the batch), or refused on its own.
+
+    A refusal (`accept_in_tx` raises before it writes anything for that Event) is returned in the
+    Event's place and the others go on; a storage failure fails the whole batch, and nothing of it
+    is committed.
+    """
+    answers: list[Event | LoomError] = []
+    for event in events:
+        try:
+            answers.append(accept_in_tx(tx, now_ms, event, limits))
+        except (InvalidRequest, NotFound) as refused:
+            answers.append(refused)
+    return answers
 
 
 def accept_derived_in_tx(

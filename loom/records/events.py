@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from .frozen import frozen_object
+from .reprs import with_instants
 
 JSONObject = dict[str, Any]
 
@@ -35,6 +36,7 @@ class EventIn:
     payload: JSONObject = attrs.field(factory=dict, hash=False)
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Event:
     """An accepted, immutable Event with its durable sequence and causal position."""
@@ -154,6 +156,7 @@ class DiagnosticKind(enum.StrEnum):
     was skipped this pass (nothing checkpointed), the others went on."""
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Diagnostic:
     """A durable, safe diagnostic (never a payload): what went wrong with which subject."""

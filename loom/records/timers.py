@@ -14,6 +14,7 @@ import attrs
 
 from .events import JSONObject
 from .frozen import frozen_object, frozen_optional_object
+from .reprs import with_instants
 from .states import Lifecycle
 
 
@@ -85,6 +86,7 @@ class TimerSpec:
     spec: JSONObject | None = attrs.field(default=None, hash=False)
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Timer:
     id: str
@@ -117,6 +119,7 @@ class FireRequest:
     fire_at_ms: int
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Firing:
     """One committed firing in the ledger (or a no-op answer: stale, not due)."""

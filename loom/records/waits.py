@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 
 from .frozen import frozen_object
+from .reprs import with_instants
 from .states import Lifecycle
 from .subscriptions import SubscriptionSpec
 
@@ -68,6 +69,7 @@ class Waiting:
     artifacts: tuple[str, ...] = ()
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Wait:
     """A registered wait and, once woken, its history."""

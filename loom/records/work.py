@@ -13,6 +13,7 @@ import attrs
 
 from .events import Event, JSONObject
 from .frozen import freeze, frozen_object, frozen_optional_object
+from .reprs import with_instants
 from .states import Lifecycle
 from .waits import Waiting
 
@@ -260,6 +261,7 @@ Decision = Deliver | Drop | Unmatched
 # -- snapshots ------------------------------------------------------------------
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Work:
     """A frozen snapshot of one Work."""
@@ -297,6 +299,7 @@ class Work:
     says the same). ``None``: nothing keeps it back."""
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Checkpoint:
     event_id: str
@@ -313,6 +316,7 @@ class Checkpoint:
     at_ms: int
 
 
+@with_instants
 @attrs.frozen(kw_only=True)
 class Execution:
     id: str

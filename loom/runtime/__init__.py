@@ -10,5 +10,6 @@ from ._open import open_runtime as open_runtime
 from ._passes import PollReport as PollReport
 from ._reads import WorkHistory as WorkHistory
 from ._runtime import ACTORS as ACTORS
+from ._runtime import MAX_BATCH as MAX_BATCH
 from ._runtime import Runtime as Runtime
 from ._watch import Watch as Watch

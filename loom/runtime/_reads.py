@@ -20,6 +20,9 @@ from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
 from ._base import RuntimeBase, after, check_limit, lookup, member
 
+GAUGE_CAP = 1_000_000
+UNROUTED_WINDOW = 100_000
+
 
 @attrs.frozen(kw_only=True)
 class WorkHistory:
@@ -125,14 +128,16 @@ class Reads(RuntimeBase):
         return await self._p.reader.intents_of_execution(execution_id)
 
     async def diagnostics(
-        self, *, kind: str | None = None, subject: str | None = None, limit: int = 1000
+        self, *, kind: str | None = None, subject: str | None = None, after_id: int = 0, limit: int = 1000
     ) -> list[Diagnostic]:
+        """Diagnostics in the order they were recorded (``after_id``: only those recorded after it)."""
         check_limit(limit)
+        check_int("after_id", after_id, 0, MAX_SEQ)
         if kind is not None:
             lookup("kind", kind)
         if subject is not None:
             lookup("subject", subject)
-        return await self._p.reader.diagnostics(kind, subject, limit)
+        return await self._p.reader.diagnostics(kind, subject, limit, after_id)
 
     async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
         check_limit(limit)
@@ -184,6 +189,13 @@ class Reads(RuntimeBase):
             limit=limit,
             work_id=work_id,
         )
+
+    async def gauges(self) -> dict[str, int | None]:
+        """What the store holds now, for monitoring (``loom serve``'s /metrics): Works by state
+        (``works_ready``, ...), the ready queue (``ready``), armed and overdue timers, the earliest armed
+        timer's time (``earliest_timer_ms``), and Events not yet routed among the last 100,000 accepted
+        (``unrouted``). Each count stops at 1,000,000, so a read stays bounded whatever the store holds."""
+        return await self._p.reader.gauges(self._p.clock.now_ms(), GAUGE_CAP, UNROUTED_WINDOW)
 
     async def time_floor(self) -> int | None:
         """The latest clock reading recorded with `Runtime.mark_time` (``None``: none was)."""

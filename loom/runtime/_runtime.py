@@ -7,6 +7,7 @@ timers and the bounded host pass in `_host`. `open_runtime` (in `_open`) builds 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -20,7 +21,7 @@ from ..actors.timers import TimerActor
 from ..config import Config
 from ..kernel._common import barrier_in_tx
 from ..records.clock import Clock
-from ..records.errors import ConfigError, InvalidRequest, StorageUnavailable
+from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
 from ._checks import Checks
@@ -32,6 +33,8 @@ from ._subscriptions import Subscriptions
 from ._watch import Watch
 
 ACTORS = ("router", "timers", "recovery", "subscriptions")
+MAX_BATCH = 1000
+"""The most Events one `Runtime.publish_many` accepts (and one ``POST /events`` carries)."""
 
 log = logging.getLogger("loom.runtime")
 
@@ -67,6 +70,16 @@ class Runtime(Reads, Results, Checks, Host, Passes, Subscriptions):
         return self._p.owner
 
     @property
+    def backend(self) -> str:
+        """The store's database: ``sqlite`` or ``postgresql``."""
+        return str(self._p.storage.store.dialect.name)
+
+    @property
+    def plugin_names(self) -> list[str]:
+        """The plugins loaded: the built-ins, those given to `open_runtime` and entry points."""
+        return sorted(name for name, plugin in self._p.plugins.list_name_plugin() if plugin is not None)
+
+    @property
     def config(self) -> Config:
         """The configuration generation in force."""
         return self._p.config()
@@ -91,6 +104,27 @@ class Runtime(Reads, Results, Checks, Host, Passes, Subscriptions):
     async def publish(self, event: EventIn) -> Event:
         """Durably accept an external root Event; a duplicate returns the original, marked."""
         return await self._p.ingress.publish(event)
+
+    async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
+        """Durably accept external root Events in the order given, with one commit: the answers, in
+        order, are each Event (a duplicate marked, whether of an earlier delivery or of an earlier item
+        of ``events``) or the `LoomError` that refused it (a bad field is named; the others are
+        accepted without it). A storage failure raises, and none of them is accepted."""
+        if not isinstance(events, list | tuple):
+            raise InvalidRequest(
+                f"events must be a list of EventIn, got {type(events).__name__}", field="events"
+            )
+        if len(events) > MAX_BATCH:
+            raise InvalidRequest(
+                f"events holds {len(events)} Events; at most {MAX_BATCH} at once", field="events"
+            )
+        for index, event in enumerate(events):
+            if not isinstance(event, EventIn):
+                raise InvalidRequest(
+                    f"events[{index}] must be an EventIn, got {type(event).__name__}",
+                    field=f"events[{index}]",
+                )
+        return await self._p.ingress.publish_many(events)
 
     async def publish_derived(self, event: EventIn, *, parent_id: str, cause_id: str | None = None) -> Event:
         """Accept an Event derived from ``parent_id`` under the causal bounds (trusted host call).

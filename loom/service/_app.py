@@ -28,11 +28,15 @@ from ..records.validation import (
     MAX_TIME_MS,
 )
 from ..runtime import Runtime
+from . import _batch as batch
 from . import _handlers as handlers
 from . import _results as results
+from . import _schemas as S
+from . import _stream as stream
 from . import _tool_handlers as tools
 from . import _web
 from ._access import Access, Guard
+from ._batch import MAX_BATCH_BYTES, batch_items
 from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES, work_view
 from ._metrics import Metrics
 from ._openapi import document
@@ -50,6 +54,7 @@ from ._wire import (
     REASON_TEXT,
     SCOPE,
     TEXT,
+    TOO_LARGE,
     UNAVAILABLE,
     Field,
     HTTPError,
@@ -111,15 +116,16 @@ VALUE_RULE = {  # a value belongs to a completed outcome only
 
 OPS: tuple[Op, ...] = (
     *results.OPS,  # before GET /work/{work_id:path}, which would take their paths for ids
-    Op(method="GET", path="/healthz", handler=tools.healthz, summary="Health: the store answers reads and writes",
+    Op(method="GET", path="/healthz", handler=tools.healthz, answer=S.HEALTH, summary="Health: the store answers reads and writes",
        tag="service", public=True, errors=(UNAVAILABLE,)),
-    Op(method="GET", path="/metrics", handler=tools.metrics, summary="Prometheus metrics", tag="service",
+    Op(method="GET", path="/metrics", handler=tools.metrics, answer={"type": "string"}, summary="Prometheus metrics", tag="service",
        media="text/plain"),
-    Op(method="GET", path="/openapi.json", handler=openapi, summary="This document", tag="service", public=True),
-    Op(method="POST", path="/events", handler=handlers.post_event,
-       summary="Accept an Event (exactly once); the answer says where it was routed", tag="events",
-       query=(results.EVENT_WAIT,), body=EVENT_FIELDS, prefixes=("event.",), ok=(201, 200)),
-    Op(method="GET", path="/events", handler=handlers.list_events, summary="Accepted Events in sequence order",
+    Op(method="GET", path="/openapi.json", handler=openapi, answer={"type": "object"}, summary="This document", tag="service", public=True),
+    Op(method="POST", path="/events", handler=batch.post_event, answer=results.ROUTED_OR_BATCH,
+       summary="Accept an Event (exactly once), or a batch of them in order; one Event's answer says where"
+       " it was routed", tag="events", query=(results.EVENT_WAIT,), body=EVENT_FIELDS,
+       prefixes=("event.",), ok=(201, 200), batch=True),
+    Op(method="GET", path="/events", handler=handlers.list_events, answer=S.EVENTS_PAGE, summary="Accepted Events in sequence order",
        tag="events", query=(
            Query(name="after", kind="integer", doc="only Events after this sequence",
                  schema={"minimum": 0, "maximum": MAX_SEQ}),
@@ -127,8 +133,16 @@ OPS: tuple[Op, ...] = (
            Query(name="type", kind="string", doc="only Events of this type", schema=LOOKUP),
        )),
     Op(method="GET", path="/events/{event_id:path}", handler=handlers.get_event,
-       summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
-    Op(method="GET", path="/work", handler=handlers.list_work, summary="Work, by id", tag="work",
+       answer=S.EVENT_VIEW, summary="One Event and its routing checkpoint", tag="events", errors=(NOT_FOUND,)),
+    Op(method="GET", path="/watch", handler=stream.watch, answer={"type": "string"},
+       summary="Work changes as server-sent events (event: work, lagged, changed)", tag="work",
+       media="text/event-stream", query=(
+        Query(name="scope", kind="string", doc="only Work in this scope and the scopes below it", schema=SCOPE),
+        Query(name="work", kind="string", doc="only this Work", schema=LOOKUP),
+        Query(name="limit", kind="integer", doc="end the stream after this many Work changes (default: never)",
+              schema={"minimum": 1, "maximum": 1_000_000}),
+    )),
+    Op(method="GET", path="/work", handler=handlers.list_work, answer=S.WORK_PAGE, summary="Work, by id", tag="work",
        renames={"after_id": "after"}, query=(
         Query(name="scope", kind="string", doc="only this scope and the scopes below it", schema=SCOPE),
         Query(name="state", kind="string", doc="only Work in this state", choices=_WORK_STATES),
@@ -136,61 +150,63 @@ OPS: tuple[Op, ...] = (
         LIMIT,
     )),
     Op(method="GET", path="/work/by-key/{key:path}", handler=handlers.work_by_key,
-       summary="The Work that owns a key, with its history", tag="work", errors=(NOT_FOUND,)),
-    Op(method="POST", path="/work/{work_id:path}/hold", handler=handlers.hold, summary="Hold: no attempt starts",
+       answer=S.WORK_VIEW, summary="The Work that owns a key, with its history", tag="work", errors=(NOT_FOUND,)),
+    Op(method="POST", path="/work/{work_id:path}/hold", handler=handlers.hold, answer=S.WORK, summary="Hold: no attempt starts",
        tag="controls", body=(attrs.evolve(REASON, required=True),), errors=(NOT_FOUND, CONFLICT)),
-    Op(method="POST", path="/work/{work_id:path}/release", handler=handlers.release, summary="Release a hold",
+    Op(method="POST", path="/work/{work_id:path}/release", handler=handlers.release, answer=S.WORK, summary="Release a hold",
        tag="controls", body=(), body_required=False, errors=(NOT_FOUND, CONFLICT)),
-    Op(method="POST", path="/work/{work_id:path}/cancel", handler=handlers.cancel, summary="Cancel (terminal)",
+    Op(method="POST", path="/work/{work_id:path}/cancel", handler=handlers.cancel, answer=S.WORK, summary="Cancel (terminal)",
        tag="controls", body=(), body_required=False, errors=(NOT_FOUND, CONFLICT)),
     Op(method="POST", path="/work/{work_id:path}/interrupt", handler=handlers.interrupt,
-       summary="Interrupt the running attempt", tag="controls", body=(REASON, REQUEST_ID),
+       answer=S.INTENT, summary="Interrupt the running attempt", tag="controls", body=(REASON, REQUEST_ID),
        body_required=False, errors=(NOT_FOUND, CONFLICT)),
-    Op(method="POST", path="/work/{work_id:path}/retry", handler=handlers.retry, summary="Start the next attempt now",
+    Op(method="POST", path="/work/{work_id:path}/retry", handler=handlers.retry, answer=S.EVENT, summary="Start the next attempt now",
        tag="controls", body=(REASON, REQUEST_ID), body_required=False, errors=(NOT_FOUND, CONFLICT)),
     Op(method="POST", path="/work/{work_id:path}/replay", handler=handlers.replay,
-       summary="Route again one of the Work's Events that stayed unrouted", tag="controls",
+       answer=S.EVENT, summary="Route again one of the Work's Events that stayed unrouted", tag="controls",
        body=(Field("event_id", "string", required=True, schema=LOOKUP), REASON, REQUEST_ID),
        errors=(NOT_FOUND, CONFLICT)),
     Op(method="GET", path="/work/{work_id:path}", handler=handlers.get_work,
-       summary="One Work: state, hold, keys, attempts, wait, pending input, timers, history", tag="work",
+       answer=S.WORK_VIEW, summary="One Work: state, hold, keys, attempts, wait, pending input, timers, history", tag="work",
        errors=(NOT_FOUND,)),
-    Op(method="GET", path="/timers", handler=handlers.list_timers, summary="Timers, by id", tag="timers",
+    Op(method="GET", path="/timers", handler=handlers.list_timers, answer=S.TIMERS_PAGE, summary="Timers, by id", tag="timers",
        renames={"after_id": "after", "work_id": "work"}, query=(
         Query(name="state", kind="string", doc="only timers in this state", choices=_TIMER_STATES),
         Query(name="work", kind="string", doc="only timers of this Work", schema=LOOKUP),
         Query(name="after", kind="string", doc="only timers whose id sorts after this", schema=LOOKUP),
         LIMIT,
     )),
-    Op(method="POST", path="/timers", handler=handlers.arm_timer, summary="Arm a root timer (a schedule, a reminder)",
+    Op(method="POST", path="/timers", handler=handlers.arm_timer, answer=S.TIMER, summary="Arm a root timer (a schedule, a reminder)",
        tag="timers", body=TIMER_FIELDS, body_schema=TIMER_RULES, prefixes=("timer.", "event."), ok=(201,),
        errors=(CONFLICT,)),
     Op(method="POST", path="/timers/{timer_id:path}/cancel", handler=handlers.cancel_timer,
-       summary="Cancel a timer at its revision", tag="timers",
+       answer=S.TIMER, summary="Cancel a timer at its revision", tag="timers",
        body=(Field("revision", "integer", required=True, schema={"minimum": 1, "maximum": MAX_INT}),),
        errors=(NOT_FOUND, CONFLICT)),
     Op(method="GET", path="/timers/{timer_id:path}", handler=handlers.get_timer,
-       summary="One timer and its firing ledger", tag="timers", errors=(NOT_FOUND,)),
-    Op(method="GET", path="/diagnostics", handler=handlers.list_diagnostics, summary="Durable diagnostics",
+       answer=S.TIMER_VIEW, summary="One timer and its firing ledger", tag="timers", errors=(NOT_FOUND,)),
+    Op(method="GET", path="/diagnostics", handler=handlers.list_diagnostics, answer=S.DIAGNOSTICS_PAGE, summary="Durable diagnostics",
        tag="service", query=(
            Query(name="kind", kind="string", doc="only this kind (handler_error, ...)", schema=LOOKUP),
            Query(name="subject", kind="string", doc="only about this subject", schema=LOOKUP),
+           Query(name="after", kind="integer", doc="only diagnostics recorded after this id",
+                 schema={"minimum": 0, "maximum": MAX_SEQ}),
            LIMIT,
        )),
     Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tools.tool_emit,
-       summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
+       answer=S.EVENT, summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
        body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause", schema=LOOKUP)),
        prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/child", handler=tools.tool_child,
-       summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
+       answer=S.WORK, summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
        body=(Field("name", "string", required=True, schema=TEXT), KEYS,
              Field("kind", "string", nullable=True, schema=TEXT)),
        prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL)),
     Op(method="POST", path="/executions/{execution_id:path}/timer", handler=tools.tool_timer,
-       summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
+       answer=S.TIMER, summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
        body_schema=TIMER_RULES, prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/wait", handler=tools.tool_wait,
-       summary="Park the attempt on a wait", tag="toolbelt", auth=True,
+       answer=S.EXECUTION, summary="Park the attempt on a wait", tag="toolbelt", auth=True,
        body=(KEYS, Field("types", "strings", doc="type patterns like order.*", schema={"items": TEXT}),
              Field("after_seq", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_SEQ}),
              Field("timeout_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_TIME_MS}),
@@ -198,11 +214,11 @@ OPS: tuple[Op, ...] = (
              Field("artifacts", "strings", schema={"items": {**TEXT, "maxLength": MAX_REASON_LEN}})),
        prefixes=("outcome.wait.", "outcome."), errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/heartbeat", handler=tools.tool_heartbeat,
-       summary="Renew the attempt's lease", tag="toolbelt", auth=True,
+       answer=S.HEARTBEAT, summary="Renew the attempt's lease", tag="toolbelt", auth=True,
        body=(Field("lease_ms", "integer", nullable=True, schema={"minimum": 1, "maximum": MAX_LEASE_MS}),),
        body_required=False, errors=_TOOL_ERRORS),
     Op(method="POST", path="/executions/{execution_id:path}/complete", handler=tools.tool_complete,
-       summary="End the attempt: completed, handoff or failed", tag="toolbelt", auth=True,
+       answer=S.EXECUTION, summary="End the attempt: completed, handoff or failed", tag="toolbelt", auth=True,
        body=(Field("outcome", "string", required=True, doc="completed, handoff or failed",
                    schema={"enum": list(OUTCOMES)}),
              CONSUMED, USAGE,
@@ -212,9 +228,9 @@ OPS: tuple[Op, ...] = (
              Field("value", "json", doc="the result (a completed outcome only), any JSON value up"
                    " to 1 MiB", schema=JSON_VALUE_REF)),
        body_schema={"allOf": [OUTCOME_RULES, VALUE_RULE]}, prefixes=("outcome.",), errors=_TOOL_ERRORS),
-    Op(method="GET", path="/debug/clock", handler=tools.get_clock, summary="The test clock", tag="debug",
+    Op(method="GET", path="/debug/clock", handler=tools.get_clock, answer=S.CLOCK, summary="The test clock", tag="debug",
        test_clock_only=True),
-    Op(method="POST", path="/debug/clock", handler=tools.post_clock, summary="Move the test clock forward",
+    Op(method="POST", path="/debug/clock", handler=tools.post_clock, answer=S.CLOCK, summary="Move the test clock forward",
        tag="debug", body=CLOCK_FIELDS, body_schema={"minProperties": 1, "maxProperties": 1},
        errors=(CONFLICT,), test_clock_only=True),
 )  # fmt: skip
@@ -230,10 +246,18 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
                 token = bearer_token(request)
                 lease = await service.rt.lease_for(str(request.path_params["execution_id"]), token)
             body: dict[str, Any] = {}
+            items = None
             if op.body is not None:
-                raw = await read_json_body(request, service.max_body)
-                body = parse_body(raw, op.body, empty_ok=not op.body_required)
-            return await op.handler(service, Call(request=request, body=body, lease=lease))
+                limit = max(service.max_body, MAX_BATCH_BYTES) if op.batch else service.max_body
+                raw = await read_json_body(request, limit, ndjson=op.batch)
+                items = batch_items(raw, request.headers.get("content-type")) if op.batch else None
+                if items is None:
+                    if len(raw) > service.max_body:
+                        raise HTTPError(
+                            TOO_LARGE, f"the body is {len(raw)} bytes; the limit is {service.max_body}"
+                        )
+                    body = parse_body(raw, op.body, empty_ok=not op.body_required)
+            return await op.handler(service, Call(request=request, body=body, lease=lease, items=items))
         except Exception as exc:
             kind, _ = classify(exc, op.prefixes, op.renames)
             if kind is INTERNAL:

@@ -1,30 +1,15 @@
-"""``loom config check``: what the configuration gets wrong before (or while) it runs.
-
-Registered on the ``loom`` app by `loom.service.cli` (which imports this module last).
-"""
+"""``loom config check``: what the configuration gets wrong before (or while) it runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import trio
 import typer
 
-from ..config import Config
-from ..config.check import Finding
-from ..plugins.app import App
-from ..runtime import open_runtime
-from ._apps import app_and_config, find_config
-from .cli import app, user_errors
+from ._cli_base import group, user_errors
 
-config_app = typer.Typer(no_args_is_help=True, help="Check a configuration before it runs.")
-app.add_typer(config_app, name="config")
-
-
-async def _check(config: Config, served: App | None, db: str | None) -> list[Finding]:
-    plugins = [served] if served is not None else []
-    async with open_runtime(db or ":memory:", config=config, plugins=plugins, actors=()) as rt:
-        return await rt.check(schedules=db is not None)
+config_app = group("Check a configuration before it runs.")
 
 
 @config_app.command("check")
@@ -43,10 +28,15 @@ def config_check(
         " postgresql:// URL).",
     ),
 ) -> None:
-    """Check the configuration `loom serve` would run, as it finds it: it is refused if it cannot run
-    (one line naming the key), and each thing it gets wrong is reported: routes whose Work nothing can
-    start, bindings, Work kinds and scopes nothing uses, and (with --db) schedules that never start
+    """Check the configuration `loom serve` would run, found as it finds it: it is refused if it cannot
+    run (one line naming the key), and each thing it gets wrong is reported: routes whose Work nothing
+    can start, bindings, Work kinds and scopes nothing uses, and (with --db) schedules that never start
     anything. Exit status 1 when there is anything to report."""
+    import trio
+
+    from ..config import Config
+    from ._apps import app_and_config, find_config
+
     served, loaded, said = app_and_config(app_spec, find_config(config))
     typer.echo(f"checking {said}")
     findings = trio.run(_check, loaded if loaded is not None else Config(), served, db)
@@ -56,3 +46,15 @@ def config_check(
         typer.echo(f"{len(findings)} thing{'s' if len(findings) != 1 else ''} to look at")
         raise typer.Exit(1)
     typer.echo("nothing to report")
+
+
+async def _check(config: Any, served: Any, db: str | None) -> list[Any]:
+    from ..runtime import open_runtime
+
+    plugins = [served] if served is not None else []
+    async with open_runtime(db or ":memory:", config=config, plugins=plugins, actors=()) as rt:
+        return await rt.check(schedules=db is not None)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(config_app, name="config")

@@ -11,15 +11,14 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-DEFAULT_URL = "http://127.0.0.1:8440"
+from ._cli_base import DEFAULT_URL, UserError
+
+__all__ = ["DEFAULT_URL", "Client", "UserError"]
+
 TIMEOUT_S = 30.0
-
-
-class UserError(Exception):
-    """A failure the user can act on: the CLI prints its one line to stderr and exits non-zero."""
 
 
 class Client:
@@ -39,32 +38,57 @@ class Client:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def get(self, path: str, params: Mapping[str, object | None] | None = None) -> Any:
-        query = {key: str(value) for key, value in (params or {}).items() if value is not None}
-        return self._request("GET", path + (f"?{urllib.parse.urlencode(query)}" if query else ""), None)
+        return self._request("GET", path + _query(params), None)
 
-    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+    def post(self, path: str, body: Mapping[str, Any] | list[Any]) -> Any:
         return self._request("POST", path, body)
 
-    def _request(self, method: str, path: str, body: Mapping[str, Any] | None) -> Any:
-        data = json.dumps(body).encode("utf-8") if body is not None else None
-        headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    def text(self, path: str) -> str:
+        """A route that answers text (``/metrics``)."""
+        raw = self._open("GET", path, None, accept="text/plain", read=lambda r: r.read())
+        return str(raw.decode("utf-8", errors="replace"))
+
+    def stream(self, path: str, params: Mapping[str, object | None] | None = None) -> Iterator[str]:
+        """The lines of a server-sent event stream as they arrive, until the server ends it."""
+        request = self._build("GET", path + _query(params), None, accept="text/event-stream")
+        try:
+            response = self._opener.open(request, timeout=self.timeout)
+        except (OSError, ValueError) as exc:
+            raise self._failure(exc, "GET", path) from None
+        with response:
+            try:
+                for raw in response:
+                    yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            except OSError as exc:
+                raise UserError(f"the stream from the loom server at {self.url} stopped: {exc}") from None
+
+    def _build(self, method: str, path: str, data: bytes | None, *, accept: str) -> urllib.request.Request:
+        headers = {"Accept": accept, "Content-Type": "application/json"}
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        return urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+
+    def _failure(self, exc: Exception, method: str, path: str) -> UserError:
+        if isinstance(exc, urllib.error.HTTPError):
+            return UserError(_refusal(exc.code, exc.read()))
+        if isinstance(exc, urllib.error.URLError):
+            reason = exc.reason.strerror if isinstance(exc.reason, OSError) else exc.reason
+            return UserError(f"cannot reach the loom server at {self.url}: {reason or exc}")
+        if isinstance(exc, TimeoutError):
+            return UserError(f"the loom server at {self.url} did not answer within {self.timeout:g}s")
+        return UserError(f"cannot talk to the loom server at {self.url}: {exc}")
+
+    def _open(self, method: str, path: str, data: bytes | None, *, accept: str, read: Any) -> Any:
+        request = self._build(method, path, data, accept=accept)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise UserError(_refusal(exc.code, exc.read())) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason.strerror if isinstance(exc.reason, OSError) else exc.reason
-            raise UserError(f"cannot reach the loom server at {self.url}: {reason or exc}") from None
-        except TimeoutError:
-            raise UserError(
-                f"the loom server at {self.url} did not answer within {self.timeout:g}s"
-            ) from None
+                return read(response)
         except (OSError, ValueError) as exc:
-            raise UserError(f"cannot talk to the loom server at {self.url}: {exc}") from None
+            raise self._failure(exc, method, path) from None
+
+    def _request(self, method: str, path: str, body: Mapping[str, Any] | list[Any] | None) -> Any:
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        raw = self._open(method, path, data, accept="application/json", read=lambda r: r.read())
         if not raw:
             return None
         try:
@@ -73,6 +97,11 @@ class Client:
             raise UserError(
                 f"the server at {self.url} answered {method} {path} with something not JSON"
             ) from None
+
+
+def _query(params: Mapping[str, object | None] | None) -> str:
+    query = {key: str(value) for key, value in (params or {}).items() if value is not None}
+    return f"?{urllib.parse.urlencode(query)}" if query else ""
 
 
 def _refusal(status: int, raw: bytes) -> str:

@@ -13,8 +13,7 @@ from ..records.events import EventIn
 from ..records.timers import TimerSpec
 from ..records.validation import MAX_SEQ
 from ..runtime import Runtime
-from ._ops import Call, Service, next_cursor
-from ._results import routing_of
+from ._ops import Call, Service, page
 from ._wire import (
     BAD_REQUEST,
     CONFLICT,
@@ -32,7 +31,6 @@ from ._wire import (
     query_int,
     query_limit,
     query_text,
-    to_data,
 )
 from ._wire import INTERNAL as INTERNAL
 
@@ -71,19 +69,21 @@ def event_in(body: dict[str, Any]) -> EventIn:
 
 async def post_event(s: Service, call: Call) -> Response:
     event = await s.rt.publish(event_in(call.body))
-    answer = to_data(event)
-    answer["routing"] = await routing_of(s, call, event)
-    return json_response(answer, 200 if event.duplicate else 201)
+    return json_response(event, 200 if event.duplicate else 201)
 
 
 async def list_events(s: Service, call: Call) -> Response:
     limit = query_limit(call.query)
-    events = await s.rt.events(
-        after_seq=query_int(call.query, "after", 0, 0, MAX_SEQ),
-        limit=limit,
-        type=query_text(call.query, "type"),
+    events, next_after = page(
+        await s.rt.events(
+            after_seq=query_int(call.query, "after", 0, 0, MAX_SEQ),
+            limit=limit + 1,
+            type=query_text(call.query, "type"),
+        ),
+        limit,
+        lambda e: e.seq,
     )
-    return json_response({"events": events, "next_after": next_cursor(events, limit, lambda e: e.seq)})
+    return json_response({"events": events, "next_after": next_after})
 
 
 async def get_event(s: Service, call: Call) -> Response:
@@ -96,13 +96,17 @@ async def get_event(s: Service, call: Call) -> Response:
 
 async def list_work(s: Service, call: Call) -> Response:
     limit = query_limit(call.query)
-    works = await s.rt.works(
-        scope=query_text(call.query, "scope"),
-        state=query_text(call.query, "state"),  # type: ignore[arg-type]  # checked by the runtime
-        after_id=query_text(call.query, "after") or "",
-        limit=limit,
+    works, next_after = page(
+        await s.rt.works(
+            scope=query_text(call.query, "scope"),
+            state=query_text(call.query, "state"),  # type: ignore[arg-type]  # checked by the runtime
+            after_id=query_text(call.query, "after") or "",
+            limit=limit + 1,
+        ),
+        limit,
+        lambda w: w.id,
     )
-    return json_response({"work": works, "next_after": next_cursor(works, limit, lambda w: w.id)})
+    return json_response({"work": works, "next_after": next_after})
 
 
 async def work_view(rt: Runtime, work_id: str) -> dict[str, Any]:
@@ -276,13 +280,17 @@ def timer_spec(body: dict[str, Any]) -> TimerSpec:
 
 async def list_timers(s: Service, call: Call) -> Response:
     limit = query_limit(call.query)
-    timers = await s.rt.timers(
-        state=query_text(call.query, "state"),  # type: ignore[arg-type]  # checked by the runtime
-        work_id=query_text(call.query, "work"),
-        after_id=query_text(call.query, "after") or "",
-        limit=limit,
+    timers, next_after = page(
+        await s.rt.timers(
+            state=query_text(call.query, "state"),  # type: ignore[arg-type]  # checked by the runtime
+            work_id=query_text(call.query, "work"),
+            after_id=query_text(call.query, "after") or "",
+            limit=limit + 1,
+        ),
+        limit,
+        lambda t: t.id,
     )
-    return json_response({"timers": timers, "next_after": next_cursor(timers, limit, lambda t: t.id)})
+    return json_response({"timers": timers, "next_after": next_after})
 
 
 async def get_timer(s: Service, call: Call) -> Response:
@@ -303,9 +311,15 @@ async def cancel_timer(s: Service, call: Call) -> Response:
 
 
 async def list_diagnostics(s: Service, call: Call) -> Response:
-    diagnostics = await s.rt.diagnostics(
-        kind=query_text(call.query, "kind"),
-        subject=query_text(call.query, "subject"),
-        limit=query_limit(call.query),
+    limit = query_limit(call.query)
+    diagnostics, next_after = page(
+        await s.rt.diagnostics(
+            kind=query_text(call.query, "kind"),
+            subject=query_text(call.query, "subject"),
+            after_id=query_int(call.query, "after", 0, 0, MAX_SEQ),
+            limit=limit + 1,
+        ),
+        limit,
+        lambda d: d.id,
     )
-    return json_response({"diagnostics": diagnostics})
+    return json_response({"diagnostics": diagnostics, "next_after": next_after})

@@ -1,4 +1,6 @@
-"""Prometheus metrics for ``loom serve``, counted from the runtime's commit notices (`Runtime.watch`).
+"""Prometheus metrics for ``loom serve``: counters from the runtime's commit notices (`Runtime.watch`),
+and gauges read from the store at each scrape (`Runtime.gauges`: bounded indexed reads), so on
+PostgreSQL with several nodes each node's counters are its own and every node's gauges agree.
 
 Every figure comes from a notice the storage actor published after a commit: acceptances
 (`EventAccepted`), routing checkpoints (`EventRouted`), firing ledger entries (`TimerFired`), wakes
@@ -9,8 +11,10 @@ of guessing what it missed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import trio
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..records.core_events import WAIT_WOKEN
@@ -64,6 +68,33 @@ class Metrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self.fire_lateness = Histogram(
+            "loom_timer_fire_lateness_seconds",
+            "How late each timer firing committed after its due time (this node's firings)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=r,
+        )
+        self.works = Gauge("loom_works", "Works in the store, by state", ["state"], registry=r)
+        self.ready = Gauge(
+            "loom_works_ready",
+            "The ready queue: Works waiting for the admission pass to start them",
+            registry=r,
+        )
+        self.unrouted = Gauge(
+            "loom_events_unrouted",
+            "Accepted Events not routed yet (among the last 100,000 accepted)",
+            registry=r,
+        )
+        self.timers_armed = Gauge("loom_timers_armed", "Timers armed and not yet fired", registry=r)
+        self.timers_overdue = Gauge(
+            "loom_timers_overdue", "Armed timers whose due time has passed", registry=r
+        )
+        self.timer_overdue_seconds = Gauge(
+            "loom_timer_overdue_seconds",
+            "How far past its due time the earliest armed timer is (0: none is due)",
+            registry=r,
+        )
+        self._due: list[int] = []
         self.lagged = Counter(
             "loom_metrics_lagged",
             "Times the metrics watcher fell behind and missed notices (counts may be low)",
@@ -79,9 +110,13 @@ class Metrics:
             self.routed.labels(status=notice.status.value).inc()
         elif isinstance(notice, TimerFired):
             self.fired.labels(result=notice.result.value).inc()
+            self._due.append(notice.fire_at_ms)
         elif isinstance(notice, LeaseRecovered):
             self.recovered.labels(relaunch=str(notice.relaunch).lower()).inc()
         elif isinstance(notice, Committed):
+            for due in self._due:  # the firings of this batch committed at its time
+                self.fire_lateness.observe(max(0, notice.at_ms - due) / 1000)
+            self._due.clear()
             self.batch_requests.observe(notice.requests)
             self.commit_seconds.observe(notice.seconds)
         elif isinstance(notice, Lagged):
@@ -95,6 +130,18 @@ class Metrics:
             task_status.started()
             async for notice in notices:
                 self.observe(notice)
+
+    def set_gauges(self, figures: Mapping[str, int | None], now_ms: int) -> None:
+        """The store's figures (`Runtime.gauges`), read for this scrape."""
+        for name, value in figures.items():
+            if name.startswith("works_") and value is not None:
+                self.works.labels(state=name.removeprefix("works_")).set(value)
+        self.ready.set(figures.get("ready") or 0)
+        self.unrouted.set(figures.get("unrouted") or 0)
+        self.timers_armed.set(figures.get("timers_armed") or 0)
+        self.timers_overdue.set(figures.get("timers_overdue") or 0)
+        earliest = figures.get("earliest_timer_ms")
+        self.timer_overdue_seconds.set(0 if earliest is None else max(0, now_ms - earliest) / 1000)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -8,7 +8,9 @@ from typing import Any
 
 from .. import __version__
 from ..records.work import WorkState
+from ..runtime import MAX_BATCH
 from ._ops import Op
+from ._schemas import components
 from ._wire import BAD_REQUEST, JSON_VALUE, LOOKUP, MAX_PAGE, MISDIRECTED, SCOPE, UNAUTHORIZED, Field
 
 _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
@@ -78,7 +80,7 @@ def _operation(op: Op, *, operator_token: bool) -> dict[str, Any]:
         description = (
             "accepted again: the original, with duplicate: true" if status == 200 and 201 in op.ok else "ok"
         )
-        responses[str(status)] = {"description": description, "content": {op.media: {"schema": {}}}}
+        responses[str(status)] = {"description": description, "content": {op.media: {"schema": op.answer}}}
     for kind in op.documented_errors(operator_token=operator_token):
         existing = responses.get(str(kind.status))
         text = f"{kind.name}: {kind.meaning}"
@@ -97,9 +99,19 @@ def _operation(op: Op, *, operator_token: bool) -> dict[str, Any]:
         "responses": responses,
     }
     if op.body is not None:
+        schema = body_schema(op.body) | op.body_schema
+        if op.batch:  # one object, or an array of them accepted in order (JSON lines too: see the docs)
+            batch = {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH,
+                "description": "a batch: each item an Event object as above, checked and answered on its"
+                " own (a bad item is refused in its result, and the others are accepted)",
+            }
+            schema = {"anyOf": [schema, batch]}
         operation["requestBody"] = {
             "required": op.body_required,
-            "content": {"application/json": {"schema": body_schema(op.body) | op.body_schema}},
+            "content": {"application/json": {"schema": schema}},
         }
     if op.auth:
         operation["security"] = [{"executionToken": []}]
@@ -131,7 +143,7 @@ def document(ops: Sequence[Op], *, test_clock: bool, operator_token: bool = Fals
         },
         "paths": paths,
         "components": {
-            "schemas": {"Error": ERROR_SCHEMA, "JsonValue": JSON_VALUE},
+            "schemas": {"Error": ERROR_SCHEMA, "JsonValue": JSON_VALUE, **components()},
             "securitySchemes": _security_schemes(operator_token=operator_token),
         },
     }

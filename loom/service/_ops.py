@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -35,6 +35,8 @@ from ._wire import (
 )
 from ._wire import INTERNAL as INTERNAL
 
+T = TypeVar("T")
+
 
 @attrs.define(kw_only=True)
 class Service:
@@ -54,6 +56,8 @@ class Call:
     request: Request
     body: dict[str, Any]
     lease: Lease | None = None
+    items: list[Any] | None = None
+    """A batch's items as decoded JSON (``None``: the body is one object), for an `Op` with ``batch``."""
 
     def path(self, name: str) -> str:
         return str(self.request.path_params[name])
@@ -93,6 +97,8 @@ class Op:
     renames: dict[str, str] = attrs.field(factory=dict)
     """The runtime's argument names that the API calls otherwise (``after_id`` is ``after``)."""
     ok: tuple[int, ...] = (200,)
+    answer: dict[str, Any] = attrs.field(factory=dict)
+    """The JSON Schema of a successful answer (`_schemas`)."""
     errors: tuple[ErrorKind, ...] = ()
     auth: bool = False
     """The execution toolbelt: the bearer token of the execution's current lease."""
@@ -100,6 +106,8 @@ class Op:
     """Open to every client that reaches the server, without the operator token (health, this document)."""
     media: str = "application/json"
     test_clock_only: bool = False
+    batch: bool = False
+    """The body may also be a batch: a JSON array, or JSON lines (``application/x-ndjson``)."""
     path_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
     """The JSON Schema of a path parameter that is not an id (an attempt number)."""
 
@@ -149,12 +157,13 @@ def _json_media(content_type: str) -> bool:
     return True
 
 
-async def read_json_body(request: Request, limit: int) -> bytes:
+async def read_json_body(request: Request, limit: int, *, ndjson: bool = False) -> bytes:
     """The body of a request that must send JSON: `read_body`, refused with 415 when it declares
     another type, or has bytes and declares none (a browser sends a form or ``text/plain`` to any
     site without asking it first; JSON it sends only where the site allows it)."""
     content_type = request.headers.get("content-type")
-    if content_type is not None and not _json_media(content_type):
+    lines = ndjson and content_type is not None and content_type.partition(";")[0].strip().lower() in NDJSON
+    if content_type is not None and not lines and not _json_media(content_type):
         raise HTTPError(
             MEDIA_TYPE,
             f"the body must be sent as Content-Type: application/json, not {content_type[:100]!r}",
@@ -189,6 +198,9 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+NDJSON = ("application/x-ndjson", "application/jsonl", "application/jsonlines")
+"""JSON lines: the media types of a batch body sent one JSON value a line."""
+
 _TOKEN = re.compile(rf"[\x21-\x7e]{{1,{MAX_KEY_LEN}}}\Z")
 
 
@@ -210,6 +222,9 @@ def bearer_token(request: Request) -> str:
     return token
 
 
-def next_cursor(items: Sequence[Any], limit: int, cursor: Callable[[Any], object]) -> object:
-    """The cursor of the next page: the last item's, when this page is full (there may be more)."""
-    return cursor(items[-1]) if items and len(items) == limit else None
+def page(items: Sequence[T], limit: int, cursor: Callable[[T], object]) -> tuple[list[T], object]:
+    """A page of at most ``limit`` items out of ``items`` (read with ``limit + 1``), and the cursor of the
+    next page: the last item's when more remain, ``None`` when this is the last page."""
+    more = len(items) > limit
+    shown = list(items[:limit])
+    return shown, (cursor(shown[-1]) if more and shown else None)

@@ -1,12 +1,16 @@
-"""Rendering for the command line: times as ISO 8601 UTC, records as aligned lines and tables.
+"""Rendering for the command line: times in local time with their offset and a relative form, records
+as aligned lines and tables.
 
 The server's JSON is shown as it comes, with every instant (a key ending in ``at_ms``, such as
-``fire_at_ms`` or ``accepted_at_ms``) written as ISO 8601 UTC instead of Unix milliseconds.
+``fire_at_ms`` or ``accepted_at_ms``) written as local time with its UTC offset and how far it is
+from now (``2026-01-01 10:00:00+01:00 (in 4 min)``) instead of Unix milliseconds. ``--json`` prints
+the milliseconds as they are.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,24 +25,63 @@ def iso(ms: int) -> str:
     return text.replace("+00:00", "Z")
 
 
+def local(ms: int) -> str:
+    """Unix milliseconds as local time with its UTC offset (``2026-01-01 10:00:00+01:00``; the
+    machine's zone, or ``TZ``; milliseconds only when there are)."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC).astimezone()
+    return moment.isoformat(sep=" ", timespec="milliseconds" if ms % 1000 else "seconds")
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def relative(ms: int, now: int) -> str:
+    """How far ``ms`` is from ``now``: ``in 4 min``, ``3 s ago``, ``now``."""
+    delta = ms - now
+    size = abs(delta)
+    if size < 1000:
+        return "now"
+    for unit, width in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if size >= width:
+            amount = size // width
+            text = f"{amount} {unit}"
+            break
+    return f"in {text}" if delta > 0 else f"{text} ago"
+
+
+def when(ms: object, now: int | None = None) -> str:
+    """An instant for a person: local time with its offset and its relative form; ``-`` for none."""
+    if not _is_ms(ms):
+        return "-" if ms is None else str(ms)
+    assert isinstance(ms, int)
+    return f"{local(ms)} ({relative(ms, now_ms() if now is None else now)})"
+
+
 def is_instant_key(key: str) -> bool:
     return key.endswith("at_ms")
 
 
-def humanize(value: Any, key: str = "") -> Any:
-    """``value`` with every instant under an ``*at_ms`` key as ISO 8601 (the key loses ``_ms``)."""
+def humanize(value: Any, key: str = "", now: int | None = None) -> Any:
+    """``value`` with every instant under an ``*at_ms`` key as `when` shows it (the key loses ``_ms``)."""
+    now = now_ms() if now is None else now
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for name, item in value.items():
             name = str(name)
             if is_instant_key(name) and _is_ms(item):
-                out[name.removesuffix("_ms")] = iso(item)
+                out[name.removesuffix("_ms")] = when(item, now)
             else:
-                out[name] = humanize(item, name)
+                out[name] = humanize(item, name, now)
         return out
     if isinstance(value, list | tuple):
-        return [humanize(item, key) for item in value]
+        return [humanize(item, key, now) for item in value]
     return value
+
+
+def humanize_rows(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    now = now_ms()
+    return [humanize(row, now=now) for row in rows if isinstance(row, Mapping)]
 
 
 def _is_ms(value: Any) -> bool:

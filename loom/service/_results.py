@@ -15,8 +15,11 @@ from starlette.responses import Response
 
 from ..records.errors import WaitTimedOut
 from ..records.events import Event
+from ..records.executor import AttemptLogs
+from ..records.results import WorkResult
 from ..records.validation import MAX_INT
 from ..records.work import Checkpoint
+from . import _schemas as S
 from ._ops import Call, Op, Query, Service
 from ._wire import NOT_FOUND, json_response, query_int, query_text
 
@@ -113,13 +116,38 @@ EVENT_WAIT = Query(
     schema={"minimum": 0, "maximum": MAX_WAIT_S},
 )
 
+ROUTING = S.obj(
+    status={"type": "string", "enum": ["routed", "unmatched", "drop", "terminal", "unrouted", "pending"]},
+    route=S.nullable(S.STRING),
+    route_scope=S.nullable(S.STRING),
+    work_id=S.nullable(S.STRING),
+    reason=S.nullable(S.STRING),
+)
+"""Where an accepted Event went (`routing`)."""
+
+
+def _routed_event() -> dict[str, Any]:
+    """An Event as ``POST /events`` answers one: the record, and ``routing``."""
+    answers = S.Answers()
+    answers.record(Event)
+    event = answers.components["Event"]
+    return {
+        **event,
+        "properties": {**event["properties"], "routing": ROUTING},
+        "required": [*event["required"], "routing"],
+    }
+
+
+ROUTED_OR_BATCH = {"anyOf": [_routed_event(), S.BATCH]}
+
 OPS: tuple[Op, ...] = (
     Op(method="GET", path="/work/{work_id:path}/result", handler=get_result,
        summary="The Work's outcome: state, value or error, attempts (long-poll with ?wait=)", tag="work",
-       query=(WAIT,), errors=(NOT_FOUND,)),
+       query=(WAIT,), answer=S.ref(WorkResult), errors=(NOT_FOUND,)),
     Op(method="GET", path="/work/{work_id:path}/attempts/{attempt}/logs", handler=get_logs,
        summary="An attempt's stdout and stderr (their ends)", tag="work",
        path_schemas={"attempt": {"type": "integer", "minimum": 1, "maximum": MAX_INT}},
+       answer=S.ref(AttemptLogs),
        query=(
            Query(name="stream", kind="string", doc="only this one", choices=("stdout", "stderr")),
            Query(name="tail", kind="integer",

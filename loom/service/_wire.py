@@ -325,9 +325,13 @@ def parse_body(raw: bytes, fields: Sequence[Field], *, empty_ok: bool = False) -
         if empty_ok and not any(f.required for f in fields):
             return {}
         raise _bad(None, "the body must be a JSON object")
-    data = parse_json(raw)
+    return parse_fields(parse_json(raw), fields)
+
+
+def parse_fields(data: Any, fields: Sequence[Field], what: str = "the body") -> dict[str, Any]:
+    """`parse_body` for JSON already decoded (``what`` names it in a refusal)."""
     if not isinstance(data, dict):
-        raise _bad(None, f"the body must be a JSON object, got {_json_name(data)}")
+        raise _bad(None, f"{what} must be a JSON object, got {_json_name(data)}")
     known = {f.name: f for f in fields}
     for name in data:
         if name not in known:

@@ -18,7 +18,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
@@ -33,12 +32,14 @@ from hypercorn.config import Sockets
 from starlette.applications import Starlette
 
 from ..config import Config
+from ..plugins.app import App
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
 from ._apps import app_and_config, find_config
+from ._logs import ACCESS_FORMAT, configure_logging
 from ._metrics import Metrics
 from ._token import read_token_file
 
@@ -175,6 +176,7 @@ def hypercorn_config(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
     config.accesslog = logging.getLogger("loom.service.access") if access_log else None
+    config.access_log_format = ACCESS_FORMAT
     config.errorlog = logging.getLogger("loom.service.http")
     return config
 
@@ -184,7 +186,7 @@ async def run_http(
     listen: str = DEFAULT_LISTEN,
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
-    access_log: bool = False,
+    access_log: bool = True,
     read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -211,18 +213,6 @@ def _leaves(group: BaseExceptionGroup[E]) -> list[E]:
     return out
 
 
-def _configure_logging(log_level: str | int) -> None:
-    level = log_level if isinstance(log_level, int) else logging.getLevelName(str(log_level).upper())
-    if not isinstance(level, int):
-        raise InvalidRequest(
-            f"log_level must be debug, info, warning or error, got {log_level!r}", field="log_level"
-        )
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    logging.getLogger("loom").setLevel(level)
-
-
 async def serve(
     db: str | Path = "loom.db",
     config_path: str | Path | None = None,
@@ -230,6 +220,7 @@ async def serve(
     test_clock: bool = False,
     log_level: str | int = "info",
     *,
+    log_format: str = "text",
     allow_hosts: Sequence[str] = (),
     token_file: str | Path | None = None,
     read_timeout: float = READ_TIMEOUT_S,
@@ -259,7 +250,7 @@ async def serve(
     required: without one `serve` refuses to start. A connection that sends nothing for
     ``read_timeout`` seconds while a request is due is closed.
     """
-    _configure_logging(log_level)
+    configure_logging(log_level, log_format)
     host, _ = parse_listen(listen)
     if (
         isinstance(read_timeout, bool)
@@ -277,15 +268,23 @@ async def serve(
             field="token_file",
         )
     access = Access.for_listen(host, allow_hosts=allow_hosts, token=token)
-    served, config, said = app_and_config(app, find_config(config_path))
-    (log.info if config is not None else log.warning)("running %s", said)
-    if served is not None:
-        log.info("serving app %s", served)
-    plugins = (served,) if served is not None else ()
+    found = find_config(config_path)
+    served, config, said = app_and_config(app, found)
     stop = trio.Event()
     try:
         await _serve(
-            db, config, listen, test_clock, access, float(read_timeout), stop, task_status, plugins, node
+            db,
+            config,
+            found.path,
+            listen,
+            test_clock,
+            access,
+            float(read_timeout),
+            stop,
+            task_status,
+            said=said,
+            app=served,
+            node=node,
         )
     except BaseExceptionGroup as group:
         reason = _reason(group)
@@ -314,13 +313,16 @@ def _reason(group: BaseExceptionGroup[BaseException]) -> LoomError | None:
 async def _serve(
     db: str | Path,
     config: Config | None,
+    config_path: str | Path | None,
     listen: str,
     test_clock: bool,
     access: Access,
     read_timeout: float,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
-    plugins: tuple[object, ...] = (),
+    *,
+    said: str,
+    app: App | None = None,
     node: str | None = None,
 ) -> None:
     async with trio.open_nursery() as signals:
@@ -332,7 +334,7 @@ async def _serve(
             start_actors=False,
             access=access,
             stopping=stop,
-            plugins=plugins,
+            plugins=(app,) if app is not None else (),
             node=node,
         ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
@@ -343,7 +345,7 @@ async def _serve(
                         service.app,
                         listen,
                         shutdown=stop.wait,
-                        access_log=logging.getLogger("loom").isEnabledFor(logging.DEBUG),
+                        access_log=True,
                         read_timeout=read_timeout,
                     )
                 )
@@ -351,13 +353,55 @@ async def _serve(
                 # LOOM_URL), so they can call the toolbelt; the actors start once it is known
                 os.environ["LOOM_URL"] = urls[0]
                 await service.start_actors()
-                for finding in await service.runtime.check():
-                    log.warning("configuration: %s", finding)
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
-                log.info("serving %s on %s", db, ", ".join(urls))
+                rt = service.runtime
+                log.info(
+                    "store: %s (%s)",
+                    _shown(str(db)),
+                    rt.backend,
+                )
+                (log.info if config is not None else log.warning)("config: %s", said)
+                if app is not None:
+                    log.info("app: %s", app)
+                log.info("plugins: %s", ", ".join(rt.plugin_names))
+                for finding in await rt.check():
+                    log.warning("configuration: %s", finding)
+                log.info("listening on %s%s", ", ".join(urls), note)
+                signals.start_soon(_reload_on_hangup, rt, config_path)
                 task_status.started(urls)
         signals.cancel_scope.cancel()
+
+
+def _shown(db: str) -> str:
+    """A store's location without the password of its URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    return db.replace(f":{parts.password}@", ":***@", 1)
+
+
+async def _reload_on_hangup(rt: Runtime, config_path: str | Path | None) -> None:
+    """SIGHUP reads the configuration file again and makes it the next generation (`Runtime.reload`);
+    a refused file is logged, naming file, key and reason, and the configuration in force stays.
+    What is not in the file (the store, the address, the token) needs a restart to change."""
+    with trio.open_signal_receiver(signal.SIGHUP) as hangups:
+        async for _ in hangups:
+            if config_path is None:
+                log.warning(
+                    "SIGHUP: no --config file to reload (the store, address and token need a restart)"
+                )
+                continue
+            try:
+                rt.reload(Config.load(str(config_path)))
+            except LoomError as exc:
+                log.error(
+                    "SIGHUP: %s was not reloaded, the configuration in force stays: %s", config_path, exc
+                )
+            else:
+                log.info("SIGHUP: reloaded %s", config_path)
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:

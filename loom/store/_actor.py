@@ -14,7 +14,15 @@ fails the whole batch explicitly to every caller. The batch is shielded from
 cancellation: a caller cancelled while its batch runs still has its work committed or
 not as a unit.
 
-On a shared database (PostgreSQL) two more things can happen. Another node's batch can
+After each request's procedure the ``settle`` hook (the kernel's `admission.settle_in_tx`, given
+by the runtime) brings the ready queue up to date with the Works the request touched, inside the
+request's own savepoint.
+
+On a shared database (PostgreSQL) each batch also tells the other nodes, in one small
+notification sent with its COMMIT, what it changed (`_notify`); the actor listens for theirs on a
+connection of its own and hands each to its feeds as a `StoreChanged` notice, and every
+``check_ms`` of the clock it hands them a check (the actors read from their cursors what a
+notification could not carry). Two more things can happen. Another node's batch can
 race this one (a deadlock, a unique key both inserted, a row changed under a
 compare-and-set): the batch is rolled back whole and run again, a bounded number of
 times, on what the other node committed. And the connection can drop (a database

@@ -270,8 +270,39 @@ class Reader:
         )
         return [_sql.intent_from_row(r) for r in rows]
 
-    async def diagnostics(self, kind: str | None, subject: str | None, limit: int) -> list[Diagnostic]:
-        rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, limit))
+    async def gauges(self, now_ms: int, cap: int, window: int) -> dict[str, int | None]:
+        """Figures for alerts, each from one bounded indexed read in one snapshot: Works by state and
+        the ready queue (counted up to ``cap``), armed and overdue timers (up to ``cap``), the earliest
+        armed timer's time, and unrouted Events among the last ``window`` accepted."""
+        states = ("ready", "running", "waiting", "completed", "cancelled", "failed")
+        queries: list[tuple[str, tuple[Any, ...]]] = [
+            (_sql.COUNT_WORKS_IN_STATE, (state, cap)) for state in states
+        ]
+        queries += [
+            (_sql.COUNT_READY, (cap,)),
+            (_sql.COUNT_ARMED_TIMERS, (cap,)),
+            (_sql.COUNT_OVERDUE_TIMERS, (now_ms, cap)),
+            (_sql.EARLIEST_ARMED_TIMER, ()),
+            (_sql.COUNT_RECENT_UNROUTED, (window, cap)),
+        ]
+        rows = await self._snapshot(queries)
+        figures: dict[str, int | None] = {
+            f"works_{state}": int(r[0][0]) for state, r in zip(states, rows, strict=False)
+        }
+        ready, armed, overdue, earliest, unrouted = rows[len(states) :]
+        figures |= {
+            "ready": int(ready[0][0]),
+            "timers_armed": int(armed[0][0]),
+            "timers_overdue": int(overdue[0][0]),
+            "earliest_timer_ms": None if earliest[0][0] is None else int(earliest[0][0]),
+            "unrouted": int(unrouted[0][0]),
+        }
+        return figures
+
+    async def diagnostics(
+        self, kind: str | None, subject: str | None, limit: int, after_id: int = 0
+    ) -> list[Diagnostic]:
+        rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, after_id, limit))
         return [_sql.diagnostic_from_row(r) for r in rows]
 
     async def diagnostics_about(self, subject: str, limit: int) -> list[Diagnostic]:

@@ -215,12 +215,25 @@ def intent_from_row(row: Row) -> Intent:
     )
 
 
+# the figures of /metrics: each a count capped by LIMIT on an index (never a scan of the whole table)
+COUNT_WORKS_IN_STATE = "SELECT count(*) FROM (SELECT 1 FROM works WHERE state = ? LIMIT ?) AS w"
+COUNT_READY = "SELECT count(*) FROM (SELECT 1 FROM works WHERE ready_seq IS NOT NULL LIMIT ?) AS w"
+COUNT_ARMED_TIMERS = "SELECT count(*) FROM (SELECT 1 FROM timers WHERE state = 'armed' LIMIT ?) AS t"
+COUNT_OVERDUE_TIMERS = (
+    "SELECT count(*) FROM (SELECT 1 FROM timers WHERE state = 'armed' AND fire_at_ms <= ? LIMIT ?) AS t"
+)
+EARLIEST_ARMED_TIMER = "SELECT min(fire_at_ms) FROM timers WHERE state = 'armed'"
+COUNT_RECENT_UNROUTED = (
+    "SELECT count(*) FROM (SELECT 1 FROM events e"
+    " WHERE e.seq > (SELECT coalesce(max(seq), 0) FROM events) - ?"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) LIMIT ?) AS u"
+)
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
 DIAGNOSTICS_ABOUT = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE subject = ? ORDER BY id DESC LIMIT ?"
 """A subject's diagnostics, newest first (the ``diagnostics_subject`` index)."""
 DIAGNOSTICS = (
     "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
-    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) ORDER BY id LIMIT ?"
+    " AND (CAST(? AS TEXT) IS NULL OR subject = ?) AND id > ? ORDER BY id LIMIT ?"
 )
 
 

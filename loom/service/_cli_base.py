@@ -1,0 +1,164 @@
+"""What the ``loom`` commands share: the server options, one-line user errors, JSON arguments (``@file``,
+``@-`` for stdin), output, and paging through a list route.
+
+This module and the command modules import only what a command needs to parse its arguments: the
+HTTP client, the renderer and the runtime are imported when a command runs, so ``loom --help`` and
+shell completion start fast (tests/test_cli_speed.py measures it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_URL = "http://127.0.0.1:8440"
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+"""Every command and group takes ``-h`` as well as ``--help``."""
+
+URL = typer.Option(DEFAULT_URL, "--url", envvar="LOOM_URL", help="The running server's address.")
+AS_JSON = typer.Option(False, "--json", help="Print the server's JSON answer as it is.")
+TOKEN_FILE = typer.Option(
+    None,
+    "--token-file",
+    envvar="LOOM_API_TOKEN_FILE",
+    help="A file holding the server's operator token (when it requires one).",
+)
+LIMIT = typer.Option(100, "--limit", min=1, max=1000, help="At most this many per page (1 to 1000).")
+ALL = typer.Option(False, "--all", help="Every page, not only the first.")
+
+
+def group(help: str) -> typer.Typer:
+    return typer.Typer(no_args_is_help=True, help=help, context_settings=CONTEXT, rich_markup_mode=None)
+
+
+class UserError(Exception):
+    """A failure the user can act on: the CLI prints its one line to stderr and exits non-zero."""
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(f"loom: {message}", err=True)
+    return typer.Exit(1)
+
+
+def user_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn every error a user can cause into one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        from ..records.errors import LoomError
+
+        try:
+            return command(*args, **kwargs)
+        except (UserError, LoomError) as exc:
+            raise fail(str(exc)) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # `loom events list --all | head`: the reader has what it wanted
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return run
+
+
+def client(url: str, token_file: Path | None) -> Client:
+    from ._client import Client
+    from ._token import read_token_file
+
+    return Client(url, token=read_token_file(token_file) if token_file is not None else None)
+
+
+def read_argument(text: str, option: str) -> str:
+    """``text`` as given, the contents of a file for ``@path``, or standard input for ``@-``."""
+    if not text.startswith("@"):
+        return text
+    if text == "@-":
+        return sys.stdin.read()
+    try:
+        return Path(text[1:]).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{option} {text}: {exc.strerror or exc}") from None
+
+
+def json_object(text: str | None, option: str) -> dict[str, Any]:
+    """A JSON object argument (``@file`` or ``@-`` read it); ``None``: an empty one."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(read_argument(text, option))
+    except ValueError as exc:
+        raise UserError(f"{option} must be a JSON object (or @file, or @- for stdin): {exc}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{option} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def dump(answer: Any) -> None:
+    typer.echo(json.dumps(answer, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def show(answer: Any, as_json: bool) -> None:
+    """An answer as JSON (``--json``), or as ``key  value`` lines for a person."""
+    from ._render import block, humanize
+
+    if as_json or not isinstance(answer, dict):
+        dump(answer)
+    else:
+        typer.echo(block(humanize(answer)))
+
+
+def pages(
+    api: Client, path: str, params: Mapping[str, object | None], name: str, *, limit: int, every: bool
+) -> Iterator[tuple[list[Any], Any]]:
+    """The pages of a list route: each page's items under ``name`` and its ``next_after`` cursor;
+    with ``every`` it follows the cursor to the last page, otherwise it stops after the first."""
+    after = params.get("after")
+    while True:
+        answer = api.get(path, {**params, "after": after, "limit": limit})
+        items = answer.get(name) if isinstance(answer, dict) else None
+        if not isinstance(items, list):
+            raise UserError(f"the server answered {path} without a list of {name}")
+        after = answer.get("next_after")
+        yield items, after
+        if not every or after is None:
+            return
+
+
+def list_command(
+    api: Client,
+    path: str,
+    params: Mapping[str, object | None],
+    name: str,
+    *,
+    limit: int,
+    every: bool,
+    as_json: bool,
+    render: Callable[[list[Any]], str],
+    empty: str,
+) -> None:
+    """Print a list route's items: a table per page for a person, or one JSON answer (``--json``:
+    every item read, and ``next_after``). When more remain than were read, says how to read on."""
+    collected: list[Any] = []
+    after = None
+    for items, cursor in pages(api, path, params, name, limit=limit, every=every):
+        if not as_json and items:
+            typer.echo(render(items))
+        collected += items
+        after = cursor
+    if not as_json and not collected:
+        typer.echo(empty)
+    if as_json:
+        dump({name: collected, "next_after": after})
+    elif after is not None:
+        typer.echo(f"(more remain: --after {after} reads on, --all reads every page)", err=True)
