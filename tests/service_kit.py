@@ -86,8 +86,10 @@ async def api(
     test_clock: bool = True,
     plugins: tuple[object, ...] = (),
     actors: bool = True,
+    stopping: trio.Event | None = None,
 ) -> AsyncIterator[Api]:
-    """``actors=False``: no background actor runs (only what requests do themselves)."""
+    """``actors=False``: no background actor runs (only what requests do themselves); ``stopping``: the
+    event the server sets when it stops (long-polls answer at once)."""
     db = tmp_path / "service.db"
     clock = loom.ManualClock(start_ms=T0_MS) if test_clock else None
     async with open_service(
@@ -97,6 +99,7 @@ async def api(
         plugins=plugins,
         load_entry_points=False,
         start_actors=actors,
+        stopping=stopping,
     ) as service:
         transport = httpx.ASGITransport(app=service.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:

@@ -194,8 +194,8 @@ async def test_the_example_app_is_served_from_its_directory_and_answers_its_resu
     finally:
         assert server.stop() == 0
     log = server.log.read_text()
-    assert f"running configuration {EXAMPLE / 'loom.toml'} (./loom.toml in the working directory)" in log
-    assert "serving app App(functions=['price', 'receipt'])" in log
+    assert f"config: configuration {EXAMPLE / 'loom.toml'} (./loom.toml in the working directory)" in log
+    assert "app: App(functions=['price', 'receipt'])" in log
     assert f"work {failing}: attempt 1 (" in log
     assert "failed: executor 'python' raised ValueError: order order/2 has no items" in log
     assert not (EXAMPLE / "__pycache__").exists()

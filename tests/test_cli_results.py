@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_cli import T9, WORK, WORK_VIEW, FakeServer, loom_cli
+from test_cli import T9, WORK, WORK_VIEW, FakeServer, loom_cli, paris_time
 
 RESULT = {
     "work_id": "wk_1",
@@ -25,6 +25,9 @@ RESULT = {
     "execution_id": "ex_1",
     "ended_at_ms": T9,
 }
+
+
+__all__ = ["paris_time"]  # local time is Paris, and now a little after 09:04 UTC, for every test here
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def test_work_wait_long_polls_and_prints_the_value(server: FakeServer) -> None:
             {"state": "ready", "done": False, "settled": False, "retry": "backoff", "error": "no stock",
              "next_retry_at_ms": T9, "value": None},
             2,
-            "next attempt at 2026-01-01T09:00:00Z",
+            "next attempt at 2026-01-01 10:00:00+01:00 (4 min ago)",
         ),
     ],
 )  # fmt: skip
@@ -98,6 +101,6 @@ def test_work_get_shows_the_backoff_the_last_error_and_why_it_cannot_start(serve
     server.answers["GET", "/work/wk_1"] = (200, view)
     result = loom_cli("work", "get", "wk_1", "--url", server.url)
     assert result.exit_code == 0, result.output
-    assert "backoff: the next attempt at 2026-01-01T09:05:00Z" in result.stdout
+    assert "backoff: the next attempt at 2026-01-01 10:05:00+01:00 (in " in result.stdout
     assert "last error  exit status 1; stderr: boom" in result.stdout
     assert "attempt_failed: attempt 1 (ex_1) failed: exit status 1" in result.stdout

@@ -4,7 +4,6 @@ nothing uses, and schedules that never start anything; a Work nothing can start 
 
 from __future__ import annotations
 
-import logging
 import signal
 from pathlib import Path
 
@@ -130,16 +129,15 @@ def test_loom_config_check_refuses_a_configuration_that_cannot_run(tmp_path: Pat
 
 
 async def test_serve_logs_what_the_configuration_gets_wrong_at_start(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Catches a server that starts on a misconfiguration without a word."""
     config = tmp_path / "loom.toml"
     config.write_text(MISCONFIGURED)
-    caplog.set_level(logging.WARNING, logger="loom.service")
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: serve(tmp_path / "x.db", config, "127.0.0.1:0",
                                                       log_level="warning", task_status=task_status))  # fmt: skip
-        warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("configuration: ")]
-        assert any("route 'orders' creates Work but names no binding" in m for m in warned), warned
-        assert any("route 'nightly' runs schedules, but no armed schedule" in m for m in warned), warned
         signal.raise_signal(signal.SIGTERM)
+    warned = [line for line in capfd.readouterr().err.splitlines() if "configuration: " in line]
+    assert any("route 'orders' creates Work but names no binding" in line for line in warned), warned
+    assert any("route 'nightly' runs schedules, but no armed schedule" in line for line in warned), warned

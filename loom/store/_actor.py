@@ -37,7 +37,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -46,7 +46,7 @@ import trio
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Committed, Notice, StoreChanged
-from ._dialect import Dialect, RowConflict
+from ._dialect import RowConflict, Store
 from ._feed import CommitListener, NoticeFeed
 from ._notify import parse, summarize
 from ._tx import Tx
@@ -55,31 +55,6 @@ log = logging.getLogger("loom.storage")
 
 CONFLICT_RETRIES = 12
 """How many times a batch that raced another node runs again before it fails as a storage error."""
-
-
-class Store(Protocol):
-    """What the storage actor needs of a backend (`SQLiteStore`, `PostgresStore`)."""
-
-    @property
-    def dialect(self) -> Dialect: ...
-
-    @property
-    def in_memory(self) -> bool: ...
-
-    def describe(self) -> str:
-        """Where the database is, for messages (never a password)."""
-        ...
-
-    def open_writer(self) -> Any:
-        """Open the write connection (a `Connection` with ``in_transaction`` and ``close``), migrated."""
-        ...
-
-    def close_writer(self, conn: Any) -> None: ...
-
-    def reconnect_delays(self) -> tuple[float, ...]:
-        """Seconds between reconnection attempts after a lost connection, the last repeating; empty
-        when a lost connection cannot come back (the runtime stops instead)."""
-        ...
 
 
 P = ParamSpec("P")
