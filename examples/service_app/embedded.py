@@ -28,7 +28,8 @@ async def main() -> None:
                                  key="order/1", payload={"items": [{"sku": "A", "qty": 2, "price": 5}]})  # fmt: skip
             accepted = await rt.publish(order)
             checkpoint = await rt.wait_routed(accepted.id, timeout=10)  # which route, which Work
-            assert checkpoint is not None and checkpoint.work_id is not None
+            if checkpoint is None or checkpoint.work_id is None:
+                raise SystemExit(f"order/1 was not routed to a Work: {checkpoint}")
             result = await rt.wait_for(checkpoint.work_id, timeout=30)
             print(f"order/1: {result.state} with {result.value}")
             await rt.wait_idle()
