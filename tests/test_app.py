@@ -6,6 +6,7 @@ configuration is found as documented (``--config``, ``LOOM_CONFIG``, ``./loom.to
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -200,3 +201,15 @@ async def test_the_example_app_is_served_from_its_directory_and_answers_its_resu
     assert "failed: executor 'python' raised ValueError: order order/2 has no items" in log
     assert not (EXAMPLE / "__pycache__").exists()
     assert (tmp_path / "shop.db").stat().st_size > 0  # after the server stopped
+
+
+def test_the_example_app_runs_embedded(tmp_path: Path) -> None:
+    """Catches an app that works served but not embedded: the same object is a plugin of open_runtime."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE / "embedded.py")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "order/1: completed with {'items': 1, 'total': 10}" in done.stdout
+    assert "completed, 'receipt for order/1: 10'" in done.stdout
