@@ -647,6 +647,7 @@ host(
 )
 host("history", work_id=(ident("work"), hostile_text))
 host("result", work_id=(ident("work", "work2"), hostile_text))
+host("check", schedules=(st.booleans(), st.sampled_from([None, "yes", 1])))
 hostile_seconds = st.one_of(hostile_int, st.sampled_from([-0.5, float("nan"), float("inf"), "1", True]))
 host(
     "wait_for",
