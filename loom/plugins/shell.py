@@ -25,6 +25,8 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
   (the grandchildren it started) is killed: nothing of an attempt outlives it.
 * The process starts with only its own descriptors (stdin from ``/dev/null``, stdout and stderr to
   its files): nothing loom holds open (the service's listening socket, the database) leaks into it.
+* ``forget`` removes an ended attempt's directories once the ``attempt_logs`` retention passed
+  (docs/operations.md, "Retention").
 * The process runs in a session of its own, through a small wrapper that records its exit status.
   When the runtime closes or dies while it runs, it goes on: the runtime's next open recovers the
   attempt, and `ShellExecutor.recover` adopts the process by its pinned pid and start time (read from
@@ -35,9 +37,11 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -463,6 +467,24 @@ class ShellExecutor:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+
+    # -- forget ---------------------------------------------------------------------------------------
+
+    async def forget(self, execution_id: str, metadata: Mapping[str, Any]) -> None:
+        """Remove what this executor keeps of an ended attempt (once its ``attempt_logs`` retention
+        passed): each directory it made for the attempt under its ``state_dir`` (one per launch), with
+        its request, inbox, logs and status. Idempotent; nothing outside ``state_dir`` is touched, nor
+        the directory of an attempt running here."""
+        if execution_id not in self._running:
+            await trio.to_thread.run_sync(self._forget, execution_id)
+
+    def _forget(self, execution_id: str) -> None:
+        root = self._root()
+        if not root.is_dir():
+            return
+        for directory in root.glob(f"{glob.escape(execution_id)}-*"):
+            if directory.is_dir() and not directory.is_symlink() and directory.parent == root:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 def default_executor() -> ShellExecutor:
