@@ -304,6 +304,8 @@ def release_incarnations_in_tx(tx: Tx, now_ms: int, node: str, owner: str) -> in
 def release_dead_leases_in_tx(tx: Tx, now_ms: int) -> int:
     """An open that knows no other process holds a lease on its store (a SQLite file, whose lock it
     holds: every earlier process that held one is dead, whatever name it held it under, its own
-    included) and that holds none yet: every lease expires now, so the attempts the killed process left
-    are recovered at once, not a lease length later."""
-    return tx.release_leases(None, now_ms)
+    included) and that holds none yet: the lease of every attempt an executor ran expires now, so the
+    attempts the killed process left are recovered at once, not a lease length later. A host claim's
+    lease (no executor) keeps its term: its holder is the embedder's code, which a close of the runtime
+    alone does not end."""
+    return tx.release_leases(None, now_ms, executors_only=True)
