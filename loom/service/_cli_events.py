@@ -103,6 +103,8 @@ def routing_line(routing: Any) -> str:
         return f"dropped by {route}{reason}"
     if status == "terminal":
         return f"matched {route}, but work {routing.get('work_id')} has ended{reason}"
+    if status == "compacted":
+        return "routed long ago: the original Event was removed by compaction"
     if status == "unrouted":
         return f"could not be routed{reason} (loom diagnostics; loom work replay)"
     return "accepted, not routed yet (the router routes it in acceptance order)"

@@ -99,6 +99,14 @@ async def routing_of(s: Service, call: Call, event: Event) -> dict[str, Any]:
     """The routing of the Event just accepted, waiting up to ``?wait=`` seconds for its checkpoint (by
     default not at all: a duplicate delivery's is known already)."""
     wait = query_int(call.query, "wait", 0, 0, MAX_WAIT_S)
+    if event.compacted:  # the original and its checkpoint were removed: only its identity is kept
+        return {
+            "status": "compacted",
+            "route": None,
+            "route_scope": None,
+            "work_id": None,
+            "reason": "the original Event was removed by compaction; where it went is no longer kept",
+        }
     found = await _unless_stopping(s, lambda: s.rt.wait_routed(event.id, timeout=wait))
     return routing(event, found)
 
