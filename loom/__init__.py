@@ -17,6 +17,7 @@ if _TYPE_CHECKING:
     from .config import CausalLimits as CausalLimits
     from .config import Config as Config
     from .plugins import hookimpl as hookimpl
+    from .plugins.app import App as App
     from .records.budgets import BudgetLedger as BudgetLedger
     from .records.clock import Clock as Clock
     from .records.clock import ManualClock as ManualClock
@@ -30,6 +31,7 @@ if _TYPE_CHECKING:
     from .records.errors import IllegalTransition as IllegalTransition
     from .records.errors import InvalidRequest as InvalidRequest
     from .records.errors import LoomError as LoomError
+    from .records.errors import NodeInUse as NodeInUse
     from .records.errors import NotAccepting as NotAccepting
     from .records.errors import NotAdoptable as NotAdoptable
     from .records.errors import NotFound as NotFound
@@ -38,6 +40,7 @@ if _TYPE_CHECKING:
     from .records.errors import StorageClosed as StorageClosed
     from .records.errors import StorageError as StorageError
     from .records.errors import StorageUnavailable as StorageUnavailable
+    from .records.errors import WaitTimedOut as WaitTimedOut
     from .records.events import CausalRejection as CausalRejection
     from .records.events import Diagnostic as Diagnostic
     from .records.events import DiagnosticKind as DiagnosticKind
@@ -51,6 +54,7 @@ if _TYPE_CHECKING:
     from .records.executor import RefuseCall as RefuseCall
     from .records.executor import Toolbelt as Toolbelt
     from .records.executor import WaitForCall as WaitForCall
+    from .records.results import WorkResult as WorkResult
     from .records.subscriptions import ReconcileReport as ReconcileReport
     from .records.subscriptions import Subscription as Subscription
     from .records.subscriptions import SubscriptionSpec as SubscriptionSpec
@@ -103,6 +107,7 @@ _WHERE: dict[str, str] = {
     "CausalLimits": ".config",
     "Config": ".config",
     "hookimpl": ".plugins",
+    "App": ".plugins.app",
     "BudgetLedger": ".records.budgets",
     "Clock": ".records.clock",
     "ManualClock": ".records.clock",
@@ -116,6 +121,7 @@ _WHERE: dict[str, str] = {
     "IllegalTransition": ".records.errors",
     "InvalidRequest": ".records.errors",
     "LoomError": ".records.errors",
+    "NodeInUse": ".records.errors",
     "NotAccepting": ".records.errors",
     "NotAdoptable": ".records.errors",
     "NotFound": ".records.errors",
@@ -124,6 +130,7 @@ _WHERE: dict[str, str] = {
     "StorageClosed": ".records.errors",
     "StorageError": ".records.errors",
     "StorageUnavailable": ".records.errors",
+    "WaitTimedOut": ".records.errors",
     "CausalRejection": ".records.events",
     "Diagnostic": ".records.events",
     "DiagnosticKind": ".records.events",
@@ -137,6 +144,7 @@ _WHERE: dict[str, str] = {
     "RefuseCall": ".records.executor",
     "Toolbelt": ".records.executor",
     "WaitForCall": ".records.executor",
+    "WorkResult": ".records.results",
     "ReconcileReport": ".records.subscriptions",
     "Subscription": ".records.subscriptions",
     "SubscriptionSpec": ".records.subscriptions",

@@ -1,5 +1,6 @@
 """Commit notices, as `Runtime.watch` yields them (public frozen records; see `loom.records.notices`)."""
 
+from .records.notices import AttemptFailed as AttemptFailed
 from .records.notices import Committed as Committed
 from .records.notices import EventAccepted as EventAccepted
 from .records.notices import EventReplayed as EventReplayed
@@ -17,3 +18,4 @@ from .records.notices import TimerCancelled as TimerCancelled
 from .records.notices import TimerFired as TimerFired
 from .records.notices import WorkChanged as WorkChanged
 from .records.notices import WorkReady as WorkReady
+from .records.notices import WorkSettled as WorkSettled

@@ -86,8 +86,10 @@ async def api(
     test_clock: bool = True,
     plugins: tuple[object, ...] = (),
     actors: bool = True,
+    stopping: trio.Event | None = None,
 ) -> AsyncIterator[Api]:
-    """``actors=False``: no background actor runs (only what requests do themselves)."""
+    """``actors=False``: no background actor runs (only what requests do themselves); ``stopping``: the
+    event the server sets when it stops (long-polls answer at once)."""
     db = tmp_path / "service.db"
     clock = loom.ManualClock(start_ms=T0_MS) if test_clock else None
     async with open_service(
@@ -97,6 +99,7 @@ async def api(
         plugins=plugins,
         load_entry_points=False,
         start_actors=actors,
+        stopping=stopping,
     ) as service:
         transport = httpx.ASGITransport(app=service.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
@@ -182,6 +185,7 @@ def start_server(
     env: dict[str, str] | None = None,
     extra: Sequence[str] = (),
     timeout: float = 30,
+    cwd: Path | None = None,
 ) -> Server:
     """Start ``loom serve`` on port 0 and wait for the line that says where it listens (``db``: a
     SQLite file, or a PostgreSQL URL with ``logs`` the directory for the server's log)."""
@@ -197,7 +201,7 @@ def start_server(
         args.append("--test-clock")
     stderr = log.open("w")
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}
+        args, stdout=subprocess.PIPE, stderr=stderr, text=True, env={**os.environ, **(env or {})}, cwd=cwd
     )
     stderr.close()
     assert proc.stdout is not None

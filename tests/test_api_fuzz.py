@@ -646,6 +646,29 @@ host(
     limit=limit,
 )
 host("history", work_id=(ident("work"), hostile_text))
+host("result", work_id=(ident("work", "work2"), hostile_text))
+host("check", schedules=(st.booleans(), st.sampled_from([None, "yes", 1])))
+hostile_seconds = st.one_of(hostile_int, st.sampled_from([-0.5, float("nan"), float("inf"), "1", True]))
+host(
+    "wait_for",
+    work_id=(ident("work", "work2"), hostile_text),
+    timeout=(st.sampled_from([0, 0.001]), hostile_seconds),
+)
+host(
+    "wait_routed",
+    event_id=(ident(*EVENT), hostile_text),
+    timeout=(st.sampled_from([0, 0.001]), hostile_seconds),
+)
+host(
+    "attempt_logs",
+    work_id=(ident("work", "work2"), hostile_text),
+    attempt=(st.sampled_from([1, 2]), hostile_int),
+    stream=(opt(st.sampled_from(["stdout", "stderr"])), hostile_text),
+    tail=(st.sampled_from([1, 100]), hostile_int),
+)
+host(
+    "latest_diagnostics", subject=(ident("work"), hostile_text), limit=(st.sampled_from([1, 20]), hostile_int)
+)
 host("execution", execution_id=(ident("execution"), hostile_text))
 host("intents", execution_id=(ident("execution"), hostile_text))
 host(

@@ -262,18 +262,45 @@ def test_a_bad_url_is_one_line_on_stderr() -> None:
 
 
 def test_send_posts_the_event_and_says_it_is_accepted(server: FakeServer) -> None:
-    accepted = {"id": "ev_1", "seq": 7, "accepted_at_ms": T9, "duplicate": False}
+    routing = {
+        "status": "routed",
+        "route": "orders",
+        "route_scope": "shop",
+        "work_id": "wk_1",
+        "reason": None,
+    }
+    accepted = {"id": "ev_1", "seq": 7, "accepted_at_ms": T9, "duplicate": False, "routing": routing}
     server.answers["POST", "/events"] = (201, accepted)
     result = loom_cli(
         "send", "order.placed", "--scope", "shop", "--key", "order/1", "--payload", '{"total": 42}',
         "--delivery-id", "d-1", "--url", server.url,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert server.requests == [("POST", "/events", {
+    assert server.requests == [("POST", "/events?wait=2", {
         "source": "cli", "delivery_id": "d-1", "type": "order.placed", "scope": "shop", "key": "order/1",
         "payload": {"total": 42},
     })]  # fmt: skip
     assert result.stdout.startswith("accepted: event ev_1 seq 7 at 2026-01-01 10:00:00+01:00 (4 min ago)")
+    assert result.stdout.splitlines()[1] == "routed by route 'orders' (scope shop) to work wk_1"
+
+
+@pytest.mark.parametrize(
+    ("routing", "said"),
+    [
+        ({"status": "unmatched", "reason": "no route matched"}, "matched no route in its scope"),
+        ({"status": "drop", "route": "bots", "reason": "bots"}, "dropped by route 'bots': bots"),
+        ({"status": "pending"}, "accepted, not routed yet"),
+    ],
+)
+def test_send_says_when_its_event_matched_no_route(server: FakeServer, routing: Any, said: str) -> None:
+    """Catches a send that says only "accepted" for an Event nothing will act on."""
+    server.answers["POST", "/events"] = (
+        201,
+        {"id": "ev_1", "seq": 1, "duplicate": False, "routing": routing},
+    )
+    result = loom_cli("send", "x.y", "--scope", "s", "--url", server.url)
+    assert result.exit_code == 0, result.output
+    assert said in result.stdout.splitlines()[1]
 
 
 def test_send_reads_a_payload_file_and_refuses_what_is_not_a_json_object(
@@ -337,11 +364,12 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
     token = tmp_path / "token"
     result = loom_cli("serve", "--db", str(db), "--config", str(config), "--listen", "127.0.0.1:9000",
                       "--test-clock", "--log-level", "DEBUG", "--log-format", "json", "--allow-host", "loom.internal", "--allow-host",
-                      "10.0.0.5", "--token-file", str(token), "--read-timeout", "12.5")  # fmt: skip
+                      "10.0.0.5", "--token-file", str(token), "--read-timeout", "12.5", "--app", "tasks:app",
+                      "--node", "node-1")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert calls == [{"db": str(db), "config_path": str(config), "listen": "127.0.0.1:9000",
                       "test_clock": True, "log_level": "debug", "log_format": "json", "allow_hosts": ("loom.internal", "10.0.0.5"),
-                      "token_file": str(token), "read_timeout": 12.5}]  # fmt: skip
+                      "token_file": str(token), "read_timeout": 12.5, "app": "tasks:app", "node": "node-1"}]  # fmt: skip
     url = "postgresql://loom@db.example:5433/loom"
     assert loom_cli("serve", "--db", url).exit_code == 0
     assert calls[-1]["db"] == url, "a URL reaches serve as it was given"

@@ -4,6 +4,7 @@ in one line."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,17 +15,23 @@ import loom
 EPOCH_MS = re.compile(r"\b1[6-9]\d{11}\b")
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None
     return subprocess.run(
-        [sys.executable, "-m", "loom", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "loom", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
     )
 
 
-def test_the_demo_tours_every_step_and_reruns_on_a_fresh_file() -> None:
+def test_the_demo_tours_every_step_and_reruns_on_a_fresh_file(tmp_path: Path) -> None:
     """Catches a demo that breaks on its second run (an old file: every Event a duplicate), skips a step,
-    or prints raw epoch milliseconds."""
+    prints raw epoch milliseconds, or leaves files behind."""
     for _ in range(2):
-        done = run("demo")
+        done = run("demo", tmp=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         out = done.stdout
         assert re.search(r"accepted order\.placed for order/1 as ev_\w+ \(sequence 1\)", out), out
@@ -37,6 +44,8 @@ def test_the_demo_tours_every_step_and_reruns_on_a_fresh_file() -> None:
         assert "3 occurrences fired, each once; the schedule's Work ran 3 times" in out
         assert not EPOCH_MS.search(out), "times print as ISO 8601, never epoch ms"
         assert done.stderr == ""
+        assert "leaves nothing behind" in out
+        assert list(tmp_path.iterdir()) == [], "the demo leaves nothing behind"
 
 
 def test_the_demo_uses_the_db_it_is_given_and_refuses_one_that_exists(tmp_path: Path) -> None:

@@ -223,3 +223,41 @@ def test_a_session_killed_mid_test_leaves_no_postgres_server(inner: Path, watche
         assert not Path(report["root"]).exists(), "the server's files are removed"
     finally:
         clean_up(proc, report)
+
+
+OPT_IN = """
+import pytest
+
+async def test_plain(loom_backend):
+    print("PLAIN", loom_backend)
+
+@pytest.mark.loom_postgres
+async def test_marked(loom_backend, loom_store, request):
+    print("MARKED", loom_backend, loom_store.split(":")[0])
+    if loom_backend == "postgres":
+        print("ROOT", request.getfixturevalue("loom_postgres").host)
+"""
+
+
+def test_the_fixtures_start_postgresql_only_when_asked(inner: Path) -> None:
+    """Catches a plugin that starts a PostgreSQL server in a project that never asked for one (a
+    project's tests using ``loom_backend`` run on SQLite; ``--loom-postgres`` or the ``loom_postgres``
+    marker adds PostgreSQL), and a server left running once the session that asked ends."""
+    proc = session(inner, OPT_IN)
+    try:
+        out, _ = proc.communicate(timeout=RUN_LIMIT_S)
+    finally:
+        clean_up(proc, None)
+    assert proc.returncode == 0, out
+    said = [
+        line[line.index(word) :].split()
+        for line in out.splitlines()
+        for word in ("PLAIN ", "MARKED ")
+        if word in line
+    ]
+    assert sorted(words[1] for words in said if words[0] == "PLAIN") == ["file", "memory"], out
+    marked = sorted(words[1:] for words in said if words[0] == "MARKED")
+    assert [m[0] for m in marked] == ["file", "memory", "postgres"], out
+    assert marked[-1] == ["postgres", "postgresql"], out
+    (root,) = [line[line.index("ROOT ") + 5 :].strip() for line in out.splitlines() if "ROOT " in line]
+    assert not Path(root).exists(), "the server the session asked for is stopped and its files removed"

@@ -50,6 +50,7 @@ async def test_post_compact_dry_runs_then_compacts_and_the_metrics_show_it(tmp_p
         assert after['loom_compacted_total{kind="events"}'] == 1
         again = await a.client.post("/events", json=order(1))
         assert (again.status_code, again.json()["compacted"]) == (200, True)
+        assert again.json()["routing"]["status"] == "compacted"
 
 
 async def test_post_compact_refuses_a_bad_limit_or_dry_run_and_changes_nothing(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,129 @@ async def check(client: httpx.AsyncClient, drill: Drill, cron_id: str) -> None:
     assert len(triggers) == len(set(triggers)), "an occurrence started twice"
     assert {e["id"] for e in occurrences} >= set(triggers)
     assert (await get(client, f"/timers/{cron_id}"))["timer"]["state"] == "armed"
+
+
+# -- starts under SIGKILL (docs/recovery.md, "A kill during a start") --------------------------------------
+
+STARTS_CONFIG = """
+[scopes.starts]
+capacity = 8
+
+[scopes.starts.bindings.once]
+executor = "shell"
+config = { command = ["sh", "-c", "echo \\"$LOOM_WORK_ID $LOOM_EXECUTION_ID\\" >> \\"$LEDGER\\""], grace_s = 1 }
+
+[[scopes.starts.routes]]
+name = "jobs"
+types = ["job.*"]
+create_work = true
+binding = "once"
+"""
+
+
+@pytest.mark.filterwarnings(*HTTPX_CUT_OFF)
+async def test_sigkill_while_attempts_start_runs_each_command_once_and_recovers_at_restart(
+    tmp_path: Path,
+) -> None:
+    """``loom serve`` under HTTP load, each Event starting a shell command, SIGKILLed at seeded random
+    moments (many attempts are starting at any moment: claimed, spawning, running, ending). After each
+    restart, with the test clock never moved (so no lease ever expires), every attempt the kill left is
+    recovered; at the end every acknowledged Event's command ran exactly once and its Work completed.
+    Catches a command run twice (spawned and not recorded, then retried), a Work lost, and a restart that
+    waits for the dead process's leases to expire."""
+    rng = random.Random(SEED)
+    ledger, shell = tmp_path / "ledger", tmp_path / "shell"
+    shell.mkdir()
+    config = tmp_path / "loom.toml"
+    config.write_text(STARTS_CONFIG)
+    env = {"TMPDIR": str(shell), "LEDGER": str(ledger)}
+    db = tmp_path / "starts.db"
+    acked: set[str] = set()
+    server: Server | None = None
+    try:
+        for cycle in range(CYCLES + 1):
+            server = await trio.to_thread.run_sync(lambda: start_server(db, config=config, env=env))
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                # the clock never moves: what the kill left is recovered by the restart, not a lease later
+                try:
+                    await until(
+                        partial(all_completed, client, set(acked)),
+                        f"the attempts of cycle {cycle - 1} to be recovered",
+                        seconds=60,
+                    )
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}\n{await unfinished(client, server)}") from None
+                if cycle == CYCLES:
+                    break
+                await load_jobs_until_killed(client, server, cycle, rng, acked)
+        assert server is not None
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            works = await all_pages(client, "/work", "work", scope="starts")
+            events = await all_pages(client, "/events", "events")
+        assert server.stop() == 0
+    finally:
+        if server is not None and server.proc.poll() is None:
+            server.kill()
+    jobs = [e["delivery_id"] for e in events if e["type"] == "job.run"]
+    assert len(jobs) == len(set(jobs)), "an Event was stored twice"
+    assert acked <= set(jobs), f"acknowledged Events were lost: {sorted(acked - set(jobs))[:3]}"
+    assert all(w["state"] == "completed" for w in works), [w for w in works if w["state"] != "completed"][:3]
+    runs = [line.split()[0] for line in ledger.read_text().splitlines()]
+    twice = {work: n for work, n in Counter(runs).items() if n > 1}
+    assert not twice, f"commands ran more than once: {twice}"
+    assert sorted(runs) == sorted(w["id"] for w in works), "a Work completed without its command running"
+    assert len(acked) >= CYCLES * 20
+
+
+async def unfinished(client: httpx.AsyncClient, server: Server) -> str:
+    """The Works not completed, with their attempts, for a failure message."""
+    lines = [f"seed {SEED}"]
+    for work in await all_pages(client, "/work", "work", scope="starts"):
+        if work["state"] != "completed":
+            view = await get(client, f"/work/{work['id']}")
+            attempts = [(x["attempt"], x["state"], x["epoch"], (x["outcome"] or {}).get("error"), x["metadata"])
+                        for x in view["history"]["executions"]]  # fmt: skip
+            lines.append(f"{work['keys']}: {work['state']} held={work['hold_reason']} {attempts}")
+    lines += [
+        f"{d['kind']} {d['subject']}: {d['message'][:200]}"
+        for d in (await get(client, "/diagnostics"))["diagnostics"][-10:]
+    ]
+    lines.append(server.log.read_text()[-3000:])
+    return "\n".join(lines[:40])
+
+
+async def all_completed(client: httpx.AsyncClient, keys: set[str]) -> bool:
+    done = await all_pages(client, "/work", "work", scope="starts", state="completed")
+    return {k for w in done for k in w["keys"]} >= keys
+
+
+async def load_jobs_until_killed(
+    client: httpx.AsyncClient, server: Server, cycle: int, rng: random.Random, acked: set[str]
+) -> None:
+    """Concurrent clients send Events that each start a command, until a random number were
+    acknowledged; then SIGKILL, with attempts starting all the while."""
+    kill_after = rng.randint(20, 60)
+    enough = trio.Event()
+    count = 0
+
+    async def loader(n: int) -> None:
+        nonlocal count
+        for i in range(100_000):
+            key = f"job/{cycle}-{n}-{i}"
+            body = {"source": "load", "delivery_id": key, "type": "job.run", "scope": "starts", "key": key}
+            try:
+                response = await client.post("/events", json=body)
+            except httpx.TransportError:
+                return  # killed mid-request: not acknowledged
+            assert response.status_code == 201, response.text
+            acked.add(key)
+            count += 1
+            if count >= kill_after:
+                enough.set()
+
+    async with trio.open_nursery() as nursery:
+        for n in range(LOADERS // 2):
+            nursery.start_soon(loader, n)
+        await enough.wait()
+        await trio.to_thread.run_sync(server.kill)
+        nursery.cancel_scope.cancel()

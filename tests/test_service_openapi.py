@@ -129,6 +129,11 @@ async def test_a_generated_client_round_trips_every_operation(tmp_path: Path) ->
                 execution_id=first.execution_id,
                 body={"outcome": "completed"},
             )
+            del http.headers["Authorization"]
+            _, result = await c.call("get_work_work_id_result", work_id=ids["order/1"], query={"wait": 1})
+            assert result["state"] == "completed", result
+            # an attempt launched by no executor kept no logs: a documented refusal
+            await c.call("get_work_work_id_attempts_attempt_logs", work_id=ids["order/1"], attempt="1")
             http.headers["Authorization"] = f"Bearer {second.token}"
             await c.call(
                 "post_executions_execution_id_wait", execution_id=second.execution_id, body={"types": ["x.*"]}

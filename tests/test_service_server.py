@@ -102,6 +102,7 @@ async def test_the_server_does_what_its_openapi_document_says(tmp_path: Path) ->
             f'"path.event_id" = "{other["pending_inputs"][0]["id"]}"\n'
             '"path.timer_id" = "t1"\n'
             '"path.key" = "order/2"\n'
+            '"query.wait" = 0\n'  # a long-poll's wait (60 s at most) is tested where it is meant to wait
             "[auth.openapi.operatorToken]\n"
             f'bearer = "{TOKEN}"\n'
             "[auth.openapi.operatorPassword]\n"

@@ -21,7 +21,7 @@ import pytest
 import trio
 
 import loom
-from loom.plugins.shell import ShellExecutor, process_start_time, read_config
+from loom.plugins.shell import ShellExecutor, _spawn, boot_id, environment, process_start_time, read_config
 from loom.testing import T0_MS
 
 POLL_S = 0.01
@@ -419,21 +419,23 @@ async def test_recover_refuses_a_pid_that_now_belongs_to_another_process(tmp_pat
     start = process_start_time(me)
     assert start is not None
     toolbelt = Toolbelt(req)
-    metadata = {"pid": me, "start_time": start + 1, "dir": str(tmp_path)}
+    (tmp_path / "x-1-abc").mkdir(mode=0o700)
+    metadata = {"pid": me, "start_time": start + 1, "dir": str(tmp_path / "x-1-abc")}
     with pytest.raises(loom.NotAdoptable, match=f"process {me} is gone and left no exit status"):
         await ShellExecutor(state_dir=tmp_path).recover(req, toolbelt, metadata)
     assert not toolbelt.adopted.is_set()
 
 
 @pytest.mark.parametrize(
-    "metadata", [{}, {"pid": "12", "start_time": 1, "dir": "/tmp"}, {"pid": 12, "dir": "/tmp"}]
+    "metadata", [{"pid": "12", "start_time": 1, "dir": "/tmp"}, {"pid": 12, "dir": "/tmp"}, {"pid": 12}]
 )
-async def test_recover_refuses_without_pinned_process_metadata(
+async def test_recover_refuses_metadata_naming_no_directory_of_its_own(
     tmp_path: Path, metadata: dict[str, Any]
 ) -> None:
+    """Catches a recovery that writes its claim into a directory the executor does not own."""
     req = request(sh("exit 0"))
     toolbelt = Toolbelt(req)
-    with pytest.raises(loom.NotAdoptable, match="pinned no process"):
+    with pytest.raises(loom.NotAdoptable, match="pinned no directory of its own"):
         await ShellExecutor(state_dir=tmp_path).recover(req, toolbelt, metadata)
     assert not toolbelt.adopted.is_set()
 
@@ -482,3 +484,79 @@ async def test_a_restarted_runtime_adopts_the_running_process_instead_of_startin
     assert adopted.epoch > execution.epoch
     assert adopted.state is loom.ExecutionState.COMPLETED
     assert starts.read_text().splitlines() == ["started"], "one process, adopted, never a second start"
+
+
+# -- the kill -9 window of a start (docs/recovery.md, "A kill during a start") -----------------------------
+
+
+def counted(tmp_path: Path) -> dict[str, Any]:
+    """A command that appends one line to ``runs`` each time it runs, then waits for ``go``."""
+    runs, go = tmp_path / "runs", tmp_path / "go"
+    return sh(f'echo ran >> "{runs}"; while [ ! -e "{go}" ]; do sleep 0.01; done')
+
+
+def runs(tmp_path: Path) -> int:
+    path = tmp_path / "runs"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+async def test_a_process_spawned_before_its_pin_is_adopted_by_its_claim(tmp_path: Path) -> None:
+    """A loom killed after spawning the process and before pinning it: the recovery finds the process by
+    the wrapper's claim on the pinned directory and adopts it. Catches a recovery that fails the attempt
+    (whose command still runs, and would run again on its retry)."""
+    executor = ShellExecutor(state_dir=tmp_path / "state")
+    req = request(counted(tmp_path))
+    directory = executor._prepare(req, "token-1")
+    pid = _spawn(
+        directory, read_config(req.config), {**os.environ, **environment(directory, req, "token-1", None)}
+    )
+    await appears(tmp_path / "runs")
+    toolbelt = Toolbelt(req, token="token-2")
+    async with trio.open_nursery() as nursery:
+
+        async def recover() -> None:
+            outcome = await executor.recover(req, toolbelt, {"dir": str(directory), "boot_id": boot_id()})
+            assert outcome == loom.Completed()
+
+        nursery.start_soon(recover)
+        with trio.fail_after(DEADLINE_S):
+            await toolbelt.adopted.wait()
+        (tmp_path / "go").touch()
+    assert process_start_time(pid) is None  # it ended, and was reaped by the recovery that adopted it
+    assert runs(tmp_path) == 1
+
+
+async def test_a_recovery_that_claims_the_directory_first_runs_the_command_once(tmp_path: Path) -> None:
+    """A loom killed after pinning the directory, before the wrapper started: the recovery claims the
+    directory as abandoned and runs the attempt itself; a wrapper that starts late finds the claim and
+    does not run the command. Catches a start that can run its command twice."""
+    executor = ShellExecutor(state_dir=tmp_path / "state")
+    req = request(sh(f'echo ran >> "{tmp_path / "runs"}"'))
+    directory = executor._prepare(req, "token-1")
+    toolbelt = Toolbelt(req, token="token-2")
+    outcome = await executor.recover(req, toolbelt, {"dir": str(directory), "boot_id": boot_id()})
+    assert outcome == loom.Completed()
+    assert toolbelt.adopted.is_set()
+    assert runs(tmp_path) == 1
+    late = _spawn(
+        directory, read_config(req.config), {**os.environ, **environment(directory, req, "token-1", None)}
+    )
+    _, status = await trio.to_thread.run_sync(os.waitpid, late, 0)
+    assert os.waitstatus_to_exitcode(status) == 125
+    assert "a recovery took the attempt over" in (directory / "status.json").read_text()
+    assert runs(tmp_path) == 1
+    again = Toolbelt(req, token="token-3")  # a second recovery (the first one's loom died too)
+    assert (
+        await executor.recover(req, again, {"dir": str(directory), "boot_id": boot_id()}) == loom.Completed()
+    )
+    assert runs(tmp_path) == 2  # the first recovery's run never committed: its attempt runs once more
+
+
+async def test_an_attempt_that_pinned_nothing_runs_when_recovered(tmp_path: Path) -> None:
+    """Nothing is spawned before the directory is pinned, so an attempt with nothing pinned never
+    started: its recovery runs it (no retry spent, nothing run twice)."""
+    req = request(sh(f'echo ran >> "{tmp_path / "runs"}"'))
+    toolbelt = Toolbelt(req, token="token-2")
+    assert await ShellExecutor(state_dir=tmp_path / "state").recover(req, toolbelt, {}) == loom.Completed()
+    assert toolbelt.adopted.is_set()
+    assert runs(tmp_path) == 1

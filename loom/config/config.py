@@ -41,6 +41,9 @@ class Config:
     ``file`` names the source in error messages; it is not part of the configuration's value.
     """
 
+    app: str | None = None
+    """``module:object``: the `loom.App` that ``loom serve`` loads (its ``--app`` wins); the runtime itself
+    does not read it."""
     causal: CausalLimits = attrs.field(factory=CausalLimits)
     store: StoreConfig = attrs.field(factory=StoreConfig)
     scopes: dict[str, ScopeConfig] = attrs.field(factory=dict, hash=False)
@@ -171,8 +174,14 @@ class Config:
         for scope_name, scope in self.scopes.items():
             for name, binding in scope.bindings.items():
                 if executors is not None and binding.executor not in executors:
+                    hint = (
+                        " (it runs the functions of a loom.App: embedded, open_runtime(plugins=[app]);"
+                        " served, loom serve --app module:app)"
+                        if binding.executor == "python"
+                        else ""
+                    )
                     raise ConfigError(
-                        f"unknown executor {binding.executor!r}{known(executors)}",
+                        f"unknown executor {binding.executor!r}{known(executors)}{hint}",
                         file=file,
                         key=key_path(key_path("scopes", scope_name), "bindings", name, "executor"),
                     )

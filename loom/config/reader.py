@@ -185,7 +185,7 @@ def _fallback(value: Any, where: Where) -> tuple[Policy, ...]:
     return _list(_policy)(value, where)
 
 
-_ROOT_KEYS = ("causal", "store", "scopes", "work_kinds", "budgets", "retention", "compaction")
+_ROOT_KEYS = ("app", "causal", "store", "scopes", "work_kinds", "budgets", "retention", "compaction")
 _ROUTE_KEYS = (
     "name",
     "types",
@@ -206,6 +206,7 @@ def structure_config_fields(data: Mapping[str, Any], where: Where) -> dict[str, 
     _check_depth(data, where)
     root = _Table(data, where, _ROOT_KEYS)
     return {
+        "app": root.get("app", _str, None),
         "causal": root.get("causal", _causal, CausalLimits()),
         "store": root.get("store", _store, StoreConfig()),
         "scopes": root.get("scopes", _mapping(_scope), {}),

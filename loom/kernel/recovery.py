@@ -292,3 +292,20 @@ def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
     """A clean close: every lease ``owner`` holds expires now, so the next open recovers its attempts
     at once rather than after a lease length."""
     return tx.release_leases(owner, now_ms)
+
+
+def release_incarnations_in_tx(tx: Tx, now_ms: int, node: str, owner: str) -> int:
+    """A node opens on a shared database, holding its node name (no other live process has it): the
+    leases its earlier incarnations left (a kill) expire now, so their attempts are recovered at once;
+    other nodes' leases wait for their expiry."""
+    return tx.release_incarnations(node, owner, now_ms)
+
+
+def release_dead_leases_in_tx(tx: Tx, now_ms: int) -> int:
+    """An open that knows no other process holds a lease on its store (a SQLite file, whose lock it
+    holds: every earlier process that held one is dead, whatever name it held it under, its own
+    included) and that holds none yet: the lease of every attempt an executor ran expires now, so the
+    attempts the killed process left are recovered at once, not a lease length later. A host claim's
+    lease (no executor) keeps its term: its holder is the embedder's code, which a close of the runtime
+    alone does not end."""
+    return tx.release_leases(None, now_ms, executors_only=True)

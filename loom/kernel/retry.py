@@ -16,11 +16,12 @@ a rate-limited failure without one waits 30 minutes. Hints are bounded when vali
 from __future__ import annotations
 
 from ..config import CausalLimits
+from ..records.clock import iso_ms
 from ..records.core_events import CORE_SOURCE, RETRY_DUE, RETRY_REQUESTED
 from ..records.errors import Conflict
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import core_delivery_id
-from ..records.notices import TimerCancelled, WorkChanged
+from ..records.notices import AttemptFailed, TimerCancelled, WorkChanged, WorkSettled
 from ..records.timers import Timer, TimerSpec, TimerState
 from ..records.work import Checkpoint, CheckpointStatus, Execution, RetryState, Work, WorkState
 from ..store import Tx
@@ -69,7 +70,12 @@ def apply_failure_in_tx(
     nothing."""
     kind = pinned_retry(execution.retry_policy)
     work = require_work(tx, work_id)
-    if work.state.terminal or kind.standing:
+    if work.state.terminal:
+        return
+    if kind.standing:
+        _failed(
+            tx, now_ms, work, execution, error, work.failures, None, "its next input starts the next attempt"
+        )
         return
     failures = work.failures + 1
     delay = retry_delay_ms(kind, failures, hint_ms, rate_limited)
@@ -97,6 +103,9 @@ def apply_failure_in_tx(
             work.id, now_ms, failures=failures, retry=RetryState.BACKOFF.value, retry_timer_id=timer_id
         )
         tx.notify(WorkChanged(work_id=work.id))
+        left = kind.retry_attempts - failures
+        then = f"retry {failures} of {kind.retry_attempts - 1} due at {{at}} ({left} failure{'s' if left != 1 else ''} left)"
+        _failed(tx, now_ms, work, execution, error, failures, now_ms + delay, then)
         return
     summary = f"{failures} failed attempt{'s' if failures != 1 else ''} (the last: {error})"
     if kind.fail_on_exhaustion:
@@ -119,10 +128,67 @@ def apply_failure_in_tx(
             held=1,
             hold_reason=message,
         )
+    _failed(
+        tx,
+        now_ms,
+        work,
+        execution,
+        error,
+        failures,
+        None,
+        "no retry is left: the work failed"
+        if kind.fail_on_exhaustion
+        else "no retry is left: the work is held",
+    )
     tx.add_diagnostic(
         DiagnosticKind.RETRY_EXHAUSTED, work.id, message, {"work": work.id, "failures": failures}, now_ms
     )
     tx.notify(WorkChanged(work_id=work.id))
+    tx.notify(WorkSettled(work_id=work.id))
+
+
+MAX_ERROR_SHOWN = 500
+"""How much of an attempt's error its ``attempt_failed`` diagnostic repeats (the attempt keeps all of it)."""
+
+
+def _failed(
+    tx: Tx,
+    now_ms: int,
+    work: Work,
+    execution: Execution,
+    error: str,
+    failures: int,
+    retry_at_ms: int | None,
+    then: str,
+) -> None:
+    """Say that the attempt failed and what follows: an ``attempt_failed`` diagnostic on the Work, and an
+    `AttemptFailed` notice (the runtime logs it). ``then`` may hold ``{at}``: the retry's time."""
+    then = then.format(at=iso_ms(retry_at_ms)) if retry_at_ms is not None else then
+    shown = error if len(error) <= MAX_ERROR_SHOWN else error[: MAX_ERROR_SHOWN - 3] + "..."
+    tx.add_diagnostic(
+        DiagnosticKind.ATTEMPT_FAILED,
+        work.id,
+        f"attempt {execution.attempt} ({execution.id}) failed: {shown}; {then}",
+        {
+            "work": work.id,
+            "execution": execution.id,
+            "attempt": execution.attempt,
+            "failures": failures,
+            "retry_at_ms": retry_at_ms,
+        },
+        now_ms,
+    )
+    tx.notify(
+        AttemptFailed(
+            work_id=work.id,
+            execution_id=execution.id,
+            attempt=execution.attempt,
+            error=error,
+            failures=failures,
+            retry_at_ms=retry_at_ms,
+            then=then,
+        )
+    )
 
 
 def retry_in_tx(
@@ -225,6 +291,7 @@ def _retry_refused(
         work.id, now_ms, retry=RetryState.EXHAUSTED.value, retry_timer_id=None, held=1, hold_reason=reason
     )
     tx.notify(WorkChanged(work_id=work.id))
+    tx.notify(WorkSettled(work_id=work.id))
 
 
 TIMER_KIND = TimerKind(event_type=RETRY_DUE, on_fired=_retry_due, on_refused=_retry_refused)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,24 @@ def boot_id() -> str:
         return ""
 
 
-def _tail(path: Path) -> str:
+def tail_text(path: Path, limit: int = TAIL_BYTES, *, strip: bool = False) -> str:
+    """The last ``limit`` bytes of a file as text (``...`` first when it holds more); ``""`` when it
+    cannot be read."""
     try:
         with path.open("rb") as file:
             file.seek(0, os.SEEK_END)
             size = file.tell()
-            file.seek(max(size - TAIL_BYTES, 0))
+            file.seek(max(size - limit, 0))
             data = file.read()
     except OSError:
         return ""
-    text = data.decode("utf-8", errors="replace").strip()
-    return ("..." + text) if size > TAIL_BYTES else text
+    text = data.decode("utf-8", errors="replace")
+    text = text.strip() if strip else text
+    return ("..." + text) if size > limit else text
+
+
+def _tail(path: Path) -> str:
+    return tail_text(path, TAIL_BYTES, strip=True)
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -173,3 +181,59 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+def _end_group(pid: int) -> None:
+    """The wrapper ``pid`` has exited: kill what is left of its process group (the grandchildren the
+    command started: ``work & sleep 600``), then reap it. Its own child is reaped only after, so its pid
+    (the group's id) cannot be reused meanwhile."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    _reap(pid)
+
+
+def take_over(folder: Path) -> dict[str, Any] | None:
+    """Recovery of an attempt whose loom died after pinning its directory and before pinning its
+    process: the wrapper's claim on the directory (``pid``, ``start_time``, ``boot_id``: the process
+    started, adopt it), or ``None`` when this call claimed it first, as abandoned (no command ran there
+    or ever will: the wrapper, if it starts late, finds the claim and exits; run the attempt anew)."""
+    claim = folder / "claim"
+    partial = folder / f"claim.recovery.{os.getpid()}"
+    try:
+        write_private(partial, json.dumps({"abandoned": True}), replace=True)
+    except FileNotFoundError:
+        return None  # the directory is gone: nothing can start there
+    try:
+        os.link(partial, claim)
+    except FileExistsError:
+        try:
+            found = json.loads(claim.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if isinstance(found, dict) and found.get("abandoned") is True:
+            return None  # an earlier recovery took it: still nothing ran there
+        return found if isinstance(found, dict) else {}
+    finally:
+        partial.unlink(missing_ok=True)
+    return None
+
+
+def inheritable_descriptors() -> list[int]:
+    """This process's descriptors above stderr that a spawned process would inherit (loom opens none
+    of its own so: a library's may be). A shell attempt is started with each of them closed."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    found.append(fd)
+            except OSError:
+                pass  # closed meanwhile (the listing's own descriptor)
+    return found

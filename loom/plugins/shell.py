@@ -19,8 +19,12 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
   until the process writes that id as a line of the ack file: then it is accepted. A process that has
   exited does not accept; one that stays silent past ``ack_timeout_s`` leaves the answer ambiguous
   (the runtime tries the same Event again, so a process should ignore an id it has seen).
-* ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the process group, and
-  returns once the process is gone.
+* ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the attempt's process group,
+  and returns once the process is gone. However an attempt ends (it exits, is interrupted, cancelled,
+  timed out, or stopped by a close under ``on_close = "stop"``), whatever is left of its process group
+  (the grandchildren it started) is killed: nothing of an attempt outlives it.
+* The process starts with only its own descriptors (stdin from ``/dev/null``, stdout and stderr to
+  its files): nothing loom holds open (the service's listening socket, the database) leaks into it.
 * ``forget`` removes an ended attempt's directories once the ``attempt_logs`` retention passed
   (docs/operations.md, "Retention").
 * The process runs in a session of its own, through a small wrapper that records its exit status.
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import shutil
 import signal
@@ -47,7 +52,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..records.errors import InvalidRequest, NotAccepting, NotAdoptable
+from ..records.errors import InvalidRequest, NotAccepting, NotAdoptable, NotFound
 from ..records.events import Event
 from ..records.executor import Toolbelt
 from ..records.serde import unstructure
@@ -55,19 +60,24 @@ from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
 from ._shell_process import (
     StateDirRefused,
+    _end_group,
     _inbox_ids,
     _open_pidfd,
     _outcome,
     _read_lines,
     _read_status,
-    _reap,
     _wait_exit,
     _write_new,
     boot_id,
+    inheritable_descriptors,
     private_dir,
     process_start_time,
+    tail_text,
+    take_over,
     write_private,
 )
+
+log = logging.getLogger("loom.shell")
 
 WRAPPER = str(Path(__file__).with_name("_shell_wrapper.py"))
 DEFAULT_GRACE_S = 10.0
@@ -76,6 +86,7 @@ MAX_SECONDS = 24 * 3600.0
 POLL_S = 0.02
 """How often the ack file is read while an inject waits (a file has no readiness to wait on)."""
 
+STREAMS = ("stdout", "stderr")
 _CONFIG_KEYS = ("command", "env", "cwd", "grace_s", "ack_timeout_s", "on_close")
 
 
@@ -136,7 +147,8 @@ def read_config(config: Mapping[str, Any]) -> ShellConfig:
 
 
 def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
-    """Start the wrapper (which starts the command) in a session of its own; its pid."""
+    """Start the wrapper (which starts the command) in a session of its own, with no descriptor of
+    this process but its own stdin, stdout and stderr; its pid."""
     create = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     return os.posix_spawn(
         sys.executable,
@@ -146,6 +158,7 @@ def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, str(directory / "stdout"), create, 0o600),
             (os.POSIX_SPAWN_OPEN, 2, str(directory / "stderr"), create, 0o600),
+            *((os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable_descriptors()),
         ],
         setsid=True,
     )
@@ -249,6 +262,9 @@ class ShellExecutor:
         except (StateDirRefused, OSError) as exc:
             return Failed(error=f"shell executor: {exc}")
         env = {**os.environ, **config.env, **environment(directory, request, token, url)}
+        # the directory is recorded before anything starts there: a loom killed from here on leaves an
+        # attempt its recovery finds (the process, by its claim on the directory, or nothing started)
+        await toolbelt.pin({"dir": str(directory), "boot_id": boot_id()})
         try:
             pid = _spawn(directory, config, env)
         except OSError as exc:
@@ -269,7 +285,7 @@ class ShellExecutor:
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._stop(running, pidfd)
-                    _reap(pid)
+                    _end_group(pid)
                 raise
             try:
                 await _wait_exit(pidfd)
@@ -277,9 +293,9 @@ class ShellExecutor:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _reap(pid)
+                        _end_group(pid)
                 raise  # otherwise it goes on; the next open adopts it
-            _reap(pid)
+            _end_group(pid)
             return await self._finish(running)
         finally:
             os.close(pidfd)
@@ -341,11 +357,12 @@ class ShellExecutor:
         await self._stop(running, None)
 
     async def _stop(self, running: _Running, pidfd: int | None) -> None:
-        """SIGTERM to the wrapper (it passes it on and records the status), SIGKILL to the whole group
-        after the grace period; until it has exited (watched on ``pidfd`` by the caller's own task, or
-        through the task watching it)."""
+        """SIGTERM to the attempt's whole process group (the command and whatever it started; the wrapper
+        stays to record how the command ended), SIGKILL to the group after the grace period; until the
+        wrapper has exited (watched on ``pidfd`` by the caller's own task, or through the task watching
+        it, which then kills what is left of the group: `_end_group`)."""
         try:
-            os.kill(running.pid, signal.SIGTERM)
+            os.killpg(running.pid, signal.SIGTERM)
         except ProcessLookupError:
             return
         with trio.move_on_after(running.config.grace_s):
@@ -357,23 +374,64 @@ class ShellExecutor:
             return
         await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
 
+    async def _relaunch(self, request: RunRequest, toolbelt: Toolbelt, why: str) -> Outcome:
+        """Run an attempt whose command never started, now, under the recoverer's lease."""
+        await toolbelt.adopt()
+        log.info("execution %s: %s; it runs now", request.execution_id, why)
+        return await self.launch(request, toolbelt)
+
+    # -- logs -----------------------------------------------------------------------------------------
+
+    async def logs(self, execution_id: str, metadata: Mapping[str, Any], *, tail: int) -> Mapping[str, str]:
+        """The end (``tail`` bytes) of the attempt's ``stdout`` and ``stderr``, from the directory it
+        pinned; `NotFound` once the directory is gone (removed after its retention)."""
+        directory = metadata.get("dir")
+        if not isinstance(directory, str) or Path(directory).parent != self._root():
+            raise NotFound(f"the shell executor kept no directory for execution {execution_id}")
+        folder = Path(directory)
+
+        def read() -> dict[str, str]:
+            if not folder.is_dir():
+                raise NotFound(f"the logs of execution {execution_id} are gone ({folder} was removed)")
+            return {name: tail_text(folder / name, tail) for name in STREAMS}
+
+        return await trio.to_thread.run_sync(read)
+
     # -- recover --------------------------------------------------------------------------------------
 
     async def recover(self, request: RunRequest, toolbelt: Toolbelt, metadata: Mapping[str, Any]) -> Outcome:
         """Adopt the attempt's process after a restart: verified by pid, start time and boot id, then
-        watched to its exit; one that already ended is read from its status file. `NotAdoptable` when
-        neither can be verified."""
-        pid, start_time, directory = metadata.get("pid"), metadata.get("start_time"), metadata.get("dir")
-        if not isinstance(pid, int) or not isinstance(start_time, int) or not isinstance(directory, str):
+        watched to its exit; one that already ended is read from its status file. The process is found
+        by what the attempt pinned, or, when its loom died before it pinned the process, by the wrapper's
+        claim on the attempt's directory. An attempt whose command never started (its loom died before,
+        or a recovery claimed its directory first) runs now, as the same attempt: a command never runs
+        twice. `NotAdoptable` when none of this can be verified."""
+        directory = metadata.get("dir")
+        if not metadata:
+            # nothing pinned: the directory is pinned before anything is spawned, so nothing started
+            return await self._relaunch(request, toolbelt, "its loom stopped before it started anything")
+        if not isinstance(directory, str) or Path(directory).parent != self._root():
             raise NotAdoptable(
-                "the shell executor pinned no process for this attempt (no pid, start time or dir)"
+                f"the shell executor pinned no directory of its own ({self._root()}) for this attempt"
             )
+        pid, start_time, boot = metadata.get("pid"), metadata.get("start_time"), metadata.get("boot_id")
+        if not isinstance(pid, int) or not isinstance(start_time, int):
+            try:
+                private_dir(Path(directory), create=False)
+            except (StateDirRefused, OSError) as exc:
+                raise NotAdoptable(f"shell executor: {exc}") from None
+            claim = await trio.to_thread.run_sync(take_over, Path(directory))
+            if claim is None:
+                return await self._relaunch(request, toolbelt, "its loom stopped before its command started")
+            pid, start_time, boot = claim.get("pid"), claim.get("start_time"), claim.get("boot_id")
+            if not isinstance(pid, int) or not isinstance(start_time, int):
+                raise NotAdoptable(f"the claim on {directory} names no process")
         try:
             config = read_config(request.config)
         except InvalidRequest as exc:
             raise NotAdoptable(str(exc)) from None
         folder = Path(directory)
-        same_boot = metadata.get("boot_id") in (None, "", boot_id())
+        same_boot = boot in (None, "", boot_id())
         running = _Running(folder, pid, config)
         running.written.update(_inbox_ids(folder))
         pidfd = _open_pidfd(pid) if same_boot else None
@@ -395,13 +453,13 @@ class ShellExecutor:
             self._running[request.execution_id] = running
             try:
                 await _wait_exit(pidfd)
-                _reap(pid)
+                _end_group(pid)
                 return await self._finish(running)
             except trio.Cancelled:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _reap(pid)
+                        _end_group(pid)
                 raise
             finally:
                 running.exited.set()

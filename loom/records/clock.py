@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -49,6 +50,16 @@ class SystemClock:
             if remaining <= 0:
                 return
             await trio.sleep(remaining / 1000)
+
+
+def iso_ms(ms: int) -> str:
+    """Unix milliseconds as ISO 8601 UTC (``2026-01-01T00:00:00.000Z``), for messages: a pure
+    function of ``ms`` (no clock is read)."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _check_whole_ms(what: str, ms: object) -> None:

@@ -116,3 +116,17 @@ class StorageUnavailable(StorageError):
 
 class StorageClosed(StorageError):
     """The storage actor is not running (stopped, or crashed at a fault point)."""
+
+
+class NodeInUse(LoomError, RuntimeError):
+    """Another running loom holds this node name on the shared database: only one process may run
+    under a node name (it recovers its previous incarnations' attempts at once, which must be dead)."""
+
+
+class WaitTimedOut(LoomError, TimeoutError):
+    """`Runtime.wait_for` gave up: the Work's outcome was not settled within the time it was given.
+    ``result`` is the Work's outcome as it stood then."""
+
+    def __init__(self, message: str, *, result: object) -> None:
+        super().__init__(message)
+        self.result = result

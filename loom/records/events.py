@@ -143,6 +143,8 @@ class DiagnosticKind(enum.StrEnum):
     """Starting an attempt failed for a reason that is not a conflict: the Work was held."""
     WAIT_BLOCKED = "wait_blocked"
     """The causal limits refused a wake (or a wait's timeout): the Work is held until released."""
+    ATTEMPT_FAILED = "attempt_failed"
+    """An attempt failed: its Work (the subject), the attempt, the error, and when the next one starts."""
     RETRY_EXHAUSTED = "retry_exhausted"
     """A Work's retry budget is spent: it is held (or failed) with the reason."""
     RECOVERY_FAILED = "recovery_failed"

@@ -5,10 +5,13 @@ for delivery, never consumed), raises `NotAccepting` (definitely not delivered),
 anything else (ambiguous: retried with the same intent identity); ``interrupt`` stops the
 attempt's process.
 
-Three optional methods (looked up on the executor; an executor without them cannot do that):
+Optional methods (looked up on the executor; an executor without them cannot do that):
 
 * ``resume(request, toolbelt) -> Outcome`` continues a parked attempt after its wake (``request.resumed``
   and the winner as ``request.trigger``); without it, ``launch`` is called.
+* ``logs(execution_id, metadata, *, tail) -> Mapping[str, str]`` reads what an attempt wrote (its
+  ``stdout`` and ``stderr``: the last ``tail`` bytes of each), from the ``metadata`` it pinned; it
+  raises `NotFound` when they are gone. Without it, the executor keeps no logs of its attempts.
 * ``recover(request, toolbelt, metadata) -> Outcome`` verifies an attempt whose lease expired, from the
   opaque ``metadata`` it pinned (``toolbelt.pin``), and observes it to its outcome. It must call
   ``toolbelt.adopt()`` once it has verified the process, before any other toolbelt call (the adoption
@@ -30,6 +33,17 @@ from .events import Event, EventIn
 from .timers import Timer, TimerSpec
 from .waits import WaitSpec
 from .work import Lease, Outcome, RunRequest, Work
+
+
+@attrs.frozen(kw_only=True)
+class AttemptLogs:
+    """What one attempt wrote (`Runtime.attempt_logs`): each stream's text (its end, when it is long)."""
+
+    work_id: str
+    attempt: int
+    execution_id: str
+    executor: str | None
+    logs: Mapping[str, str] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -40,6 +40,31 @@ class WorkChanged:
 
 
 @attrs.frozen(kw_only=True)
+class WorkSettled:
+    """A Work's outcome is settled: it became terminal (completed, failed, cancelled), or its retry
+    budget is spent so that no attempt follows by itself. Waiters for its result wake
+    (`Runtime.wait_for`)."""
+
+    work_id: str
+
+
+@attrs.frozen(kw_only=True)
+class AttemptFailed:
+    """An attempt failed (its outcome, a deadline, or a recovery that could not adopt it).
+    ``retry_at_ms``: when its retry timer starts the next attempt (``None``: no automatic retry follows:
+    the retry budget is spent, or the Work is standing and waits for its next input)."""
+
+    work_id: str
+    execution_id: str
+    attempt: int
+    error: str
+    failures: int
+    retry_at_ms: int | None
+    then: str
+    """What happens next, in words (``retry at ...``, ``held: ...``, ``failed``, ``waits for input``)."""
+
+
+@attrs.frozen(kw_only=True)
 class WorkReady:
     """A Work joined the ready queue, or the admission pass may look at it again (a capacity slot freed,
     the configuration changed): the starter makes a pass. ``work_id`` is ``None`` when several Works
@@ -158,6 +183,8 @@ class StoreChanged:
     """Source keys of subscriptions it declared, installed or rearmed (their new Events need aliases)."""
     fenced: tuple[str, ...] = ()
     """Attempts a control fenced (a cancel): the node running one stops it."""
+    settled: tuple[str, ...] = ()
+    """Works whose outcome it settled (`WorkSettled`): a waiter for one of their results reads it."""
     everything: bool = False
     """Notifications may have been missed (this node's listener reconnected, or a commit changed more
     than a payload names): each actor catches up as after `Lagged`."""
@@ -197,6 +224,8 @@ Notice = (
     EventAccepted
     | EventReplayed
     | WorkChanged
+    | WorkSettled
+    | AttemptFailed
     | WorkReady
     | IntentPending
     | ExecutionFenced

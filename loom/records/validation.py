@@ -32,6 +32,8 @@ MAX_KEY_LEN = 500
 MAX_REASON_LEN = 2_000
 MAX_PAYLOAD_BYTES = 1_048_576
 MAX_PAYLOAD_DEPTH = 64
+MAX_VALUE_BYTES = MAX_PAYLOAD_BYTES
+"""The largest result an attempt may complete with (`Completed.value`), as canonical JSON: a payload's limit."""
 FIRING_RESERVE_BYTES = 4_096
 """Room a timer's payload leaves for the fields its firing adds (timer id, occurrence, skipped counts)."""
 MAX_TIME_MS = 253_402_300_799_999
@@ -198,6 +200,20 @@ def payload_json(payload: object, *, field: str = "event.payload", max_bytes: in
     return text
 
 
+def value_json(value: object, *, field: str = "value", max_bytes: int = MAX_VALUE_BYTES) -> str:
+    """Check a result value (any JSON value, see `check_json_value`) and return its canonical JSON text,
+    at most ``max_bytes`` long: a larger one is refused, naming its size (store a reference instead)."""
+    check_json_value(field, value)
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if len(text) > max_bytes:  # ASCII-only text (non-ASCII is escaped): one byte per character
+        raise InvalidRequest(
+            f"{field} is larger than {max_bytes} bytes as JSON ({len(text)}): keep large results elsewhere "
+            "and complete with a reference to them",
+            field=field,
+        )
+    return text
+
+
 def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
     """Check an offered Event; raise `InvalidRequest` naming the first bad field.
 
@@ -312,6 +328,8 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
             )
         for i, ref in enumerate(artifacts):
             check_text(f"{field}.artifacts[{i}]", ref, max_len=MAX_REASON_LEN)
+    if isinstance(outcome, Completed):
+        value_json(outcome.value, field=f"{field}.value")
     if isinstance(outcome, Failed):
         check_reason(f"{field}.error", outcome.error)
         if outcome.retry_after_ms is not None:

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from .events import Event, JSONObject
-from .frozen import frozen_object, frozen_optional_object
+from .frozen import freeze, frozen_object, frozen_optional_object
 from .reprs import with_instants
 from .states import Lifecycle
 from .waits import Waiting
@@ -293,6 +293,10 @@ class Work:
     """Consecutive failed attempts counted by the retry policy (apart from the attempt number)."""
     retry: RetryState | None = None
     """``backoff``: waiting for its retry timer; ``exhausted``: no automatic retry is left."""
+    blocked: str | None = None
+    """Why the admission pass passes it over while it is ready: ``capacity:<scope>`` (it waits for a
+    slot of that pool) or ``start:<reason>`` (nothing here can start it; a ``start_failed`` diagnostic
+    says the same). ``None``: nothing keeps it back."""
 
 
 @with_instants
@@ -427,8 +431,12 @@ class Recovery:
 
 @attrs.frozen(kw_only=True)
 class Completed:
+    """The attempt completed. ``value``: its result, any JSON value (at most `MAX_VALUE_BYTES` as JSON),
+    which the Work's outcome carries (`Runtime.result`)."""
+
     consumed_inputs: tuple[str, ...] = ()
     usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
+    value: Any = attrs.field(default=None, hash=False, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -466,4 +474,6 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         data["rate_limited"] = outcome.rate_limited
     if isinstance(outcome, Waiting):
         data["artifacts"] = list(outcome.artifacts)
+    if isinstance(outcome, Completed) and outcome.value is not None:
+        data["value"] = outcome.value
     return data

@@ -3,6 +3,7 @@
 
 from ..store import as_store as as_store
 from ._base import DEFAULT_LEASE_MS as DEFAULT_LEASE_MS
+from ._checks import findings as findings
 from ._open import DEFAULT_RESYNC_MS as DEFAULT_RESYNC_MS
 from ._open import StoreLike as StoreLike
 from ._open import open_runtime as open_runtime

@@ -45,6 +45,8 @@ class Parts:
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
+    waiters: Any = None
+    """The `_results.Waiters` of the tasks waiting for an outcome (made at the first wait)."""
     compaction: Compactor | None = None
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the

@@ -6,8 +6,11 @@ fast); durable state means a restart loses nothing.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -16,11 +19,12 @@ from ..actors.ingress import IngressActor
 from ..config import Config, ConfigHolder
 from ..kernel.admission import settle_in_tx
 from ..kernel.executions import TRIGGER_SELECTORS
-from ..kernel.recovery import release_leases_in_tx
+from ..kernel.recovery import release_dead_leases_in_tx, release_incarnations_in_tx, release_leases_in_tx
 from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
 from ..records.errors import InvalidRequest, StorageError
+from ..records.notices import AttemptFailed, Notice
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..store import (
     ActorReader,
@@ -76,6 +80,7 @@ async def open_runtime(
     owner: str | None = None,
     lease_ms: int = DEFAULT_LEASE_MS,
     resync_ms: int = DEFAULT_RESYNC_MS,
+    node: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open the store, start the ``actors`` (by default all of them: see `ACTORS`),
     and yield the `Runtime` handle.
@@ -91,6 +96,11 @@ async def open_runtime(
     ``owner`` names the leases this runtime holds (default: ``loom`` alone on its database, a name of
     its own process on a shared one: see `loom.store.default_owner`).
 
+    A restart recovers the attempts its killed predecessor left at once, not a lease length later: on
+    a SQLite file always (its lock proves that process dead); on a shared database when both run as the
+    same ``node``, a name only one live process may hold (`NodeInUse` otherwise): its leases are then
+    held as ``<node>#<incarnation>``, and an open expires those of the node's earlier incarnations.
+
     On a database several runtimes share (PostgreSQL), each is a node: each commit tells the others
     what it changed (LISTEN/NOTIFY), so they hear of each other's Events, timers, ready Work and leases
     at once and read just that from their cursors; every ``resync_ms`` of the clock's time the actors
@@ -103,6 +113,10 @@ async def open_runtime(
         raise InvalidRequest(f"clock must be a Clock, got {type(clock).__name__}")
     if owner is not None:
         check_text("owner", owner)
+    if node is not None:
+        check_text("node", node)
+        if "#" in node:
+            raise InvalidRequest(f"node must not hold '#', got {node!r}", field="node")
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     check_int("resync_ms", resync_ms, 1, MAX_LEASE_MS)
     chosen = tuple(dict.fromkeys(actors))
@@ -110,7 +124,9 @@ async def open_runtime(
     if unknown:
         raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
     opened = as_store(store)
-    owner = owner if owner is not None else default_owner(opened)
+    incarnation = node is not None and opened.dialect.shared and owner is None
+    if owner is None:
+        owner = f"{node}#{secrets.token_hex(6)}" if incarnation else node or default_owner(opened)
     clock = clock if clock is not None else SystemClock()
     pm = make_plugin_manager(plugins, load_entry_points=load_entry_points)
     extensions = Extensions.of(pm)
@@ -123,15 +139,27 @@ async def open_runtime(
         standing_handlers=extensions.standing_handlers(),
     )
     readers: list[Reader] = []
+    held: list[Any] = []
     try:
+        if incarnation:
+            assert node is not None
+            held.append(await trio.to_thread.run_sync(opened.take_node, node))  # type: ignore[attr-defined]
         async with _unwrapped(), trio.open_nursery() as nursery:
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope(shield=True)
             storage: StorageActor = await nursery.start(
                 _shielded,
-                StorageActor(opened, clock, fault=fault, settle=settle_in_tx, check_ms=resync_ms).run,
+                StorageActor(
+                    opened,
+                    clock,
+                    fault=fault,
+                    settle=settle_in_tx,
+                    check_ms=resync_ms,
+                    on_open=_dead_leases(opened, node if incarnation else None, owner),
+                ).run,
                 storage_scope,
             )
+            storage.on_commit(_log_failures)
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
@@ -156,6 +184,8 @@ async def open_runtime(
                         yield runtime
                     finally:
                         actors_nursery.cancel_scope.cancel()
+                        if parts.waiters is not None:
+                            parts.waiters.close()
             finally:
                 # every actor (and the attempts it ran) has stopped: nothing renews these leases now
                 await _release_leases(storage, owner)
@@ -166,6 +196,42 @@ async def open_runtime(
         with trio.CancelScope(shield=True):
             for reader in readers:
                 await reader.aclose()
+            for connection in held:  # the node name goes with its runtime
+                await trio.to_thread.run_sync(connection.close)
+
+
+def _dead_leases(store: Store, node: str | None, owner: str) -> Callable[[Any, int], object] | None:
+    """What an open does first: a SQLite file's lock is this process's alone, so whoever held a lease
+    before is dead, and its attempts are recovered now (adopted, relaunched, or failed), not a lease
+    length later. On a shared database a lease may be another live node's: only this node's earlier
+    incarnations' leases (it holds the node name: they are dead) expire now; the rest wait."""
+    if store.in_memory:
+        return None
+    if store.dialect.shared:
+        return partial(release_incarnations_in_tx, node=node, owner=owner) if node is not None else None
+    return release_dead_leases_in_tx
+
+
+attempts_log = logging.getLogger("loom.attempts")
+MAX_LOGGED_ERROR = 2000
+
+
+def _log_failures(notices: list[Notice]) -> None:
+    """Every failed attempt is logged once, by the node that committed its failure: its Work, attempt,
+    error and what follows (when it is retried, or that it is held)."""
+    for notice in notices:
+        if isinstance(notice, AttemptFailed):
+            error = notice.error
+            if len(error) > MAX_LOGGED_ERROR:
+                error = error[: MAX_LOGGED_ERROR - 3] + "..."
+            attempts_log.warning(
+                "work %s: attempt %d (%s) failed: %s; %s",
+                notice.work_id,
+                notice.attempt,
+                notice.execution_id,
+                error,
+                notice.then,
+            )
 
 
 async def _shielded(

@@ -25,9 +25,11 @@ from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
+from ._checks import Checks
 from ._host import Host
 from ._passes import Passes
 from ._reads import Reads
+from ._results import Results
 from ._subscriptions import Subscriptions
 from ._watch import Watch
 
@@ -57,7 +59,7 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-class Runtime(Reads, Host, Passes, Subscriptions):
+class Runtime(Reads, Results, Checks, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property

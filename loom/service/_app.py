@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
+import trio
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -29,6 +30,7 @@ from ..records.validation import (
 from ..runtime import Runtime
 from . import _batch as batch
 from . import _handlers as handlers
+from . import _results as results
 from . import _schemas as S
 from . import _stream as stream
 from . import _tool_handlers as tools
@@ -44,6 +46,7 @@ from ._tool_handlers import CLOCK_FIELDS, OUTCOMES
 from ._wire import (
     CAUSAL,
     CONFLICT,
+    JSON_VALUE_REF,
     KEY,
     LOOKUP,
     MAX_BODY_BYTES,
@@ -107,15 +110,21 @@ OUTCOME_RULES = {  # error is required by a failed outcome, and it and the retry
     "then": {"required": ["error"]},
     "else": {"properties": {"error": False, "retry_after_ms": False, "rate_limited": False}},
 }
+VALUE_RULE = {  # a value belongs to a completed outcome only
+    "if": {"required": ["value"]},
+    "then": {"properties": {"outcome": {"const": "completed"}}},
+}
 
 OPS: tuple[Op, ...] = (
+    *results.OPS,  # before GET /work/{work_id:path}, which would take their paths for ids
     Op(method="GET", path="/healthz", handler=tools.healthz, answer=S.HEALTH, summary="Health: the store answers reads and writes",
        tag="service", public=True, errors=(UNAVAILABLE,)),
     Op(method="GET", path="/metrics", handler=tools.metrics, answer={"type": "string"}, summary="Prometheus metrics", tag="service",
        media="text/plain"),
     Op(method="GET", path="/openapi.json", handler=openapi, answer={"type": "object"}, summary="This document", tag="service", public=True),
-    Op(method="POST", path="/events", handler=batch.post_event, answer=S.EVENT_OR_BATCH,
-       summary="Accept an Event (exactly once), or a batch of them in order", tag="events", body=EVENT_FIELDS,
+    Op(method="POST", path="/events", handler=batch.post_event, answer=results.ROUTED_OR_BATCH,
+       summary="Accept an Event (exactly once), or a batch of them in order; one Event's answer says where"
+       " it was routed", tag="events", query=(results.EVENT_WAIT,), body=EVENT_FIELDS,
        prefixes=("event.",), ok=(201, 200), batch=True),
     Op(method="GET", path="/events", handler=handlers.list_events, answer=S.EVENTS_PAGE, summary="Accepted Events in sequence order",
        tag="events", query=(
@@ -218,8 +227,10 @@ OPS: tuple[Op, ...] = (
              CONSUMED, USAGE,
              Field("error", "string", doc="why it failed (a failed outcome only)", schema=REASON_TEXT),
              Field("retry_after_ms", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_RETRY_AFTER_MS}),
-             Field("rate_limited", "boolean")),
-       body_schema=OUTCOME_RULES, prefixes=("outcome.",), errors=_TOOL_ERRORS),
+             Field("rate_limited", "boolean"),
+             Field("value", "json", doc="the result (a completed outcome only), any JSON value up"
+                   " to 1 MiB", schema=JSON_VALUE_REF)),
+       body_schema={"allOf": [OUTCOME_RULES, VALUE_RULE]}, prefixes=("outcome.",), errors=_TOOL_ERRORS),
     Op(method="GET", path="/debug/clock", handler=tools.get_clock, answer=S.CLOCK, summary="The test clock", tag="debug",
        test_clock_only=True),
     Op(method="POST", path="/debug/clock", handler=tools.post_clock, answer=S.CLOCK, summary="Move the test clock forward",
@@ -302,15 +313,19 @@ def make_app(
     clock: ManualClock | None = None,
     max_body: int = MAX_BODY_BYTES,
     access: Access | None = None,
+    stopping: trio.Event | None = None,
 ) -> Starlette:
     """The service's ASGI app over ``rt``: the JSON API, the web view and ``/metrics``.
 
     ``clock`` is the test clock ``POST /debug/clock`` moves (``None``: ``/debug/clock`` is 404).
     ``metrics`` are counted by the caller (`Metrics.run`); without them ``/metrics`` shows zeros.
     ``access``: the host names served and the operator token (default: loopback names, no token).
+    ``stopping``: set when the server stops, so long-polls answer at once.
     """
     access = access if access is not None else Access()
-    service = Service(rt=rt, metrics=metrics or Metrics(), clock=clock, max_body=max_body, access=access)
+    service = Service(
+        rt=rt, metrics=metrics or Metrics(), clock=clock, max_body=max_body, access=access, stopping=stopping
+    )
     by_op = [
         (op, Route(op.path, _endpoint(service, op), methods=[op.method], name=f"{op.method} {op.path}"))
         for op in OPS

@@ -17,6 +17,7 @@ from ..records.errors import LoomError
 from ..runtime import MAX_BATCH
 from ._handlers import EVENT_FIELDS, event_in
 from ._ops import NDJSON, Call, Service
+from ._results import routing_of
 from ._wire import (
     BAD_REQUEST,
     HTTPError,
@@ -108,4 +109,6 @@ async def post_event(s: Service, call: Call) -> Response:
     if call.items is not None:
         return await post_events(s, call.items)
     event = await s.rt.publish(event_in(call.body))
-    return json_response(event, 200 if event.duplicate else 201)
+    answer = to_data(event)
+    answer["routing"] = await routing_of(s, call, event)  # where it went (?wait= for its checkpoint)
+    return json_response(answer, 200 if event.duplicate else 201)

@@ -53,7 +53,8 @@ def send(
     token_file: Path | None = TOKEN_FILE,
     as_json: bool = AS_JSON,
 ) -> None:
-    """Send an Event to a running server; it is durable once this returns."""
+    """Send an Event to a running server; it is durable once this returns, and the answer says which
+    route matched it (waiting a moment for its routing)."""
     api = client(url, token_file)
     if batch is not None:
         if type is not None or scope is not None:
@@ -73,11 +74,40 @@ def send(
         body["key"] = key
     if work is not None:
         body["work_id"] = work
-    answer = api.post("/events", body)
+    answer = api.post(f"/events?wait={ROUTE_WAIT_S}", body)
     if as_json or not isinstance(answer, dict):
         dump(answer)
         return
     typer.echo(_said(answer, body["source"], body["delivery_id"]))
+    typer.echo(routing_line(answer.get("routing")))
+
+
+ROUTE_WAIT_S = 2
+"""How long ``loom send`` lets the server wait for its Event's routing checkpoint."""
+
+
+def routing_line(routing: Any) -> str:
+    """Where an accepted Event went, for ``loom send``."""
+    if not isinstance(routing, dict):
+        return "routing: unknown"
+    status = routing.get("status")
+    route = f"route {routing.get('route')!r}" + (
+        f" (scope {routing['route_scope']})" if routing.get("route_scope") else ""
+    )
+    reason = f": {routing['reason']}" if routing.get("reason") else ""
+    if status == "routed":
+        return f"routed by {route} to work {routing.get('work_id')}"
+    if status == "unmatched":
+        return f"matched no route in its scope: nothing will act on it{reason}"
+    if status == "drop":
+        return f"dropped by {route}{reason}"
+    if status == "terminal":
+        return f"matched {route}, but work {routing.get('work_id')} has ended{reason}"
+    if status == "compacted":
+        return "routed long ago: the original Event was removed by compaction"
+    if status == "unrouted":
+        return f"could not be routed{reason} (loom diagnostics; loom work replay)"
+    return "accepted, not routed yet (the router routes it in acceptance order)"
 
 
 def _said(answer: dict[str, Any], source: str, delivery_id: str) -> str:

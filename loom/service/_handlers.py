@@ -110,17 +110,21 @@ async def list_work(s: Service, call: Call) -> Response:
 
 
 async def work_view(rt: Runtime, work_id: str) -> dict[str, Any]:
-    """A Work with everything a person or client needs about it (also behind the web view)."""
+    """A Work with everything a person or client needs about it (also behind the web view): its outcome
+    (value, or the last error and when the next attempt starts) and its latest diagnostics (why it
+    cannot start, its failed attempts) besides its waits, input, timers and history."""
     history = await rt.history(work_id)
     work = history.work
     waits = await rt.waits(work.id)
     pending = [await rt.event(event_id) for event_id in work.pending_inputs[:100]]
     return {
         "work": work,
+        "result": await rt.result(work.id),
         "wait": next((w for w in waits if w.id == work.wait_id), None),
         "pending_inputs": pending,
         "waits": waits,
         "timers": await rt.timers(work_id=work.id, limit=1000),
+        "diagnostics": await rt.latest_diagnostics(work.id, limit=20),
         "history": {"checkpoints": history.checkpoints, "executions": history.executions},
     }
 

@@ -20,6 +20,7 @@ _FIELD_SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {"type": "object"},
     "strings": {"type": "array", "items": {"type": "string"}},
     "amounts": {"type": "object", "additionalProperties": {"type": "number"}},
+    "json": {},
 }
 
 ERROR_SCHEMA = {
@@ -59,7 +60,12 @@ def body_schema(fields: Sequence[Field]) -> dict[str, Any]:
 
 def _operation(op: Op, *, operator_token: bool) -> dict[str, Any]:
     parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string", **LOOKUP}}
+        {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "schema": op.path_schemas.get(name, {"type": "string", **LOOKUP}),
+        }
         for name in op.path_params
     ]
     for q in op.query:

@@ -9,6 +9,7 @@ from contextlib import aclosing
 from typing import Any, TypeVar
 
 import attrs
+import trio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -46,6 +47,8 @@ class Service:
     clock: ManualClock | None = None
     max_body: int = MAX_BODY_BYTES
     access: Access = attrs.field(factory=Access)
+    stopping: trio.Event | None = None
+    """Set once the server stops: a long-poll answers at once (``None``: it never stops early)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -105,6 +108,8 @@ class Op:
     test_clock_only: bool = False
     batch: bool = False
     """The body may also be a batch: a JSON array, or JSON lines (``application/x-ndjson``)."""
+    path_schemas: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    """The JSON Schema of a path parameter that is not an id (an attempt number)."""
 
     @property
     def openapi_path(self) -> str:

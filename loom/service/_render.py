@@ -157,6 +157,15 @@ def work_view(answer: Mapping[str, Any]) -> str:
         "retry": work.get("retry"),
         "created": work.get("created_at"),
     }
+    result = view.get("result") if isinstance(view.get("result"), Mapping) else {}
+    if result.get("next_retry_at"):
+        fields["retry"] = f"{work.get('retry')}: the next attempt at {result['next_retry_at']}"
+    if work.get("blocked"):
+        fields["blocked"] = work["blocked"]
+    if result.get("error"):
+        fields["last error"] = result["error"]
+    if result.get("value") is not None:
+        fields["value"] = json.dumps(result["value"], sort_keys=True)
     lines = [f"work {work.get('id')}", block(fields, "  ")]
     wait = view.get("wait")
     if isinstance(wait, Mapping):
@@ -174,6 +183,10 @@ def work_view(answer: Mapping[str, Any]) -> str:
     if timers:
         lines.append("timers:")
         lines += [f"  {t.get('id')}  {t.get('state')}  fires at {t.get('fire_at', '-')}" for t in timers]
+    diagnostics = [d for d in view.get("diagnostics") or () if isinstance(d, Mapping)]
+    if diagnostics:
+        lines.append("diagnostics (newest first):")
+        lines += [f"  {d.get('at', '-')}  {d.get('kind')}: {d.get('message')}" for d in diagnostics[:5]]
     history = view.get("history")
     if isinstance(history, Mapping):
         checkpoints = [c for c in history.get("checkpoints") or () if isinstance(c, Mapping)]

@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 
 from ..records.events import Diagnostic, Event
+from ..records.executor import AttemptLogs
+from ..records.results import WorkResult
 from ..records.timers import Firing, Timer
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work
@@ -123,10 +125,12 @@ EXECUTION = ref(Execution)
 INTENT = ref(Intent)
 WORK_VIEW = obj(
     work=WORK,
+    result=ref(WorkResult),
     wait=nullable(ref(Wait)),
     pending_inputs=array(EVENT),
     waits=array(ref(Wait)),
     timers=array(TIMER),
+    diagnostics=array(ref(Diagnostic)),
     history=obj(checkpoints=array(ref(Checkpoint)), executions=array(EXECUTION)),
 )
 EVENT_VIEW = obj(event=EVENT, checkpoint=nullable(ref(Checkpoint)))
@@ -156,7 +160,19 @@ HEALTH = obj(
 )
 CLOCK = obj(now_ms=INTEGER, now=STRING, floor_ms=nullable(INTEGER))
 HEARTBEAT = obj(execution_id=STRING, expires_at_ms=INTEGER)
-RECORDS: tuple[type, ...] = (Event, Work, Timer, Execution, Intent, Wait, Checkpoint, Firing, Diagnostic)
+RECORDS: tuple[type, ...] = (
+    Event,
+    Work,
+    Timer,
+    Execution,
+    Intent,
+    Wait,
+    Checkpoint,
+    Firing,
+    Diagnostic,
+    WorkResult,
+    AttemptLogs,
+)
 """Every record an answer holds: each is one component of the document."""
 
 

@@ -88,6 +88,8 @@ def _outcome(body: dict[str, Any]) -> Outcome:
     consumed = tuple(body.get("consumed_inputs", ()))
     usage = body.get("usage", {})
     failure_fields = [name for name in ("error", "retry_after_ms", "rate_limited") if name in body]
+    if "value" in body and kind != "completed":
+        raise HTTPError(BAD_REQUEST, f"value belongs to a completed outcome, not {kind!r}", field="value")
     if kind == "failed":
         if "error" not in body:
             raise HTTPError(BAD_REQUEST, "error is required for a failed outcome", field="error")
@@ -105,7 +107,7 @@ def _outcome(body: dict[str, Any]) -> Outcome:
             field=failure_fields[0],
         )
     if kind == "completed":
-        return Completed(consumed_inputs=consumed, usage=usage)
+        return Completed(consumed_inputs=consumed, usage=usage, value=body.get("value"))
     if kind == "handoff":
         return Handoff(consumed_inputs=consumed, usage=usage)
     raise HTTPError(

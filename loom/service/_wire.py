@@ -166,7 +166,7 @@ class Field:
     """One field of a JSON body: its JSON type, whether it is required, and whether ``null`` is allowed.
 
     ``kind`` is one of ``string``, ``integer``, ``boolean``, ``object``, ``strings`` (an array of
-    strings) and ``amounts`` (an object of numbers).
+    strings), ``amounts`` (an object of numbers) and ``json`` (any JSON value).
     """
 
     name: str
@@ -290,6 +290,7 @@ _JSON_TYPES = {
     "object": "a JSON object",
     "strings": "an array of strings",
     "amounts": "an object of numbers",
+    "json": "JSON data",
 }
 
 
@@ -308,6 +309,8 @@ def _fits(kind: str, value: object) -> bool:
         return isinstance(value, dict)
     if kind == "strings":
         return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if kind == "json":
+        return True  # the runtime checks what JSON data it takes
     if kind == "amounts":
         return isinstance(value, dict) and all(
             isinstance(item, int | float) and not isinstance(item, bool) for item in value.values()
@@ -341,7 +344,7 @@ def parse_fields(data: Any, fields: Sequence[Field], what: str = "the body") -> 
                 raise _bad(f.name, f"{f.name} is required")
             continue
         value = data[f.name]
-        if value is None:
+        if value is None and f.kind != "json":  # null is JSON data
             if not f.nullable:
                 raise _bad(f.name, f"{f.name} must be {_JSON_TYPES[f.kind]}, got null")
         elif f.kind == "integer" and isinstance(value, float) and value.is_integer():

@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from .. import __version__
-from . import _cli_compact, _cli_events, _cli_more, _cli_work
+from . import _cli_compact, _cli_config, _cli_events, _cli_more, _cli_results, _cli_work
 from ._cli_base import CONTEXT, UserError, user_errors
 
 app = typer.Typer(
@@ -78,7 +78,18 @@ def serve(
         help="The SQLite file (created if missing), or the postgresql:// URL of a PostgreSQL database"
         " that several loom serve nodes may share.",
     ),
-    config: Path | None = typer.Option(None, "--config", help="A loom.toml configuration file."),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="A loom.toml configuration file (default: $LOOM_CONFIG, else ./loom.toml if there is one).",
+    ),
+    app_spec: str | None = typer.Option(
+        None,
+        "--app",
+        envvar="LOOM_APP",
+        help="module:object, a loom.App whose functions and executors this server runs (imported from"
+        ' the working directory), e.g. tasks:app. Default: the configuration\'s app = "module:object".',
+    ),
     listen: str = typer.Option("127.0.0.1:8440", "--listen", help="HOST:PORT to serve HTTP on."),
     test_clock: bool = typer.Option(
         False,
@@ -106,6 +117,13 @@ def serve(
         30.0,
         "--read-timeout",
         help="Seconds a client may send nothing while its request is due before it is cut off.",
+    ),
+    node: str | None = typer.Option(
+        None,
+        "--node",
+        envvar="LOOM_NODE",
+        help="This server's node name on a shared PostgreSQL database (one live process per name):"
+        " restarted under it, the server recovers its killed predecessor's attempts at once.",
     ),
 ) -> None:
     """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
@@ -138,6 +156,8 @@ def serve(
             allow_hosts=tuple(allow_host),
             token_file=str(token_file) if token_file is not None else None,
             read_timeout=read_timeout,
+            app=app_spec,
+            node=node,
         )
     )
 
@@ -155,7 +175,8 @@ def demo(
     run_demo(db)
 
 
-for _module in (_cli_events, _cli_work, _cli_more, _cli_compact):
+_cli_results.add_work_commands(_cli_work.work_app)  # loom work wait, loom work logs
+for _module in (_cli_events, _cli_work, _cli_more, _cli_config, _cli_compact):
     _module.register(app)
 
 

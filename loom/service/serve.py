@@ -28,14 +28,17 @@ import attrs
 import hypercorn.trio
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.config import Sockets
 from starlette.applications import Starlette
 
 from ..config import Config
+from ..plugins.app import App
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
+from ._apps import app_and_config, find_config
 from ._logs import ACCESS_FORMAT, configure_logging
 from ._metrics import Metrics
 from ._token import read_token_file
@@ -87,6 +90,8 @@ async def open_service(
     load_entry_points: bool = True,
     start_actors: bool = True,
     access: Access | None = None,
+    stopping: trio.Event | None = None,
+    node: str | None = None,
 ) -> AsyncIterator[Service]:
     """Open the runtime on ``db`` and the app over it (no HTTP listener: see `run_http`), with every
     actor running (``start_actors=False``: none yet, start them with `Service.start_actors`). Leaving
@@ -96,7 +101,9 @@ async def open_service(
     of its own that starts where the store's time floor is (on a new store: at the wall clock's time);
     a `ManualClock` is used as it is, moved up to the floor if that is later. The start is recorded
     as the floor, so a restart continues at the same time. ``False``: the wall clock, and no
-    ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`)."""
+    ``/debug/clock``. ``access``: the host names served and the operator token (see `make_app`).
+    ``stopping``: set when the server stops (long-polls then answer at once). ``node``: this server's
+    node name on a shared database (see `open_runtime`)."""
     clock: ManualClock | None = None
     if isinstance(test_clock, ManualClock):
         clock = test_clock
@@ -109,6 +116,7 @@ async def open_service(
         plugins=plugins,
         load_entry_points=load_entry_points,
         actors=(),
+        node=node,
     ) as rt:
         if clock is not None:
             # before anything commits or reads the time: nothing has run yet
@@ -122,7 +130,7 @@ async def open_service(
             await nursery.start(metrics.run, rt)
             service = Service(
                 runtime=rt,
-                app=make_app(rt, metrics=metrics, clock=clock, access=access),
+                app=make_app(rt, metrics=metrics, clock=clock, access=access, stopping=stopping),
                 clock=clock,
                 nursery=nursery,
             )
@@ -147,11 +155,23 @@ def bound_socket(listen: str) -> socket.socket:
     return sock
 
 
+class _CloseOnExec(HypercornConfig):
+    """Hypercorn's configuration, whose listening sockets are close-on-exec: Hypercorn makes them
+    inheritable (for its worker processes, which loom does not use), and an inherited listening socket
+    would keep the port bound by every process loom starts (a restarted server could not listen)."""
+
+    def create_sockets(self) -> Sockets:
+        sockets = super().create_sockets()
+        for sock in (*sockets.secure_sockets, *sockets.insecure_sockets, *sockets.quic_sockets):
+            sock.set_inheritable(False)
+        return sockets
+
+
 def hypercorn_config(
     sock: socket.socket, *, access_log: bool = False, read_timeout: float = READ_TIMEOUT_S
 ) -> HypercornConfig:
     """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
-    config = HypercornConfig()
+    config = _CloseOnExec()
     config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
@@ -204,11 +224,16 @@ async def serve(
     allow_hosts: Sequence[str] = (),
     token_file: str | Path | None = None,
     read_timeout: float = READ_TIMEOUT_S,
+    app: str | None = None,
+    node: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
-    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration from ``config_path`` (``None``: an empty one), and the
-    HTTP API and web view on ``listen`` (loopback by default; port 0 picks a free port).
+    (created on first start) or the PostgreSQL database of a ``postgresql://`` URL, its configuration
+    from ``config_path`` (``None``: ``$LOOM_CONFIG``, else ``./loom.toml``, else the app's, else none: the
+    log says which), the `loom.App` ``app`` (``module:object``, or the configuration's ``app``) whose
+    functions and executors it runs, and the HTTP API and web view on ``listen`` (loopback by default;
+    port 0 picks a free port).
 
     Once listening it sets ``LOOM_URL`` in its environment to the address (the shell executor gives
     it to the processes it runs, beside their token), starts the actors, prints ``loom serve:
@@ -219,7 +244,9 @@ async def serve(
 
     Access (docs/http-api.md "Access"): requests must name a host the server serves (its loopback
     names; off loopback also its address and host name; ``allow_hosts`` adds names, ``*`` any), and
-    with ``token_file`` every operator route needs the token it holds. Off loopback the token is
+    with ``token_file`` every operator route needs the token it holds. ``node`` names this server on a
+    shared database: restarted under the same name, it recovers its killed incarnation's attempts at
+    once (on a SQLite file a restart always does). Off loopback the token is
     required: without one `serve` refuses to start. A connection that sends nothing for
     ``read_timeout`` seconds while a request is due is closed.
     """
@@ -241,11 +268,23 @@ async def serve(
             field="token_file",
         )
     access = Access.for_listen(host, allow_hosts=allow_hosts, token=token)
-    config = Config.load(str(config_path)) if config_path is not None else None
+    found = find_config(config_path)
+    served, config, said = app_and_config(app, found)
     stop = trio.Event()
     try:
         await _serve(
-            db, config, config_path, listen, test_clock, access, float(read_timeout), stop, task_status
+            db,
+            config,
+            found.path,
+            listen,
+            test_clock,
+            access,
+            float(read_timeout),
+            stop,
+            task_status,
+            said=said,
+            app=served,
+            node=node,
         )
     except BaseExceptionGroup as group:
         reason = _reason(group)
@@ -281,11 +320,22 @@ async def _serve(
     read_timeout: float,
     stop: trio.Event,
     task_status: trio.TaskStatus[list[str]],
+    *,
+    said: str,
+    app: App | None = None,
+    node: str | None = None,
 ) -> None:
     async with trio.open_nursery() as signals:
         signals.start_soon(_stop_on_signal, stop)
         async with open_service(
-            str(db), config=config, test_clock=test_clock, start_actors=False, access=access
+            str(db),
+            config=config,
+            test_clock=test_clock,
+            start_actors=False,
+            access=access,
+            stopping=stop,
+            plugins=(app,) if app is not None else (),
+            node=node,
         ) as service:
             # the listener stops first (finishing the requests in flight), then the actors and the store
             async with trio.open_nursery() as http:
@@ -311,8 +361,12 @@ async def _serve(
                     _shown(str(db)),
                     rt.backend,
                 )
-                log.info("config: %s", config_path or "none (an empty configuration)")
+                (log.info if config is not None else log.warning)("config: %s", said)
+                if app is not None:
+                    log.info("app: %s", app)
                 log.info("plugins: %s", ", ".join(rt.plugin_names))
+                for finding in await rt.check():
+                    log.warning("configuration: %s", finding)
                 log.info("listening on %s%s", ", ".join(urls), note)
                 signals.start_soon(_reload_on_hangup, rt, config_path)
                 task_status.started(urls)

@@ -2,10 +2,10 @@
 
 from ._actor import CrashPoint as CrashPoint
 from ._actor import FaultHook as FaultHook
-from ._actor import NoticeFeed as NoticeFeed
 from ._actor import StorageActor as StorageActor
-from ._actor import Store as Store
 from ._dialect import Dialect as Dialect
+from ._dialect import Store as Store
+from ._feed import NoticeFeed as NoticeFeed
 from ._open import as_store as as_store
 from ._open import check_location as check_location
 from ._open import default_owner as default_owner

@@ -37,7 +37,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 import attrs
@@ -45,8 +45,9 @@ import trio
 
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
-from ..records.notices import Committed, Lagged, Notice, StoreChanged
-from ._dialect import Dialect, RowConflict
+from ..records.notices import Committed, Notice, StoreChanged
+from ._dialect import RowConflict, Store
+from ._feed import CommitListener, NoticeFeed
 from ._notify import parse, summarize
 from ._tx import Tx
 
@@ -54,31 +55,6 @@ log = logging.getLogger("loom.storage")
 
 CONFLICT_RETRIES = 12
 """How many times a batch that raced another node runs again before it fails as a storage error."""
-
-
-class Store(Protocol):
-    """What the storage actor needs of a backend (`SQLiteStore`, `PostgresStore`)."""
-
-    @property
-    def dialect(self) -> Dialect: ...
-
-    @property
-    def in_memory(self) -> bool: ...
-
-    def describe(self) -> str:
-        """Where the database is, for messages (never a password)."""
-        ...
-
-    def open_writer(self) -> Any:
-        """Open the write connection (a `Connection` with ``in_transaction`` and ``close``), migrated."""
-        ...
-
-    def close_writer(self, conn: Any) -> None: ...
-
-    def reconnect_delays(self) -> tuple[float, ...]:
-        """Seconds between reconnection attempts after a lost connection, the last repeating; empty
-        when a lost connection cannot come back (the runtime stops instead)."""
-        ...
 
 
 P = ParamSpec("P")
@@ -102,45 +78,8 @@ class _Request:
     ok: bool = False
     value: Any = None
     error: BaseException | None = None
-
-
-@attrs.define(eq=False)
-class NoticeFeed:
-    """One subscriber's view of commit notices.
-
-    Notices are hints; durable state is the truth. A subscriber that falls more than
-    ``capacity`` batches behind gets `Lagged` and must resynchronise from the store. With
-    ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
-    """
-
-    _send: trio.MemorySendChannel[list[Notice]]
-    _receive: trio.MemoryReceiveChannel[list[Notice]]
-    commits: bool = False
-    lagged: bool = False
-
-    async def next_batch(self) -> list[Notice]:
-        """The notices of the next committed batch (``[Lagged()]``: you missed some, rescan)."""
-        if self.lagged:
-            self.lagged = False
-            return [Lagged()]
-        return await self._receive.receive()
-
-    @property
-    def pending(self) -> bool:
-        """Whether committed notices wait to be read."""
-        return self.lagged or self._receive.statistics().current_buffer_used > 0
-
-    def _offer(self, notices: list[Notice]) -> None:
-        try:
-            self._send.send_nowait(notices)
-        except trio.WouldBlock:
-            self.lagged = True
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-
-    def close(self) -> None:
-        self._send.close()
-        self._receive.close()
+    read: bool = False
+    """A read (`StorageActor.read`): it changes nothing, so a batch of reads alone publishes nothing."""
 
 
 @attrs.define(kw_only=True)
@@ -149,6 +88,8 @@ class StorageStats:
     requests: int = 0
     largest_batch: int = 0
     failed_batches: int = 0
+    reads: int = 0
+    """Reads served alone, apart from any batch (`StorageActor.read`)."""
 
 
 class StorageActor:
@@ -162,6 +103,7 @@ class StorageActor:
         fault: FaultHook | None = None,
         settle: Callable[[Tx, int], None] | None = None,
         check_ms: int = 1000,
+        on_open: Callable[[Tx, int], object] | None = None,
     ) -> None:
         self.store = store
         self._clock = clock
@@ -170,6 +112,7 @@ class StorageActor:
         self._fault = fault
         self._settle = settle
         self._check_ms = check_ms
+        self._on_open = on_open
         self.origin = secrets.token_hex(8)
         """This actor's name in the payloads it sends other nodes (they ignore their own)."""
         self.routing = False
@@ -178,6 +121,7 @@ class StorageActor:
         self._dialect = store.dialect
         self._limiter = anyio.CapacityLimiter(1)
         self._feeds: list[NoticeFeed] = []
+        self._listeners: list[CommitListener] = []
         self._running = False
         self.stats = StorageStats()
 
@@ -185,11 +129,19 @@ class StorageActor:
 
     async def submit(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``proc(tx, now_ms, *args, **kwargs)`` in the next batch; return its result after COMMIT."""
+        return await self._submit(_Request(proc, args, kwargs))  # type: ignore[no-any-return]
+
+    async def read(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`submit` for a procedure that only reads: a batch made of reads alone commits nothing, so it
+        publishes no notice (not even `Committed`): a watcher that reads the store at each notice
+        (through a ``:memory:`` runtime's reader) waits for the next change instead of waking itself."""
+        return await self._submit(_Request(proc, args, kwargs, read=True))  # type: ignore[no-any-return]
+
+    async def _submit(self, request: _Request) -> Any:
         if not self._running:
             # a caller being cancelled at shutdown sees its cancellation, not a closed store
             await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor is not running")
-        request = _Request(proc, args, kwargs)
         try:
             await self._send.send(request)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -197,7 +149,7 @@ class StorageActor:
             raise StorageClosed("the storage actor stopped") from None
         await request.done.wait()
         if request.ok:
-            return request.value  # type: ignore[no-any-return]
+            return request.value
         assert request.error is not None
         if isinstance(request.error, StorageClosed):
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -221,6 +173,25 @@ class StorageActor:
         cursors, whatever they heard."""
         return self._check_ms
 
+    def on_commit(self, listener: CommitListener) -> Callable[[], None]:
+        """Call ``listener`` with every batch's notices from now on (see `CommitListener`); returns the
+        function that stops it."""
+        self._listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return stop
+
+    def _tell(self, notices: list[Notice]) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notices)
+            except Exception:
+                log.exception("a commit listener failed; it is dropped")
+                self._listeners.remove(listener)
+
     def announce(self, notice: StoreChanged) -> None:
         """Hand every feed what another node committed (or, with ``everything``, a call to look at the
         store again from its cursors). A feed with notices still unread skips a check: its reader is
@@ -228,6 +199,7 @@ class StorageActor:
         for feed in list(self._feeds):
             if not (notice.check and feed.pending):
                 feed._offer([notice])
+        self._tell([notice])
 
     def _heard(self, payload: str | None) -> None:
         notice = StoreChanged(everything=True) if payload is None else parse(payload, self.origin)
@@ -250,6 +222,8 @@ class StorageActor:
 
     async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
         self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+        if self._on_open is not None:
+            await anyio.to_thread.run_sync(self._open_with, self._on_open, limiter=self._limiter)
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
@@ -266,6 +240,20 @@ class StorageActor:
             with trio.CancelScope(shield=True):
                 await self._close()
 
+    def _open_with(self, proc: Callable[[Tx, int], object]) -> None:
+        """Run ``proc`` in a transaction of its own once the store is open, before any request (as a
+        migration is): it is no batch, and nobody hears its notices."""
+        tx = Tx(self._conn, self._dialect)
+        self._conn.execute(self._dialect.begin)
+        try:
+            proc(tx, self._clock.now_ms())
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._rollback()
+            self.store.close_writer(self._conn)
+            self._conn = None
+            raise
+
     async def _serve(self) -> None:
         batch_no = 0
         while True:
@@ -275,11 +263,15 @@ class StorageActor:
                     batch.append(self._receive.receive_nowait())
                 except trio.WouldBlock:
                     break
-            batch_no += 1
+            reads = all(request.read for request in batch)
+            if not reads:
+                batch_no += 1
             with trio.CancelScope(shield=True):
                 if self._conn is None:
                     await self._reconnect()
-                await self._run_batch(batch, batch_no)
+                # reads alone commit nothing: no batch number, no crash point, no notice (not even
+                # `Committed`: a watcher that reads at each notice is not woken by its own reads)
+                await self._run_batch(batch, None if reads else batch_no)
 
     async def _reconnect(self) -> None:
         """Open the connection again after it was lost, waiting longer after each failure; requests
@@ -300,7 +292,7 @@ class StorageActor:
                 log.warning("reconnected to %s", self.store.describe())
                 return
 
-    async def _run_batch(self, batch: list[_Request], batch_no: int) -> None:
+    async def _run_batch(self, batch: list[_Request], batch_no: int | None) -> None:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
@@ -337,12 +329,17 @@ class StorageActor:
                 request.error = StorageClosed(f"the storage actor crashed {where} (batch {batch_no})")
                 request.done.set()
             raise
+        for request in batch:
+            request.done.set()
+        if batch_no is None:
+            self.stats.reads += len(batch)
+            return  # reads alone: nothing was committed, nothing to tell
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        for request in batch:
-            request.done.set()
         seconds = trio.current_time() - started
+        if notices:
+            self._tell(notices)
         with_commit = [
             *notices,
             Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds),
@@ -353,7 +350,9 @@ class StorageActor:
             elif notices:
                 feed._offer(notices)
 
-    def _execute_until_settled(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
+    def _execute_until_settled(
+        self, batch: list[_Request], now_ms: int, batch_no: int | None
+    ) -> list[Notice]:
         """Run the batch; one that raced another node runs again (after a short random pause)."""
         for attempt in range(CONFLICT_RETRIES + 1):
             try:
@@ -364,7 +363,7 @@ class StorageActor:
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise AssertionError("unreachable")
 
-    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int) -> list[Notice]:
+    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int | None) -> list[Notice]:
         conn = self._conn
         assert conn is not None
         dialect = self._dialect
@@ -393,7 +392,7 @@ class StorageActor:
                 payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:
                     conn.execute(dialect.notify, (payload,))
-            if self._fault is not None:
+            if self._fault is not None and batch_no is not None:
                 self._fault("before_commit", batch_no)
             in_commit = True
             conn.execute("COMMIT")
@@ -410,7 +409,7 @@ class StorageActor:
         except BaseException:
             self._rollback()
             raise
-        if self._fault is not None:
+        if self._fault is not None and batch_no is not None:
             try:
                 self._fault("after_commit", batch_no)
             except CrashPoint:

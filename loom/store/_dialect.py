@@ -90,3 +90,28 @@ class Dialect:
 _SQLITE_FAILURES = (sqlite3.OperationalError, sqlite3.InternalError, sqlite3.NotSupportedError)
 
 SQLITE = Dialect()
+
+
+class Store(Protocol):
+    """What the storage actor needs of a backend (`SQLiteStore`, `PostgresStore`)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def in_memory(self) -> bool: ...
+
+    def describe(self) -> str:
+        """Where the database is, for messages (never a password)."""
+        ...
+
+    def open_writer(self) -> Any:
+        """Open the write connection (a `Connection` with ``in_transaction`` and ``close``), migrated."""
+        ...
+
+    def close_writer(self, conn: Any) -> None: ...
+
+    def reconnect_delays(self) -> tuple[float, ...]:
+        """Seconds between reconnection attempts after a lost connection, the last repeating; empty
+        when a lost connection cannot come back (the runtime stops instead)."""
+        ...

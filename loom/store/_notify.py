@@ -24,6 +24,7 @@ from ..records.notices import (
     SubscriptionChanged,
     TimerArmed,
     WorkReady,
+    WorkSettled,
 )
 
 CHANNEL = "loom"
@@ -39,6 +40,7 @@ def summarize(notices: Iterable[Notice], origin: str, *, routing: bool = True) -
     expiry: int | None = None
     flags: dict[str, int] = {}
     fenced: list[str] = []
+    settled: list[str] = []
     keys: dict[str, None] = {}
     for notice in notices:
         if isinstance(notice, EventAccepted):
@@ -57,6 +59,8 @@ def summarize(notices: Iterable[Notice], origin: str, *, routing: bool = True) -
             keys[notice.source_key] = None
         elif isinstance(notice, ExecutionFenced):
             fenced.append(notice.execution_id)
+        elif isinstance(notice, WorkSettled):
+            settled.append(notice.work_id)
     out: dict[str, object] = dict(flags)
     if seq:
         out["e"] = seq
@@ -66,13 +70,20 @@ def summarize(notices: Iterable[Notice], origin: str, *, routing: bool = True) -
         out["t"] = due
     if expiry is not None:
         out["l"] = expiry
-    if len(fenced) > MAX_LISTED or len(keys) > MAX_LISTED or sum(map(len, keys)) > MAX_KEY_BYTES:
+    if (
+        len(fenced) > MAX_LISTED
+        or len(keys) > MAX_LISTED
+        or len(settled) > MAX_LISTED
+        or sum(map(len, keys)) + sum(map(len, settled)) > MAX_KEY_BYTES
+    ):
         out["*"] = 1
     else:
         if fenced:
             out["f"] = fenced
         if keys:
             out["s"] = list(keys)
+        if settled:
+            out["d"] = settled
     if not out:
         return None
     out["o"] = origin
@@ -99,6 +110,7 @@ def parse(payload: str, origin: str) -> StoreChanged | None:
             intents=bool(data.get("i")),
             subscription_keys=tuple(str(x) for x in data.get("s", ())),
             fenced=tuple(str(x) for x in data.get("f", ())),
+            settled=tuple(str(x) for x in data.get("d", ())),
             everything=bool(data.get("*")),
         )
     except (ValueError, TypeError, KeyError):

@@ -11,7 +11,8 @@ from types import ModuleType
 from typing import Any
 
 from ..records.errors import InvalidRequest
-from ._actor import StorageActor, Store
+from ._actor import StorageActor
+from ._dialect import Store
 from ._reader import ActorReader, Reader
 from ._sqlite import SQLiteStore
 

@@ -32,7 +32,14 @@ import trio
 from psycopg import conninfo
 from psycopg.pq import TransactionStatus
 
-from ..records.errors import InvalidRequest, SchemaTooNew, StorageClosed, StorageError, StorageUnavailable
+from ..records.errors import (
+    InvalidRequest,
+    NodeInUse,
+    SchemaTooNew,
+    StorageClosed,
+    StorageError,
+    StorageUnavailable,
+)
 from ._dialect import Dialect
 from ._notify import CHANNEL
 from ._reader import Reader, Rows
@@ -257,6 +264,28 @@ class PostgresStore:
                 )
             finally:
                 raw.close()
+
+    def take_node(self, name: str) -> psycopg.Connection[tuple[Any, ...]]:
+        """Hold the node name ``name`` on a connection of its own (a session advisory lock, released
+        when the connection closes, with its process however it ends): `NodeInUse` when another
+        running loom holds it. The caller closes the connection to let the name go."""
+        raw = self.connect(application_name=f"loom node {name}"[:63])
+        try:
+            row = raw.execute(
+                f"SELECT pg_try_advisory_lock({LOCK_CLASS}, hashtext(%s))", ("node:" + name,)
+            ).fetchone()
+        except psycopg.Error as exc:
+            raw.close()
+            raise StorageUnavailable(
+                f"cannot take the node name {name!r} on {self.describe()}: {exc}"
+            ) from exc
+        if not row or not row[0]:
+            raw.close()
+            raise NodeInUse(
+                f"node {name!r} is running already on {self.describe()}: give each loom process its own"
+                " node name (loom serve --node NAME)"
+            )
+        return raw
 
     def _listening(self) -> psycopg.Connection[tuple[Any, ...]]:
         raw = self.connect(application_name="loom listener")

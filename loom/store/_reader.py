@@ -308,6 +308,11 @@ class Reader:
         rows = await self._all(_sql.DIAGNOSTICS, (kind, kind, subject, subject, after_id, limit))
         return [_sql.diagnostic_from_row(r) for r in rows]
 
+    async def diagnostics_about(self, subject: str, limit: int) -> list[Diagnostic]:
+        """The subject's latest diagnostics, newest first."""
+        rows = await self._all(_sql.DIAGNOSTICS_ABOUT, (subject, limit))
+        return [_sql.diagnostic_from_row(r) for r in rows]
+
     async def timer(self, timer_id: str) -> Timer | None:
         rows = await self._all(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(rows[0]) if rows else None
@@ -377,10 +382,10 @@ class ActorReader(Reader):
         def read(tx: Tx, now_ms: int) -> Rows:
             return tx._all(sql, params)
 
-        return await self._storage.submit(read)
+        return await self._storage.read(read)
 
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         def read(tx: Tx, now_ms: int) -> list[Rows]:
             return [tx._all(sql, params) for sql, params in queries]
 
-        return await self._storage.submit(read)
+        return await self._storage.read(read)

@@ -418,6 +418,11 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX replaced_checkpoints_replay ON replaced_checkpoints (replay_id);
     CREATE INDEX causal_buckets_minute ON causal_buckets (minute);
     """,
+    # 13: a Work's diagnostics (why it cannot start, its failed attempts) are read by their subject,
+    # newest first
+    """
+    CREATE INDEX diagnostics_subject ON diagnostics (subject, id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

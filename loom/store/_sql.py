@@ -71,7 +71,7 @@ def kv_from_row(row: Row) -> KVEntry:
 
 WORK_COLUMNS = (
     "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
-    " started, created_at_ms, release_once, failures, retry"
+    " started, created_at_ms, release_once, failures, retry, blocked"
 )
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
@@ -142,6 +142,7 @@ def work_from_row(
         released=bool(row[13]),
         failures=row[14],
         retry=RetryState(row[15]) if row[15] else None,
+        blocked=row[16],
         keys=keys,
         pending_inputs=pending,
         current_execution_id=live[0] if live else None,
@@ -228,6 +229,8 @@ COUNT_RECENT_UNROUTED = (
     " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) LIMIT ?) AS u"
 )
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
+DIAGNOSTICS_ABOUT = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE subject = ? ORDER BY id DESC LIMIT ?"
+"""A subject's diagnostics, newest first (the ``diagnostics_subject`` index)."""
 DIAGNOSTICS = (
     "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE (CAST(? AS TEXT) IS NULL OR kind = ?)"
     " AND (CAST(? AS TEXT) IS NULL OR subject = ?) AND id > ? ORDER BY id LIMIT ?"

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.events import DiagnosticKind, Event, KVEntry
+from ..records.notices import WorkSettled
 from ..records.timers import Timer, TimerState
 from ..records.work import (
     INPUT_LIFECYCLE,
@@ -218,6 +219,8 @@ class Tx(
         )
         self._written(cur, f"work {work.id}", work.state, new)
         self.touch(work.id)
+        if new.terminal:
+            self.notify(WorkSettled(work_id=work.id))
         row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
         assert row is not None
         return int(row[0])

@@ -94,14 +94,36 @@ class ExecutionsTx(TxBase):
         row = self._one("SELECT retry_timer_id FROM works WHERE id = ?", (work_id,))
         return str(row[0]) if row and row[0] is not None else None
 
-    def release_leases(self, owner: str, now_ms: int) -> int:
-        """A clean close: the leases ``owner`` holds expire now, so the next open recovers them at once."""
+    def release_leases(self, owner: str | None, now_ms: int, *, executors_only: bool = False) -> int:
+        """The leases ``owner`` holds (``None``: every lease) expire now: a clean close, so the next open
+        recovers them at once; or an open that knows their holders are dead. With ``executors_only``,
+        only attempts an executor ran (a host claim's holder is code outside the runtime)."""
         cur = self._conn.execute(
-            "UPDATE executions SET expires_at_ms = ? WHERE owner = ? AND state IN (?, ?) AND expires_at_ms > ?",
-            (now_ms, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
+            "UPDATE executions SET expires_at_ms = ? WHERE (CAST(? AS TEXT) IS NULL OR owner = ?)"
+            " AND state IN (?, ?) AND expires_at_ms > ?"
+            + (" AND executor IS NOT NULL" if executors_only else ""),
+            (now_ms, owner, owner, ExecutionState.RUNNING.value, ExecutionState.RECOVERING.value, now_ms),
         )
         if cur.rowcount:
             self.notify(LeaseExpiry(execution_id=None, expires_at_ms=now_ms))
+        return int(cur.rowcount)
+
+    def release_incarnations(self, node: str, owner: str, now_ms: int) -> int:
+        """The leases of the node's earlier incarnations (owners ``<node>#...`` but ``owner``) expire now."""
+        prefix = node + "#"
+        cur = self._conn.execute(
+            "UPDATE executions SET expires_at_ms = ? WHERE substr(owner, 1, ?) = ? AND owner <> ?"
+            " AND state IN (?, ?) AND expires_at_ms > ?",
+            (
+                now_ms,
+                len(prefix),
+                prefix,
+                owner,
+                ExecutionState.RUNNING.value,
+                ExecutionState.RECOVERING.value,
+                now_ms,
+            ),
+        )
         return int(cur.rowcount)
 
     def execution_token(self, execution_id: str) -> str | None:

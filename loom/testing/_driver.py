@@ -6,6 +6,7 @@ SQLite ``:memory:`` and against a file that is closed and reopened between steps
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
@@ -39,17 +40,44 @@ class ScenarioHandlers:
 
     def __init__(self) -> None:
         self.table: dict[str, Handler] = {}
+        self._called = trio.Event()
 
     @hookimpl
     def loom_route_handlers(self) -> Mapping[str, Any]:
         return {"scenario": self._dispatch}
+
+    def call_signal(self) -> trio.Event:
+        """An event set when a handler has run (a plain one returned, an async one reached its first
+        wait or its end): take it before looking at what handlers saw, so a call in between is never
+        missed. A handler's reads commit nothing, so no notice tells a waiter about them."""
+        return self._called
+
+    def _signal(self) -> None:
+        called, self._called = self._called, trio.Event()
+        called.set()
 
     def _dispatch(self, event: Event, scope: str, work: Any, route: Any) -> Any:
         name = route.route.config.get("fn")
         handler = self.table.get(name) if isinstance(name, str) else None
         if handler is None:
             raise LookupError(f"scenario handler {name!r} is not set")
-        return handler(event, scope, work, route)
+        try:
+            result = handler(event, scope, work, route)
+        except BaseException:
+            self._signal()
+            raise
+        if inspect.isawaitable(result):
+            return self._signalled(result)
+        self._signal()
+        return result
+
+    async def _signalled(self, awaitable: Awaitable[Any]) -> Any:
+        # set now, seen once this task waits: by then the handler has run up to its first wait
+        self._signal()
+        try:
+            return await awaitable
+        finally:
+            self._signal()
 
 
 T0_MS = 1_767_225_600_000
@@ -247,6 +275,7 @@ class RuntimeDriver:
             with trio.move_on_after(self.stall_s) as scope:
                 while True:
                     launched = self.fake.launch_signal()  # before the check: a launch after it is seen
+                    handled = self.handlers.call_signal()  # likewise a route handler's call
                     if await check():
                         break
                     async with trio.open_nursery() as nursery:
@@ -257,6 +286,7 @@ class RuntimeDriver:
 
                         nursery.start_soon(on_commit)
                         nursery.start_soon(_cancel_when_set, launched, nursery.cancel_scope)
+                        nursery.start_soon(_cancel_when_set, handled, nursery.cancel_scope)
             if scope.cancelled_caught:
                 raise ScenarioFailure(f"timed out waiting for {what}")
 

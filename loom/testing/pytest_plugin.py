@@ -1,6 +1,8 @@
 """Pytest fixtures for testing against loom (``pytest_plugins = ["loom.testing.pytest_plugin"]``).
 
-* ``loom_backend``: ``"memory"``, ``"file"`` or ``"postgres"`` (parametrised: tests using it run on each).
+* ``loom_backend``: ``"memory"`` and ``"file"`` (parametrised: tests using it run on each), and
+  ``"postgres"`` only when asked: ``pytest --loom-postgres`` for every such test, or
+  ``@pytest.mark.loom_postgres`` on one (a project's own suite never starts a server it did not ask for).
 * ``loom_store``: the store of that backend: SQLite ``:memory:``, a file in ``tmp_path``, or the URL of
   a fresh PostgreSQL database (a copy of a migrated template).
 * ``loom_postgres``: the session's `PostgresCluster`: ``LOOM_TEST_POSTGRES_URL`` if set, else a
@@ -31,10 +33,33 @@ DriverFactory = Callable[..., AbstractAsyncContextManager[RuntimeDriver]]
 
 
 BACKENDS = ("memory", "file", "postgres")
+ASKED = "loom_postgres"
+"""The option (``--loom-postgres``) and the marker that add PostgreSQL to ``loom_backend``."""
 
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--loom-postgres",
+        action="store_true",
+        dest=ASKED,
+        help="run loom's backend fixtures (loom_backend, loom_store, loom_drivers) on PostgreSQL too:"
+        " a throwaway server, or LOOM_TEST_POSTGRES_URL",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{ASKED}: run this test's loom backend fixtures on PostgreSQL too")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "loom_backend" in metafunc.fixturenames:
+        asked = metafunc.config.getoption(ASKED) or metafunc.definition.get_closest_marker(ASKED) is not None
+        backends = BACKENDS if asked else tuple(b for b in BACKENDS if b != "postgres")
+        metafunc.parametrize("loom_backend", backends, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +77,9 @@ def loom_postgres() -> Iterator[PostgresCluster]:
         cluster.stop()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def loom_backend(request: pytest.FixtureRequest) -> str:
+    """The backend a test runs on (parametrised by `pytest_generate_tests`)."""
     return str(request.param)
 
 
