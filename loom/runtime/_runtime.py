@@ -24,6 +24,7 @@ from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
+from ._browse import Browse
 from ._host import Host
 from ._passes import Passes
 from ._reads import Reads
@@ -55,7 +56,7 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-class Runtime(Reads, Host, Passes, Subscriptions):
+class Runtime(Reads, Browse, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property

@@ -35,7 +35,7 @@ from . import _tool_handlers as tools
 from . import _web
 from ._access import Access, Guard
 from ._batch import MAX_BATCH_BYTES, batch_items
-from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES, work_view
+from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES
 from ._metrics import Metrics
 from ._openapi import document
 from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
@@ -313,7 +313,7 @@ def make_app(
         for op in OPS
     ]
     routes = [route for _, route in by_op]
-    routes += _web.routes(rt, work_view)
+    routes += _web.routes(rt, clock)
     routes.append(Route("/", lambda request: RedirectResponse("/ui/work"), methods=["GET"]))
     open_routes = [route for op, route in by_op if not op.needs_operator_token]
 

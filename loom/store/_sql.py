@@ -71,7 +71,7 @@ def kv_from_row(row: Row) -> KVEntry:
 
 WORK_COLUMNS = (
     "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
-    " started, created_at_ms, release_once, failures, retry"
+    " started, created_at_ms, release_once, failures, retry, updated_at_ms"
 )
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
@@ -142,6 +142,7 @@ def work_from_row(
         released=bool(row[13]),
         failures=row[14],
         retry=RetryState(row[15]) if row[15] else None,
+        updated_at_ms=row[16],
         keys=keys,
         pending_inputs=pending,
         current_execution_id=live[0] if live else None,
