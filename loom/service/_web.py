@@ -35,7 +35,7 @@ from . import _web_pages as pages
 from ._ops import read_json_body
 from ._stream import changes, sse
 from ._web_html import PageContext, page, text
-from ._web_static import SCRIPT, STYLE
+from ._web_static import ICON, SCRIPT, STYLE
 from ._wire import (
     FORBIDDEN,
     LOOKUP,
@@ -183,6 +183,7 @@ class Console:
         static = {
             "console.js": (SCRIPT, "text/javascript; charset=utf-8"),
             "console.css": (STYLE, "text/css; charset=utf-8"),
+            "icon.svg": (ICON, "image/svg+xml"),
         }
 
         async def static_endpoint(request: Request) -> Response:

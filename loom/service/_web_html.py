@@ -177,7 +177,7 @@ def page(
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta name="loom-csrf" content="{escape(ctx.csrf)}">'
         f"<title>{escape(title)} - loom</title>"
-        '<link rel="stylesheet" href="/ui/static/console.css">'
+        '<link rel="icon" href="/ui/static/icon.svg"><link rel="stylesheet" href="/ui/static/console.css">'
         '<script src="/ui/static/console.js" defer></script></head>'
         f'<body data-now="{ctx.now_ms}"{clock}{live}>'
         f'<header><a class="brand" href="/ui/work">loom</a><nav>{nav}</nav>'

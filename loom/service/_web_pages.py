@@ -141,15 +141,18 @@ def _query(params: Mapping[str, object]) -> str:
 # -- one Work ---------------------------------------------------------------------------------------
 
 
-def _actions(work: Work) -> str:
+def _actions(work: Work, current: Execution | None) -> str:
     target = {"work_id": work.id}
+    interruptible = (
+        current is not None and current.state in LIVE_EXECUTIONS and "interrupt" in current.capabilities
+    )
     buttons: list[str] = []
     if not work.state.terminal:
         if work.held:
             buttons.append(button("release", "Release", target))
         else:
             buttons.append(button("hold", "Hold", target))
-        if work.current_execution_id is not None and work.execution_state in LIVE_EXECUTIONS:
+        if interruptible:  # its binding pinned the capability: the executor can stop it
             buttons.append(
                 button(
                     "interrupt",
@@ -321,7 +324,7 @@ async def work_page(rt: Runtime, ctx: PageContext, work_id: str) -> Any:
         )
     shown = f"the newest {HISTORY_SHOWN} of {{}}"
     sections = [
-        _actions(work),
+        _actions(work, next((x for x in history.executions if x.id == work.current_execution_id), None)),
         summary,
         "<h2>Outcome</h2>",
         result,

@@ -147,6 +147,11 @@ SCRIPT = r"""
 })();
 """
 
+ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><rect width="16" height="16" rx="3"'
+    ' fill="#1f2933"/><path d="M4 3v10h8" stroke="#7cc4fa" stroke-width="2" fill="none"/></svg>'
+)
+
 STYLE = """
 :root { --line: #d0d4d9; --muted: #5f6b76; --bg: #f6f7f9; }
 * { box-sizing: border-box; }
