@@ -101,9 +101,7 @@ class Tab:
             raise BrowserError(f"nothing on the page matches {selector!r}")
 
     async def type(self, selector: str, value: str) -> None:
-        await self.evaluate(
-            f"document.querySelector({json.dumps(selector)}).value = {json.dumps(value)}"
-        )
+        await self.evaluate(f"document.querySelector({json.dumps(selector)}).value = {json.dumps(value)}")
 
     async def text(self, selector: str) -> str | None:
         found = await self.evaluate(
@@ -143,7 +141,9 @@ class _Browser:
     tabs: dict[str, Tab] = attrs.field(factory=dict)
     _sending: trio.Lock = attrs.field(factory=trio.Lock)
 
-    async def command(self, method: str, params: dict[str, Any], session: str | None = None) -> dict[str, Any]:
+    async def command(
+        self, method: str, params: dict[str, Any], session: str | None = None
+    ) -> dict[str, Any]:
         number = next(self._ids)
         message: dict[str, Any] = {"id": number, "method": method, "params": params}
         if session is not None:
@@ -189,7 +189,9 @@ class _Browser:
                 partial_command(tab, "Page.handleJavaScriptDialog", accept=tab.answer_dialogs)
             )
         elif method == "Fetch.requestPaused":
-            self.nursery.start_soon(partial_command(tab, "Fetch.continueRequest", requestId=params["requestId"]))
+            self.nursery.start_soon(
+                partial_command(tab, "Fetch.continueRequest", requestId=params["requestId"])
+            )
         elif method == "Fetch.authRequired":
             self.auth_challenges += 1
             response: dict[str, Any] = {"response": "CancelAuth"}
@@ -203,7 +205,9 @@ class _Browser:
         elif method == "Runtime.exceptionThrown":
             tab.console.append(json.dumps(params.get("exceptionDetails", {}))[:500])
         elif method == "Runtime.consoleAPICalled" and params.get("type") == "error":
-            tab.console.append(" ".join(str(a.get("value", a.get("description"))) for a in params.get("args", [])))
+            tab.console.append(
+                " ".join(str(a.get("value", a.get("description"))) for a in params.get("args", []))
+            )
 
 
 def partial_command(tab: Tab, method: str, **params: Any) -> Any:

@@ -115,7 +115,9 @@ async def test_the_work_list_is_by_last_change_with_counts_key_search_and_filter
             await a.rt.wait_idle()
             a.clock.advance(1000)
         one, two, twelve, three = [await _work_of(a, n) for n in (1, 2, 12, "<b>3</b>")]
-        held = await a.client.post(f"/work/{one}/hold", json={"reason": "stock <script>alert(1)</script> check"})
+        held = await a.client.post(
+            f"/work/{one}/hold", json={"reason": "stock <script>alert(1)</script> check"}
+        )
         assert held.status_code == 200
 
         response = await a.client.get("/ui/work")
@@ -178,8 +180,16 @@ async def test_one_work_shows_attempts_with_their_last_error_waits_timers_and_hi
             "no retry while an attempt runs, no interrupt where its binding did not pin the capability"
         )
         auth = {"Authorization": f"Bearer {lease.token}"}
-        timer = {"id": "nudge", "fire_at_ms": T0_MS + HOUR, "source": "shop", "type": "order.nudge", "scope": "shop"}
-        assert (await a.client.post(f"/executions/{lease.execution_id}/timer", json=timer, headers=auth)).is_success
+        timer = {
+            "id": "nudge",
+            "fire_at_ms": T0_MS + HOUR,
+            "source": "shop",
+            "type": "order.nudge",
+            "scope": "shop",
+        }
+        assert (
+            await a.client.post(f"/executions/{lease.execution_id}/timer", json=timer, headers=auth)
+        ).is_success
         waited = await a.client.post(
             f"/executions/{lease.execution_id}/wait", json={"types": ["approval.*"]}, headers=auth
         )
@@ -256,7 +266,9 @@ async def test_timers_show_due_and_lateness_and_schedules_their_rule(tmp_path: P
         response = await a.client.get("/ui/timers")
         assert "<i>c</i>" not in response.text
         rows = Page(response.text).tables["timers"]
-        assert [row[0] for row in rows] == ["a-late", "b-later", "schedule:nightly", "<i>c</i>"], "by due time"
+        assert [row[0] for row in rows] == ["a-late", "b-later", "schedule:nightly", "<i>c</i>"], (
+            "by due time"
+        )
         assert rows[0][4] == "2026-01-01 05:25:00+05:30 (5 min ago) 5 min late"
         assert rows[1][4] == "2026-01-01 06:30:00+05:30 (in 1 h)"
 
@@ -324,7 +336,9 @@ async def test_console_actions_need_the_pages_token_json_and_the_same_origin(tmp
         assert done.status_code == 200
         assert done.json()["ok"] is True
         assert (await a.rt.work(work_id)).hold_reason == "checking stock"
-        assert (await a.client.post("/ui/act/release", json={"work_id": work_id}, headers=ok)).status_code == 200
+        assert (
+            await a.client.post("/ui/act/release", json={"work_id": work_id}, headers=ok)
+        ).status_code == 200
         assert not (await a.rt.work(work_id)).held
         cancel = await a.client.post("/ui/act/cancel", json={"work_id": work_id}, headers=ok)
         assert cancel.json()["message"] == f"Work {work_id} is cancelled."
@@ -335,7 +349,9 @@ async def test_console_actions_need_the_pages_token_json_and_the_same_origin(tmp
             loom.TimerSpec(id="t", fire_at_ms=T0_MS + HOUR, source="ops", type="ops.remind", scope="shop")
         )
         stale = {"timer_id": "t", "revision": timer.revision + 1}
-        refusal(await a.unchanged(a.client.post("/ui/act/cancel_timer", json=stale, headers=ok)), 409, "conflict")
+        refusal(
+            await a.unchanged(a.client.post("/ui/act/cancel_timer", json=stale, headers=ok)), 409, "conflict"
+        )
         fresh = {"timer_id": "t", "revision": timer.revision}
         assert (await a.client.post("/ui/act/cancel_timer", json=fresh, headers=ok)).status_code == 200
         assert (await a.rt.timer("t")).state == "cancelled"
@@ -386,7 +402,9 @@ async def test_every_page_escapes_values_and_runs_no_inline_script(tmp_path: Pat
             response = await a.client.get(path)
             assert response.status_code == 200, (path, response.text[:300])
             assert hostile not in response.text, path
-            assert "<script>" not in response.text.replace('<script src="/ui/static/console.js" defer></script>', "")
+            assert "<script>" not in response.text.replace(
+                '<script src="/ui/static/console.js" defer></script>', ""
+            )
             policy = response.headers["Content-Security-Policy"]
             assert "script-src 'self'" in policy
             assert "unsafe-inline" not in policy
