@@ -58,6 +58,11 @@ class AdmissionTx(TxBase):
             has_pending=bool(row[8]),
         )
 
+    def ready_at(self, work_id: str) -> int | None:
+        """When the Work joined the ready queue (``None``: it is not in it)."""
+        row = self._one("SELECT ready_at_ms FROM works WHERE id = ?", (work_id,))
+        return None if row is None or row[0] is None else int(row[0])
+
     def mark_changed(self, work_id: str, now_ms: int) -> None:
         """Record that a Work changed at ``now_ms`` (its place in the order of last change)."""
         self._conn.execute("UPDATE works SET updated_at_ms = ? WHERE id = ?", (now_ms, work_id))
