@@ -107,7 +107,7 @@ async def test_the_console_in_chromium_is_live_and_its_actions_work(tmp_path: Pa
         ) as service,
         trio.open_nursery() as nursery,
     ):
-        [url] = await nursery.start(partial(run_http, service.app, "127.0.0.1:0", access_log=False))
+        [url] = await nursery.start(partial(run_http, service.app, "127.0.0.1:0"))
         rt = service.runtime
         api = httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"})
         nursery.start_soon(_close_at_exit, api)

@@ -154,7 +154,7 @@ async def test_the_work_list_is_by_last_change_with_counts_key_search_and_filter
         while url:
             paged = Page((await a.client.get(url)).text)
             seen += [row[0] for row in paged.tables["work"]]
-            older = [link for link in paged.links if "before_id=" in link]
+            older = [link for link in paged.links if "before=" in link]
             url = older[0] if older else ""
         assert seen == [one, three, twelve, two], "each Work once, in order, across pages"
 
@@ -271,6 +271,18 @@ async def test_timers_show_due_and_lateness_and_schedules_their_rule(tmp_path: P
         )
         assert rows[0][4] == "2026-01-01 05:25:00+05:30 (5 min ago) 5 min late"
         assert rows[1][4] == "2026-01-01 06:30:00+05:30 (in 1 h)"
+
+        seen: list[str] = []
+        url = "/ui/timers?limit=1"
+        while url:
+            paged = Page((await a.client.get(url)).text)
+            seen += [row[0] for row in paged.tables["timers"]]
+            later = [link for link in paged.links if "due_after=" in link]
+            url = later[0] if later else ""
+        assert seen == ["a-late", "b-later", "schedule:nightly", "<i>c</i>"], "each timer once, across pages"
+        bad = await a.client.get("/ui/timers", params={"due_after": "soon"})
+        assert bad.status_code == 400
+        assert "due_after must be a page cursor" in Page(bad.text).by_id["error"]
 
         schedules = Page((await a.client.get("/ui/schedules")).text).tables["schedules"]
         [row] = schedules

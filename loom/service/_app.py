@@ -36,6 +36,7 @@ from . import _web
 from ._access import Access, Guard
 from ._batch import MAX_BATCH_BYTES, batch_items
 from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES
+from ._logs import AccessLog
 from ._metrics import Metrics
 from ._openapi import document
 from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
@@ -323,5 +324,5 @@ def make_app(
     return Starlette(
         routes=routes,
         exception_handlers={404: _not_found, 405: _not_found},
-        middleware=[Middleware(Guard, access=access, is_open=is_open)],
+        middleware=[Middleware(AccessLog), Middleware(Guard, access=access, is_open=is_open)],
     )

@@ -10,6 +10,7 @@ console's script rewrites in the browser's own time zone.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
@@ -18,6 +19,7 @@ from urllib.parse import quote, urlencode
 import attrs
 from starlette.responses import HTMLResponse
 
+from ..records.errors import InvalidRequest
 from ._render import local, relative
 from ._wire import iso
 
@@ -80,6 +82,27 @@ def timer_link(timer_id: str | None) -> str:
 def query_link(path: str, params: Mapping[str, object], label: object, cls: str = "") -> str:
     query = urlencode({k: str(v) for k, v in params.items() if v not in (None, "")})
     return link(f"{path}?{query}" if query else path, label, cls)
+
+
+CURSOR = re.compile(r"([0-9]{1,15}):(.+)\Z", re.DOTALL)
+CURSOR_SCHEMA = {"type": "string", "pattern": r"^[0-9]{1,15}:[^\u0000-\u001f\u007f]+$", "maxLength": 200}
+"""A page cursor ``MS:ID``: the last row's time and id (an id may hold ``:`` itself)."""
+
+
+def cursor(params: Mapping[str, str], name: str) -> tuple[int, str] | None:
+    """The cursor ``MS:ID`` in query parameter ``name`` (``None``: left out); a malformed one is
+    `InvalidRequest` naming it."""
+    raw = params.get(name)
+    if raw is None:
+        return None
+    found = CURSOR.match(raw)
+    if found is None or len(raw) > 200:
+        raise InvalidRequest(f"{name} must be a page cursor TIME:ID, as the Older link gives", field=name)
+    return int(found[1]), found[2]
+
+
+def cursor_text(ms: int, last_id: str) -> str:
+    return f"{ms}:{last_id}"
 
 
 def when(ms: int | None, now_ms: int) -> str:

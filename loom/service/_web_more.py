@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..records.timers import TimerState
-from ..records.validation import MAX_INT, MAX_SEQ
+from ..records.validation import MAX_SEQ
 from ..runtime import Runtime
 from ._web_html import (
     PageContext,
     button,
     code,
+    cursor,
+    cursor_text,
     event_link,
     facts,
     lateness,
@@ -34,13 +36,13 @@ POLL_S = 5
 """How often a page that no watch covers (Events, timers, diagnostics) refreshes itself."""
 
 
-def _pager(path: str, params: Mapping[str, object], cursor: Mapping[str, object] | None, paged: bool) -> str:
+def _pager(path: str, params: Mapping[str, object], older: Mapping[str, object] | None, paged: bool) -> str:
     links = []
     if paged:
         links.append(query_link(path, params, "Newest" if path != "/ui/timers" else "First", "newest"))
-    if cursor is not None:
+    if older is not None:
         links.append(
-            query_link(path, {**params, **cursor}, "Older" if path != "/ui/timers" else "Later", "older")
+            query_link(path, {**params, **older}, "Older" if path != "/ui/timers" else "Later", "older")
         )
     return f'<p class="pager" id="pager">{" ".join(links)}</p>'
 
@@ -85,8 +87,8 @@ async def event_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) -
         table_id="events",
         empty="No Events.",
     )
-    cursor = {"before": found[-1][0].seq, "limit": limit} if more and found else None
-    content = listing + _pager("/ui/events", {"type": kind}, cursor, before is not None)
+    older = {"before": found[-1][0].seq, "limit": limit} if more and found else None
+    content = listing + _pager("/ui/events", {"type": kind}, older, before is not None)
     return page(ctx, section="events", title="Events", before=form, content=content, poll=POLL_S)
 
 
@@ -136,21 +138,20 @@ async def timer_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) -
     chosen = query_text(params, "state") or TimerState.ARMED.value
     limit = query_limit(params)
     now = ctx.now_ms
-    cursor: dict[str, object] | None = None
+    more: dict[str, object] | None = None
     if chosen == TimerState.ARMED.value:  # by due time: what fires next, and what is late
-        after_id = query_text(params, "after_id")
-        after = (query_int(params, "after_ms", 0, 0, MAX_INT), after_id) if after_id is not None else None
+        after = cursor(params, "due_after")
         timers = await rt.timers_due(after=after, limit=limit + 1)
         paged = after is not None
         if len(timers) > limit:
             last = timers[limit - 1]
-            cursor = {"after_ms": last.fire_at_ms, "after_id": last.id, "limit": limit}
+            more = {"due_after": cursor_text(last.fire_at_ms, last.id), "limit": limit}
     else:
         after_text = query_text(params, "after") or ""
         timers = await rt.timers(state=chosen, after_id=after_text, limit=limit + 1)  # type: ignore[arg-type]
         paged = after_text != ""
         if len(timers) > limit:
-            cursor = {"after": timers[limit - 1].id, "limit": limit}
+            more = {"after": timers[limit - 1].id, "limit": limit}
     timers = timers[:limit]
     options = "".join(
         f'<option value="{s.value}"{" selected" if s.value == chosen else ""}>{s.value}</option>'
@@ -169,7 +170,7 @@ async def timer_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) -
         empty=f"No {chosen} timers.",
         note=f"{chosen.capitalize()} timers {order}.",
     )
-    content = listing + _pager("/ui/timers", {"state": chosen}, cursor, paged)
+    content = listing + _pager("/ui/timers", {"state": chosen}, more, paged)
     return page(ctx, section="timers", title="Timers", before=form, content=content, poll=POLL_S)
 
 
@@ -275,8 +276,8 @@ async def schedule_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]
         table_id="schedules",
         empty="No schedules: recurring timers (cron, calendar or a fixed interval) appear here.",
     )
-    cursor = {"after": timers[-1].id, "limit": limit} if more and timers else None
-    content = listing + _pager("/ui/schedules", {}, cursor, after != "")
+    older = {"after": timers[-1].id, "limit": limit} if more and timers else None
+    content = listing + _pager("/ui/schedules", {}, older, after != "")
     return page(ctx, section="schedules", title="Schedules", content=content, poll=POLL_S)
 
 
@@ -309,8 +310,8 @@ async def diagnostic_list(rt: Runtime, ctx: PageContext, params: Mapping[str, st
     listing = table(
         ("id", "kind", "subject", "message", "at"), rows, table_id="diagnostics", empty="No diagnostics."
     )
-    cursor = {"before": found[-1].id, "limit": limit} if more and found else None
+    older = {"before": found[-1].id, "limit": limit} if more and found else None
     content = listing + _pager(
-        "/ui/diagnostics", {"kind": kind, "subject": subject}, cursor, before is not None
+        "/ui/diagnostics", {"kind": kind, "subject": subject}, older, before is not None
     )
     return page(ctx, section="diagnostics", title="Diagnostics", before=form, content=content, poll=POLL_S)

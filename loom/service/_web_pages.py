@@ -11,7 +11,6 @@ from urllib.parse import urlencode
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import Diagnostic, Event
 from ..records.timers import Timer, TimerState
-from ..records.validation import MAX_INT
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, ExecutionState, Work, WorkState
 from ..runtime import Runtime
@@ -19,6 +18,8 @@ from ._web_html import (
     PageContext,
     button,
     code,
+    cursor,
+    cursor_text,
     event_link,
     facts,
     lateness,
@@ -31,7 +32,7 @@ from ._web_html import (
     when,
     work_link,
 )
-from ._wire import query_int, query_limit, query_text
+from ._wire import query_limit, query_text
 
 HISTORY_SHOWN = 200
 """The most routed Events and attempts a Work page shows (the newest)."""
@@ -52,12 +53,7 @@ async def work_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) ->
     chosen = query_text(params, "state")
     key = query_text(params, "key")
     limit = query_limit(params)
-    before_id = query_text(params, "before_id")
-    before = None
-    if before_id is not None:
-        before = (query_int(params, "before_ms", 0, 0, MAX_INT), before_id)
-    elif "before_ms" in params:
-        raise InvalidRequest("before_ms goes with before_id (the next page's cursor)", field="before_id")
+    before = cursor(params, "before")
     works = await rt.works_changed(
         state=chosen,  # type: ignore[arg-type]  # checked by the runtime
         scope=scope,
@@ -126,8 +122,8 @@ async def work_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) ->
         pager.append(query_link("/ui/work", {**kept, "state": chosen}, "Newest", "newest"))
     if more and works:
         last = works[-1]
-        cursor = {**kept, "state": chosen, "before_ms": last.updated_at_ms, "before_id": last.id}
-        pager.append(query_link("/ui/work", {**cursor, "limit": limit}, "Older", "older"))
+        older = {**kept, "state": chosen, "before": cursor_text(last.updated_at_ms, last.id), "limit": limit}
+        pager.append(query_link("/ui/work", older, "Older", "older"))
     counts_html = f'<ul class="counts" id="counts">{"".join(chips)}</ul>'
     content = counts_html + found + listing + f'<p class="pager" id="pager">{" ".join(pager)}</p>'
     watch = "?" + urlencode({"scope": scope}) if scope else ""

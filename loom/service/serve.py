@@ -36,7 +36,7 @@ from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
-from ._logs import ACCESS_FORMAT, configure_logging
+from ._logs import configure_logging
 from ._metrics import Metrics
 from ._token import read_token_file
 
@@ -147,16 +147,14 @@ def bound_socket(listen: str) -> socket.socket:
     return sock
 
 
-def hypercorn_config(
-    sock: socket.socket, *, access_log: bool = False, read_timeout: float = READ_TIMEOUT_S
-) -> HypercornConfig:
-    """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
+def hypercorn_config(sock: socket.socket, *, read_timeout: float = READ_TIMEOUT_S) -> HypercornConfig:
+    """Hypercorn's configuration, serving on ``sock`` (which it takes over). Its access log is off:
+    the app writes its own, one line per request (`_logs.AccessLog`)."""
     config = HypercornConfig()
     config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
-    config.accesslog = logging.getLogger("loom.service.access") if access_log else None
-    config.access_log_format = ACCESS_FORMAT
+    config.accesslog = None
     config.errorlog = logging.getLogger("loom.service.http")
     return config
 
@@ -166,7 +164,6 @@ async def run_http(
     listen: str = DEFAULT_LISTEN,
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
-    access_log: bool = True,
     read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -174,7 +171,7 @@ async def run_http(
     ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
     that cannot be bound is `InvalidRequest` naming ``listen``. A connection that sends nothing for
     ``read_timeout`` seconds while a request is due is closed."""
-    config = hypercorn_config(bound_socket(listen), access_log=access_log, read_timeout=read_timeout)
+    config = hypercorn_config(bound_socket(listen), read_timeout=read_timeout)
     await hypercorn.trio.serve(
         app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
         config,
@@ -295,7 +292,6 @@ async def _serve(
                         service.app,
                         listen,
                         shutdown=stop.wait,
-                        access_log=True,
                         read_timeout=read_timeout,
                     )
                 )
