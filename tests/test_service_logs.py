@@ -127,3 +127,38 @@ async def test_sighup_reloads_the_config_and_a_refused_file_keeps_the_one_in_for
     posts = [line for line in text.splitlines() if '"POST /events' in line]
     assert len(posts) == 3, posts
     assert all(" INFO loom.service.access: " in line for line in posts), posts
+
+
+async def test_a_stop_ends_open_watches_cleanly_and_logs_no_error(tmp_path: Path) -> None:
+    """Catches a stop that leaves a ``/watch`` stream (the console keeps one open) running until the
+    grace period cuts its connection (the client sees a broken stream, not its end), and a normal run
+    and stop that logs a warning, an error or a traceback."""
+    server = await trio.to_thread.run_sync(lambda: start_server(tmp_path / "watch.db"))
+    ended: list[str] = []
+    try:
+        async with httpx.AsyncClient(base_url=server.url) as client, trio.open_nursery() as nursery:
+            assert (await client.post("/events", json=order(1))).status_code == 201
+            watching = trio.Event()
+
+            async def watch() -> None:
+                async with client.stream("GET", "/watch", timeout=60) as response:
+                    async for line in response.aiter_lines():
+                        watching.set()
+                        ended.append(line)
+                ended.append("end")
+
+            nursery.start_soon(watch)
+            await watching.wait()
+            await trio.to_thread.run_sync(server.stop)
+    finally:
+        if server.proc.poll() is None:
+            await trio.to_thread.run_sync(server.stop)
+    assert ended[-1] == "end", ended
+    text = await trio.Path(server.log).read_text()
+    assert server.proc.returncode == 0, text
+    assert "stopped cleanly" in text
+    alarming = [line for line in text.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert alarming == []
+    assert "Traceback" not in text
+    [watch_line] = [line for line in text.splitlines() if '"GET /watch' in line]
+    assert " INFO loom.service.access: " in watch_line

@@ -32,7 +32,7 @@ from ..records.validation import MAX_INT, validate_scope
 from ..runtime import Runtime
 from . import _web_more as more
 from . import _web_pages as pages
-from ._ops import read_json_body
+from ._ops import Watches, read_json_body
 from ._stream import changes, sse
 from ._web_html import PageContext, page, text
 from ._web_static import ICON, SCRIPT, STYLE
@@ -94,9 +94,10 @@ async def act(rt: Runtime, action: str, body: dict[str, Any]) -> str:
 class Console:
     """The console's routes over one runtime; ``clock`` is the test clock, if the server has one."""
 
-    def __init__(self, rt: Runtime, clock: ManualClock | None = None) -> None:
+    def __init__(self, rt: Runtime, clock: ManualClock | None, watches: Watches) -> None:
         self.rt = rt
         self.clock = clock
+        self.watches = watches
         self.csrf = secrets.token_urlsafe(24)
 
     def context(self) -> PageContext:
@@ -167,7 +168,9 @@ class Console:
 
         async def stream() -> AsyncIterator[bytes]:
             first = True
-            async for chunk in changes(self.rt, scope=scope, work_id=work_id, limit=float("inf")):
+            async for chunk in changes(
+                self.rt, scope=scope, work_id=work_id, limit=float("inf"), watches=self.watches
+            ):
                 yield chunk
                 if first:  # the watch is in place: the page refreshes once, then on each change
                     first = False
@@ -213,5 +216,5 @@ class Console:
         ]
 
 
-def routes(rt: Runtime, clock: ManualClock | None = None) -> list[Route]:
-    return Console(rt, clock).routes()
+def routes(rt: Runtime, clock: ManualClock | None, watches: Watches) -> list[Route]:
+    return Console(rt, clock, watches).routes()

@@ -170,12 +170,23 @@ async def run_http(
     """Serve ``app`` with Hypercorn's trio worker until ``shutdown`` returns (or until cancelled);
     ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
     that cannot be bound is `InvalidRequest` naming ``listen``. A connection that sends nothing for
-    ``read_timeout`` seconds while a request is due is closed."""
+    ``read_timeout`` seconds while a request is due is closed. When ``shutdown`` returns, the open
+    watch streams end at once (the requests in flight have `GRACEFUL_SECONDS` to finish)."""
     config = hypercorn_config(bound_socket(listen), read_timeout=read_timeout)
+    stopping = None
+    if shutdown is not None:
+        trigger = shutdown
+
+        async def stopping() -> None:
+            await trigger()
+            watches = getattr(app.state, "watches", None)
+            if watches is not None:
+                watches.end()
+
     await hypercorn.trio.serve(
         app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
         config,
-        shutdown_trigger=shutdown,
+        shutdown_trigger=stopping,
         task_status=task_status,
     )
 
