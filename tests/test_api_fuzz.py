@@ -696,6 +696,7 @@ host("cancel_timer", timer_id=(ident("timer", "due_timer"), hostile_text), revis
 host("due", limit=limit)
 host("fire", request=(fire_request, st.sampled_from([None, Opaque()])))
 host("poll", limit=limit)
+host("compact", limit=limit, dry_run=(st.booleans(), hostile_int))
 host("hold", work_id=(ident("work", "work2"), hostile_text), reason=(st.just("by hand"), hostile_text))
 host("release", work_id=(ident("work", "work2"), hostile_text))
 host("cancel", work_id=(ident("work", "work2"), hostile_text))
@@ -983,6 +984,7 @@ NOT_FUZZED = {
     "mark_time": "takes no arguments",
     "time_floor": "takes no arguments",
     "gauges": "takes no arguments",
+    "store_size": "takes no arguments",
 }
 
 

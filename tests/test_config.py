@@ -736,3 +736,49 @@ def test_example_file_loads_validates_and_round_trips() -> None:
     }
     assert config.work_kinds["agent"].retry_attempts == 4
     assert config.scopes["acme/web"].capacity == 2
+
+
+# -- retention and compaction (docs/operations.md, "Retention") ------------------------------------------
+
+
+def test_retention_durations_read_as_written_and_round_trip() -> None:
+    config = Config.from_toml(
+        '[retention]\nworks = "1d12h"\nevents = "forever"\ndiagnostics = 90000\ndedup = "30m"\n'
+        '[compaction]\nevery = "5m"\nbatch = 50\n'
+        '[scopes.acme.retention]\ntimers = "250ms"\n'
+    )
+    retention = config.retention
+    assert (retention.works_ms, retention.events_ms, retention.diagnostics_ms, retention.dedup_ms) == (
+        36 * 3_600_000,
+        -1,
+        90_000,
+        1_800_000,
+    )
+    assert config.scopes["acme"].retention is not None
+    assert config.scopes["acme"].retention.timers_ms == 250
+    assert (config.compaction.every_ms, config.compaction.batch) == (300_000, 50)
+    assert Config.from_dict(config.to_dict()) == config
+    assert config.to_dict()["retention"] == {"works": "1d12h", "events": "forever", "diagnostics": "1m30s",
+                                             "dedup": "30m"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "reason"),
+    [
+        ('[retention]\nworks = "a week"', "retention.works", "a duration such as '7d'"),
+        ("[retention]\nevents = -2", "retention.events", "milliseconds from 0"),
+        ('[retention]\ntimer = "1d"', "retention.timer", "did you mean 'timers'"),
+        ('[scopes.acme.retention]\ndedup = "1d"', "scopes.acme.retention.dedup", "not tied to a scope"),
+        ('[scopes.acme.retention]\ndiagnostics = "1d"', "scopes.acme.retention.diagnostics", "[retention]"),
+        ('[compaction]\nevery = "forever"', "compaction.every", "a duration"),
+        ('[compaction]\nevery = "10ms"', "compaction.every", "at least 1s"),
+        ("[compaction]\nbatch = 0", "compaction.batch", "from 1 to"),
+        ('[retention]\nworks = "200000w"', "retention.works", "at most"),
+    ],
+)
+def test_a_bad_retention_names_the_file_and_key(toml: str, key: str, reason: str) -> None:
+    """Catches: a retention read leniently (a typo keeping everything forever, or nothing)."""
+    with pytest.raises(ConfigError) as caught:
+        Config.from_toml(toml, file="loom.toml")
+    assert (caught.value.file, caught.value.key) == ("loom.toml", key)
+    assert reason in caught.value.reason

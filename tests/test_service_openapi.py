@@ -146,6 +146,7 @@ async def test_a_generated_client_round_trips_every_operation(tmp_path: Path) ->
             await c.call("get_debug_clock")
             await c.call("post_debug_clock", body={"advance_ms": 1000})
             await c.call("get_metrics")
+            await c.call("post_compact", body={"dry_run": True})
             # the watch stream: a hold after the stream opened arrives as a work event
             method, path, operation = c.operations["get_watch"]
             async with http.stream(method, path, params={"limit": 1}) as stream:

@@ -30,6 +30,7 @@ from .model import (
 )
 from .reader import Where, structure_config_fields
 from .resolve import resolve_bindings, resolve_routes
+from .retention import Compaction, Retention, ScopeRetention, retention_for
 
 
 @attrs.frozen(kw_only=True)
@@ -45,6 +46,9 @@ class Config:
     scopes: dict[str, ScopeConfig] = attrs.field(factory=dict, hash=False)
     work_kinds: dict[str, WorkKindPolicy] = attrs.field(factory=dict, hash=False)
     budgets: tuple[Budget, ...] = ()
+    retention: Retention = attrs.field(factory=Retention)
+    """The global retention (``[retention]``); a scope may declare its own (`retention_in`)."""
+    compaction: Compaction = attrs.field(factory=Compaction)
     generation: int = 1
     file: str | None = attrs.field(default=None, eq=False)
 
@@ -69,6 +73,16 @@ class Config:
                 check_name(name, key_path("", name))
         for scope in self.scopes:
             resolve_routes(self.scopes, scope, None, file=self.file)
+        if not isinstance(self.retention, Retention):
+            raise ConfigError(
+                f"must be a Retention, got {type(self.retention).__name__}", file=self.file, key="retention"
+            )
+        if not isinstance(self.compaction, Compaction):
+            raise ConfigError(
+                f"must be a Compaction, got {type(self.compaction).__name__}",
+                file=self.file,
+                key="compaction",
+            )
         names: set[str] = set()
         for i, budget in enumerate(self.budgets):
             if budget.name in names:
@@ -115,7 +129,19 @@ class Config:
         data: dict[str, Any] = plain(converter.unstructure(self))
         data.pop("generation", None)
         data.pop("file", None)
+        # durations as the TOML file writes them
+        data["retention"] = self.retention.to_toml()
+        data["compaction"] = self.compaction.to_toml()
+        for name, scope in self.scopes.items():
+            data["scopes"][name].pop("retention", None)
+            if scope.retention is not None:
+                data["scopes"][name]["retention"] = scope.retention.to_toml()
         return data
+
+    def retention_in(self, scope: str) -> ScopeRetention:
+        """The retention in force for what ends in ``scope`` (each setting from the nearest scope that
+        declares it, else ``[retention]``, else the default)."""
+        return retention_for(self.scopes, self.retention, scope)
 
     def routes_for(self, scope: str) -> tuple[EffectiveRoute, ...]:
         """The routes in force in ``scope``, in evaluation order (see `effective_routes`)."""

@@ -19,6 +19,7 @@ from ..records.frozen import frozen_object
 from ..records.validation import MAX_REASON_LEN, check_text, describe_value, validate_scope
 from ..records.work import Capability, Policy
 from ._keys import bounded, check_json, check_name, key_path, optional_bounded
+from .retention import Retention, check_scope_retention
 
 MAX_CAUSAL_DEPTH = 1024
 MAX_PER_MINUTE = 100_000
@@ -293,13 +294,21 @@ class Route:
 
 @attrs.frozen(kw_only=True)
 class ScopeConfig:
-    """What one scope declares: ordered routes, bindings by name, and the capacity of running attempts."""
+    """What one scope declares: ordered routes, bindings by name, the capacity of running attempts, and
+    the retention of what ends in it (each setting inherited on its own: `loom.config.retention`)."""
 
     routes: tuple[Route, ...] = ()
     bindings: dict[str, Binding] = attrs.field(factory=dict, hash=False)
     capacity: int | None = attrs.field(default=None, validator=optional_bounded(1, MAX_SCOPE_CAPACITY))
+    retention: Retention | None = None
 
     def __attrs_post_init__(self) -> None:
+        if self.retention is not None:
+            if not isinstance(self.retention, Retention):
+                raise ConfigError(
+                    f"must be a Retention, got {type(self.retention).__name__}", key="retention"
+                )
+            check_scope_retention(self.retention)
         first: dict[str, int] = {}
         for i, route in enumerate(self.routes):
             if route.name in first:

@@ -30,6 +30,7 @@ from .model import (
     Synchronous,
     WorkKindPolicy,
 )
+from .retention import GLOBAL, SCOPED, SETTINGS, Compaction, Retention, parse_duration
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -184,7 +185,7 @@ def _fallback(value: Any, where: Where) -> tuple[Policy, ...]:
     return _list(_policy)(value, where)
 
 
-_ROOT_KEYS = ("causal", "store", "scopes", "work_kinds", "budgets")
+_ROOT_KEYS = ("causal", "store", "scopes", "work_kinds", "budgets", "retention", "compaction")
 _ROUTE_KEYS = (
     "name",
     "types",
@@ -210,7 +211,42 @@ def structure_config_fields(data: Mapping[str, Any], where: Where) -> dict[str, 
         "scopes": root.get("scopes", _mapping(_scope), {}),
         "work_kinds": root.get("work_kinds", _mapping(_work_kind), {}),
         "budgets": root.get("budgets", _list(_budget), ()),
+        "retention": root.get("retention", _retention(SETTINGS), Retention()),
+        "compaction": root.get("compaction", _compaction, Compaction()),
     }
+
+
+def _retention(allowed: tuple[str, ...]) -> Callable[[Any, Where], Retention]:
+    def check(value: Any, where: Where) -> Retention:
+        if isinstance(value, Mapping):
+            for name in GLOBAL:
+                if name in value and name not in allowed:
+                    raise where.at(name).error(
+                        "is not tied to a scope: declare it under [retention] (it applies to every scope)"
+                    )
+        table = _Table(value, where, allowed)
+        fields = {
+            f"{name}_ms": table.get(name, lambda v, w: _duration(v, w)) for name in allowed if table.has(name)
+        }
+        return Retention(**fields)
+
+    return check
+
+
+def _duration(value: Any, where: Where, *, forever: bool = True) -> int:
+    with rekey(where.file, ""):
+        return parse_duration(value, where.path, forever=forever)
+
+
+def _compaction(value: Any, where: Where) -> Compaction:
+    table = _Table(value, where, ("every", "batch"))
+    fields: dict[str, Any] = {}
+    if table.has("every"):
+        fields["every_ms"] = table.get("every", lambda v, w: _duration(v, w, forever=False))
+    if table.has("batch"):
+        fields["batch"] = table.get("batch", _int)
+    with rekey(where.file, ""):
+        return Compaction(**fields)
 
 
 def _mapping(item: Callable[[Any, Where], Any]) -> Callable[[Any, Where], dict[str, Any]]:
@@ -282,12 +318,13 @@ def _work_kind(value: Any, where: Where) -> WorkKindPolicy:
 
 
 def _scope(value: Any, where: Where) -> ScopeConfig:
-    table = _Table(value, where, ("capacity", "bindings", "routes"))
+    table = _Table(value, where, ("capacity", "bindings", "routes", "retention"))
     routes = table.get("routes", _list(_route), ())
     bindings = table.get("bindings", _mapping(_binding), {})
     capacity = table.get("capacity", _int, None)
+    retention = table.get("retention", _retention(SCOPED), None)
     with rekey(where.file, where.path):
-        return ScopeConfig(routes=routes, bindings=bindings, capacity=capacity)
+        return ScopeConfig(routes=routes, bindings=bindings, capacity=capacity, retention=retention)
 
 
 def _binding(value: Any, where: Where) -> Binding:

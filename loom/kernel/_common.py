@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..records.errors import NotFound
 from ..records.events import Event
+from ..records.ids import stable_id
 from ..records.work import Work
 from ..store import Tx
 
@@ -14,6 +15,18 @@ def require_work(tx: Tx, work_id: str) -> Work:
     if work is None:
         raise NotFound(f"no work with id {work_id!r}")
     return work
+
+
+def new_work_id(tx: Tx, proposed: str) -> str:
+    """The id a new Work takes: ``proposed``, unless compaction removed a Work of that id (its key or
+    name may come back after its retention). Then the first incarnation of it never used, so nothing
+    the removed Work left (the tombstones of its Events, whose identities derive from its id) answers
+    for the new one."""
+    candidate, n = proposed, 0
+    while tx.work_removed(candidate) or (n and tx.work(candidate) is not None):
+        n += 1
+        candidate = stable_id("wk", proposed, "incarnation", str(n))
+    return candidate
 
 
 def require_event(tx: Tx, event_id: str) -> Event:

@@ -31,7 +31,7 @@ def accept_in_tx(
     A new root pins the causal limits in force for its whole chain.
     """
     payload = validated_payload(event, allow_core=trusted)
-    existing = tx.event_by_delivery(event.source, event.delivery_id)
+    existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
@@ -99,7 +99,7 @@ def accept_derived_in_tx(
     cause = None
     if cause_id is not None and cause_id != parent_id:
         cause = eligible_cause(tx, event, cause_id)
-    existing = tx.event_by_delivery(event.source, event.delivery_id)
+    existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
@@ -117,6 +117,39 @@ def accept_derived_in_tx(
         depth=checked.depth,
         execution_id=execution_id,
         payload=payload,
+    )
+
+
+def delivered(tx: Tx, source: str, delivery_id: str, like: EventIn | None = None) -> Event | None:
+    """The Event accepted with this delivery identity, or ``None``. An Event compaction removed is
+    answered by its tombstone (within the dedup window): an Event marked ``compacted`` with the
+    original's id, sequence and acceptance time, its other fields taken from ``like`` (the redelivery)
+    where given. Every dedup check asks this, so an identity is never accepted twice."""
+    existing = tx.event_by_delivery(source, delivery_id)
+    if existing is not None:
+        return existing
+    tombstone = tx.event_tombstone(source, delivery_id)
+    if tombstone is None:
+        return None
+    seq, accepted_at_ms = tombstone
+    original_id = event_id(source, delivery_id)
+    return Event(
+        id=original_id,
+        seq=seq,
+        source=source,
+        delivery_id=delivery_id,
+        type=like.type if like else "",
+        scope=like.scope if like else "",
+        key=like.key if like else None,
+        work_id=like.work_id if like else None,
+        execution_id=None,
+        payload=dict(like.payload) if like else {},
+        parent_id=None,
+        cause_id=None,
+        root_id=original_id,
+        depth=0,
+        accepted_at_ms=accepted_at_ms,
+        compacted=True,
     )
 
 

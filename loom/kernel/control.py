@@ -21,7 +21,7 @@ from ..records.waits import WaitState
 from ..records.work import Capability, ExecutionState, Intent, IntentKind, RetryState, Work, WorkState
 from ..store import Tx
 from ._common import require_work
-from .accept import accept_in_tx
+from .accept import accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .intents import end_unconfirmed_stop_in_tx, intent_id, stale_open_intents_in_tx
 from .segments import end_segment_in_tx
@@ -73,6 +73,11 @@ def release_in_tx(
             limits or CausalLimits(),
             trusted=True,
         )
+        if release.compacted:
+            raise Conflict(
+                f"release request {request_id!r} of work {work.id} was already used, and its record was"
+                " removed by compaction: use a new request id"
+            )
         if not release.duplicate:
             control_checkpoint(tx, now_ms, release, work.id, "operator release")
         released = require_work(tx, work_id)
@@ -121,7 +126,12 @@ def manual_interrupt_in_tx(
     check_text("request_id", request_id)
     check_reason("reason", reason)
     work = require_work(tx, work_id)
-    replayed = tx.event_by_delivery(CORE_SOURCE, f"manual.interrupt/{request_id}")
+    replayed = delivered(tx, CORE_SOURCE, f"manual.interrupt/{request_id}")
+    if replayed is not None and replayed.compacted:
+        raise Conflict(
+            f"interrupt request {request_id!r} was already used, and its record was removed by compaction:"
+            " use a new request id"
+        )
     if replayed is not None:
         # a replayed control targets the attempt it first targeted, never a newer one
         first = intent_id(IntentKind.INTERRUPT, replayed.id, str(replayed.payload.get("execution")))

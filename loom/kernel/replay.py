@@ -15,7 +15,7 @@ from ..records.notices import EventReplayed
 from ..records.validation import check_reason, check_text
 from ..records.work import CheckpointStatus
 from ..store import Tx
-from .accept import accept_in_tx
+from .accept import accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .unrouted import lower_watermark_in_tx
 
@@ -31,8 +31,10 @@ def replay_in_tx(
     check_text("request_id", request_id)
     check_reason("reason", reason)
     delivery_id = core_delivery_id("replay", request_id)
-    done = tx.event_by_delivery(CORE_SOURCE, delivery_id)
+    done = delivered(tx, CORE_SOURCE, delivery_id)
     if done is not None:
+        if done.compacted:
+            return attrs.evolve(done, duplicate=True)  # its record is gone; the request stays answered
         if done.payload.get("event") != event_id:
             raise InvalidRequest(
                 f"replay request {request_id!r} was already used for event {done.payload.get('event')}"

@@ -25,7 +25,7 @@ from ..records.timers import Timer, TimerSpec, TimerState
 from ..records.work import Checkpoint, CheckpointStatus, Execution, RetryState, Work, WorkState
 from ..store import Tx
 from ._common import require_work
-from .accept import accept_in_tx
+from .accept import accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .kinds import KindPolicy, pinned_retry
 from .timer_kind import TimerKind
@@ -132,7 +132,7 @@ def retry_in_tx(
     the budget, and make the request itself the next attempt's input. Repeating ``request_id`` returns
     the first request; a Work with a live attempt, or a terminal one, is refused (`Conflict`)."""
     delivery_id = core_delivery_id("retry.requested", work_id, request_id)
-    done = tx.event_by_delivery(CORE_SOURCE, delivery_id)
+    done = delivered(tx, CORE_SOURCE, delivery_id)
     if done is not None:
         return done
     work = require_work(tx, work_id)

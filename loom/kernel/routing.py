@@ -30,6 +30,7 @@ from ..records.work import (
     Work,
 )
 from ..store import Tx
+from ._common import new_work_id
 from .accept import accept_derived_in_tx
 from .checkpoints import control_checkpoint
 from .intents import intent_id
@@ -140,7 +141,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
         if work.state.terminal:
             return _terminal(tx, now_ms, event, req, work, limits)
     # every ownership check happens before the first write, so an abort changes nothing
-    owner_work_id = work.id if work else decision.work_id
+    owner_work_id = work.id if work else new_work_id(tx, decision.work_id)
     new_keys: list[str] = []
     for key in decision.attach_keys:
         owner = tx.key_owner(key)
@@ -152,7 +153,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
             new_keys.append(key)
     if work is None:
         tx.insert_work(
-            id=decision.work_id,
+            id=owner_work_id,
             scope=event.scope,
             kind=decision.kind,
             parent_id=None,
@@ -160,7 +161,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -
             generation=req.generation,
             now_ms=now_ms,
         )
-        work = tx.work(decision.work_id)
+        work = tx.work(owner_work_id)
         assert work is not None
     return _deliver(tx, now_ms, event, req, work, new_keys)
 
@@ -213,6 +214,11 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[Diagnostic
             )
         work = tx.work(decision.work_id)
         if work is None and not decision.create:
+            if tx.work_removed(decision.work_id):
+                return (
+                    DiagnosticKind.UNKNOWN_WORK,
+                    f"work {decision.work_id!r} ended and was removed by compaction (its retention passed)",
+                )
             return DiagnosticKind.UNKNOWN_WORK, f"work {decision.work_id!r} does not exist"
         if work is not None and work.scope != event.scope:
             return (
@@ -376,7 +382,7 @@ def _terminal(
         # the successor's own order holds: an earlier unrouted Event of it goes first
         _check_order(tx, event, last.id, last.keys)
         return _deliver(tx, now_ms, event, req, last, [])
-    new_id = stable_id("wk", first.id, "reopen", str(n + 1))
+    new_id = new_work_id(tx, stable_id("wk", first.id, "reopen", str(n + 1)))
     new_key = successor_key(_base_key(event.key), n + 1)
     _check_order(tx, event, new_id, [new_key])
     if tx.key_owner(new_key) is not None:

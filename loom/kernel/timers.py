@@ -29,6 +29,7 @@ from ..records.validation import (
     validate_event_in,
 )
 from ..store import Tx
+from .accept import delivered
 from .recurrence import dry_run
 
 TIMERS_NAMESPACE = "core.timers"
@@ -160,18 +161,32 @@ def arm_in_tx(
         fresh = attrs.evolve(
             fresh, revision=revision, delivery_id=delivery_id, created_at_ms=existing.created_at_ms
         )
-        if not fresh.interval_ms and not fresh.recurrence:
-            used = tx.event_by_delivery(fresh.source, delivery_id)
-            if used is not None:
-                raise Conflict(
-                    f"timer {spec.id!r}: delivery identity {fresh.source}/{delivery_id} was already accepted "
-                    f"(event {used.id}); arm the new revision with its own delivery_id"
-                )
+        _check_unused(tx, fresh)
+    elif (removed := tx.removed_timer_revision(spec.id)) is not None:
+        # compaction removed the ended timer: its tombstone says where the revisions go on from
+        revision = removed + 1
+        fresh = attrs.evolve(
+            fresh, revision=revision, delivery_id=spec.delivery_id or f"{spec.id}@r{revision}"
+        )
+        _check_unused(tx, fresh)
+        tx.forget_removed_timer(spec.id)
     if fresh.recurrence is not None and policies is not None:
         dry_run(fresh, policies)
     tx.put_timer(fresh, existing)
     tx.notify(TimerArmed(timer_id=fresh.id, revision=fresh.revision, fire_at_ms=fresh.fire_at_ms))
     return fresh
+
+
+def _check_unused(tx: Tx, fresh: Timer) -> None:
+    """A new revision of a one-shot timer fires with a delivery identity of its own, never one an
+    earlier firing (or anyone) was accepted with."""
+    if not fresh.interval_ms and not fresh.recurrence:
+        used = delivered(tx, fresh.source, fresh.delivery_id)
+        if used is not None:
+            raise Conflict(
+                f"timer {fresh.id!r}: delivery identity {fresh.source}/{fresh.delivery_id} was already accepted "
+                f"(event {used.id}); arm the new revision with its own delivery_id"
+            )
 
 
 def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Timer:

@@ -37,11 +37,12 @@ from ..records.validation import MAX_TIME_MS
 from ..records.waits import Wait, WaitSpec, WaitState
 from ..records.work import Execution, Work, WorkState
 from ..store import Tx
-from .accept import accept_derived_in_tx, accept_in_tx
+from .accept import accept_derived_in_tx, accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .dependencies import declare_in_tx
 from .timer_kind import TimerKind
 from .timers import arm_in_tx
+from .unrouted import routing_watermark
 
 SCAN_PAGE = 200
 
@@ -98,7 +99,8 @@ def register_wait_in_tx(
             )
     if not keys:
         raise InvalidRequest(f"wait: work {work.id} owns no key to wait on")
-    accepted = tx.max_seq()
+    # the last sequence accepted: compaction removes Events only up to the routing watermark
+    accepted = max(tx.max_seq(), routing_watermark(tx))
     after = execution.watermark if spec.after_seq is None else spec.after_seq
     if after < execution.watermark:
         raise InvalidRequest(
@@ -199,7 +201,7 @@ def candidates_in_tx(tx: Tx, wait: Wait) -> list[Candidate]:
             break
         after = page[-1].seq
     if wait.timeout_delivery_id is not None:
-        timeout = tx.event_by_delivery(CORE_SOURCE, wait.timeout_delivery_id)
+        timeout = delivered(tx, CORE_SOURCE, wait.timeout_delivery_id)
         if timeout is not None and timeout.seq > wait.after_seq:
             found.append(Candidate(seq=timeout.seq, event_id=timeout.id, timeout=True))
     return found
@@ -308,7 +310,7 @@ def unblock_waits_in_tx(tx: Tx, now_ms: int, work: Work, release: Event, limits:
         tx.notify(SubscriptionChanged(namespace=sub.namespace, id=sub.id, source_key=sub.source_key))
     timeout_accepted = (
         wait.timeout_delivery_id is not None
-        and tx.event_by_delivery(CORE_SOURCE, wait.timeout_delivery_id) is not None
+        and delivered(tx, CORE_SOURCE, wait.timeout_delivery_id) is not None
     )
     if wait.timeout_at_ms is not None and not timeout_accepted:
         execution = tx.execution(wait.execution_id)

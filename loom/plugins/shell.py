@@ -21,6 +21,8 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
   (the runtime tries the same Event again, so a process should ignore an id it has seen).
 * ``interrupt`` sends SIGTERM and, after ``grace_s`` seconds, SIGKILL to the process group, and
   returns once the process is gone.
+* ``forget`` removes an ended attempt's directories once the ``attempt_logs`` retention passed
+  (docs/operations.md, "Retention").
 * The process runs in a session of its own, through a small wrapper that records its exit status.
   When the runtime closes or dies while it runs, it goes on: the runtime's next open recovers the
   attempt, and `ShellExecutor.recover` adopts the process by its pinned pid and start time (read from
@@ -31,8 +33,10 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -405,6 +409,24 @@ class ShellExecutor:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+
+    # -- forget ---------------------------------------------------------------------------------------
+
+    async def forget(self, execution_id: str, metadata: Mapping[str, Any]) -> None:
+        """Remove what this executor keeps of an ended attempt (once its ``attempt_logs`` retention
+        passed): each directory it made for the attempt under its ``state_dir`` (one per launch), with
+        its request, inbox, logs and status. Idempotent; nothing outside ``state_dir`` is touched, nor
+        the directory of an attempt running here."""
+        if execution_id not in self._running:
+            await trio.to_thread.run_sync(self._forget, execution_id)
+
+    def _forget(self, execution_id: str) -> None:
+        root = self._root()
+        if not root.is_dir():
+            return
+        for directory in root.glob(f"{glob.escape(execution_id)}-*"):
+            if directory.is_dir() and not directory.is_symlink() and directory.parent == root:
+                shutil.rmtree(directory, ignore_errors=True)
 
 
 def default_executor() -> ShellExecutor:

@@ -58,6 +58,10 @@ class Event:
     accepted_at_ms: int
     duplicate: bool = False
     """True when this acceptance found an earlier Event with the same (source, delivery_id)."""
+    compacted: bool = False
+    """True when the earlier Event was removed by compaction and only its tombstone answered: ``id``,
+    ``seq``, ``source``, ``delivery_id`` and ``accepted_at_ms`` are the original's, the other fields
+    repeat this delivery (docs/operations.md, "Retention")."""
 
     @property
     def is_root(self) -> bool:
@@ -149,6 +153,10 @@ class DiagnosticKind(enum.StrEnum):
     """A subscription's alias was refused (the causal limits, or acceptance): checkpointed past it."""
     ALIAS_UNAUTHORIZED = "alias_unauthorized"
     """A cross-scope subscription is not authorised: it publishes nothing until an answer allows it."""
+    COMPACTION_FAILED = "compaction_failed"
+    """A compaction pass failed for a reason that is not the store's: nothing of it was removed."""
+    FORGET_FAILED = "forget_failed"
+    """An executor raised while forgetting an ended attempt's logs: what it kept may be left behind."""
     SUBSCRIPTION_FAILED = "subscription_failed"
     """An alias filter or authoriser raised, answered nonsense, or is not registered: the subscription
     was skipped this pass (nothing checkpointed), the others went on."""

@@ -5,7 +5,7 @@ for delivery, never consumed), raises `NotAccepting` (definitely not delivered),
 anything else (ambiguous: retried with the same intent identity); ``interrupt`` stops the
 attempt's process.
 
-Two optional methods (looked up on the executor; an executor without them cannot do that):
+Three optional methods (looked up on the executor; an executor without them cannot do that):
 
 * ``resume(request, toolbelt) -> Outcome`` continues a parked attempt after its wake (``request.resumed``
   and the winner as ``request.trigger``); without it, ``launch`` is called.
@@ -14,6 +14,9 @@ Two optional methods (looked up on the executor; an executor without them cannot
   ``toolbelt.adopt()`` once it has verified the process, before any other toolbelt call (the adoption
   replaces the old credentials with the recoverer's); a finished result may be returned at once. It
   raises `NotAdoptable` when it cannot verify: the attempt then fails and the retry policy applies.
+* ``forget(execution_id, metadata) -> None`` removes what the executor keeps of an ended attempt (its
+  logs, its files) once the ``attempt_logs`` retention passed; it must be idempotent (a crash before the
+  runtime records it asks again). Without it, the executor keeps nothing loom asks it to remove.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import attrs
 
+from .compaction import CompactionReport
 from .events import Event
 from .timers import FiringResult
 from .work import CheckpointStatus
@@ -210,6 +211,13 @@ class Committed:
 
 
 @attrs.frozen(kw_only=True)
+class Compacted:
+    """A compaction pass removed what its retention let go (``report``: how much, of what)."""
+
+    report: CompactionReport
+
+
+@attrs.frozen(kw_only=True)
 class Lagged:
     """This watcher fell behind and missed notices: reread what it needs from the store."""
 
@@ -232,5 +240,6 @@ Notice = (
     | SubscriptionChanged
     | StoreChanged
     | Committed
+    | Compacted
     | Lagged
 )

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import attrs
 import pluggy
 
+from ..actors.compactor import Compactor
 from ..actors.ingress import IngressActor
 from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
@@ -44,6 +45,7 @@ class Parts:
     timers: TimerActor | None = None
     recovery: LeaseRecoverer | None = None
     subscriptions: SubscriptionReconciler | None = None
+    compaction: Compactor | None = None
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

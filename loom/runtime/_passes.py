@@ -1,6 +1,6 @@
 """The bounded passes of the `Runtime` handle, for hosts that drive the runtime themselves: starting
-attempts (`claim` one Work, `admit` from the ready queue), `poll` (route, fire, recover) and
-`recover_expired`. Each makes the same kernel pass the corresponding actor makes.
+attempts (`claim` one Work, `admit` from the ready queue), `poll` (route, fire, recover),
+`recover_expired` and `compact`. Each makes the same kernel pass the corresponding actor makes.
 """
 
 from __future__ import annotations
@@ -11,17 +11,21 @@ import secrets
 import attrs
 
 from ..actors.activity import Activity
+from ..actors.compactor import sweep
 from ..actors.gates import ask_start_gates
 from ..actors.lanes import RoutingLanes
 from ..actors.shared import Shared
+from ..config.retention import MAX_BATCH
 from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, readmit_in_tx, start_in_tx
 from ..kernel.budgets import rebudget_in_tx
+from ..kernel.compaction import DEFAULT_LIMIT
 from ..kernel.control import hold_in_tx
 from ..kernel.diagnostics import record_diagnostic_in_tx
 from ..kernel.executions import BindingRef, claimable
 from ..kernel.firing import FirePass, fire_due_in_tx
 from ..kernel.recovery import RecoverPass, recover_expired_in_tx
 from ..kernel.timers import MAX_DUE
+from ..records.compaction import CompactionReport
 from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import DiagnosticKind
 from ..records.timers import Firing
@@ -190,6 +194,27 @@ class Passes(RuntimeBase):
             executors=frozenset(self._p.extensions.executors),
         )
         return list(done.recoveries)
+
+    async def compact(self, limit: int = DEFAULT_LIMIT, *, dry_run: bool = False) -> CompactionReport:
+        """One compaction sweep now (what the compaction actor does at each wake): executors forget the
+        logs whose ``attempt_logs`` retention passed, then passes of up to ``limit`` rows per kind of
+        row, each one short transaction, remove what ended once its retention passed and nothing refers
+        to any more, until no page is full. Returns what it removed.
+
+        With ``dry_run`` nothing is written (not even the cursors): the report says what the sweep would
+        remove now, counted as if each pass removed nothing before the next (docs/operations.md)."""
+        check_int("limit", limit, 1, MAX_BATCH)
+        if not isinstance(dry_run, bool):
+            raise InvalidRequest(f"dry_run must be true or false, got {dry_run!r}", field="dry_run")
+        p = self._p
+        return await sweep(
+            p.storage,
+            p.config(),
+            p.extensions.executors,
+            limit=limit,
+            dry_run=dry_run,
+            sole=not p.storage.shared,
+        )
 
     async def _route_pass(self, limit: int) -> int:
         p = self._p

@@ -11,6 +11,7 @@ import attrs
 from ..kernel.causal import REJECTIONS_NAMESPACE
 from ..kernel.time_floor import FLOOR, TIME_NAMESPACE
 from ..records.budgets import BudgetLedger
+from ..records.compaction import StoreSize
 from ..records.errors import NotFound
 from ..records.events import CausalRejection, Diagnostic, Event, KVEntry
 from ..records.serde import structure
@@ -138,6 +139,11 @@ class Reads(RuntimeBase):
         if subject is not None:
             lookup("subject", subject)
         return await self._p.reader.diagnostics(kind, subject, limit, after_id)
+
+    async def store_size(self) -> StoreSize:
+        """How big the store is: rows per table and bytes (what ``/metrics`` shows; it counts every row,
+        so read it now and then, not in a loop)."""
+        return await self._p.reader.store_size()
 
     async def kv(self, namespace: str, *, limit: int = 1000) -> list[KVEntry]:
         check_limit(limit)

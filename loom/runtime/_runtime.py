@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from ..actors.activity import Activity
+from ..actors.compactor import Compactor
 from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
@@ -31,7 +32,7 @@ from ._reads import Reads
 from ._subscriptions import Subscriptions
 from ._watch import Watch
 
-ACTORS = ("router", "timers", "recovery", "subscriptions")
+ACTORS = ("router", "timers", "recovery", "subscriptions", "compaction")
 MAX_BATCH = 1000
 """The most Events one `Runtime.publish_many` accepts (and one ``POST /events`` carries)."""
 
@@ -50,7 +51,8 @@ def connection_lost(exc: BaseException) -> bool:
 publisher's own task). ``router`` routes Events, starts, runs and completes attempts and dispatches
 intents; ``timers`` fires due timers; ``recovery`` recovers attempts whose lease expired (adopting,
 relaunching or failing them through their executors); ``subscriptions`` installs subscriptions and
-publishes their aliases. Each needs only the store."""
+publishes their aliases; ``compaction`` removes what ended once its retention passed. Each needs only
+the store."""
 
 MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
@@ -151,7 +153,8 @@ class Runtime(Reads, Browse, Host, Passes, Subscriptions):
 
     def _actors(self) -> list[Any]:
         p = self._p
-        return [actor for actor in (p.router, p.timers, p.recovery, p.subscriptions) if actor is not None]
+        actors = (p.router, p.timers, p.recovery, p.subscriptions, p.compaction)
+        return [actor for actor in actors if actor is not None]
 
     def watch(self, *, capacity: int = 1024) -> Watch:
         """Committed notices, as an async iterator of frozen records, from now on.
@@ -213,6 +216,8 @@ class Runtime(Reads, Browse, Host, Passes, Subscriptions):
             )
         elif name == "recovery":
             return LeaseRecoverer(self._shared(p.actor_reader))
+        elif name == "compaction":
+            return Compactor(p.storage, p.clock, config=p.config, executors=p.extensions.executors)
         return SubscriptionReconciler(p.storage, p.extensions, limits=lambda: p.config().causal)
 
     def _shared(self, reader: Any) -> Shared:

@@ -35,6 +35,7 @@ from . import _tool_handlers as tools
 from . import _web
 from ._access import Access, Guard
 from ._batch import MAX_BATCH_BYTES, batch_items
+from ._compaction import COMPACT_FIELDS, COMPACTED, compact
 from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES
 from ._logs import AccessLog
 from ._metrics import Metrics
@@ -185,6 +186,8 @@ OPS: tuple[Op, ...] = (
                  schema={"minimum": 0, "maximum": MAX_SEQ}),
            LIMIT,
        )),
+    Op(method="POST", path="/compact", handler=compact, answer=COMPACTED, tag="service", body=COMPACT_FIELDS, body_required=False,
+       summary="Compact now: remove what ended once its retention passed (or, dry run, say what)"),
     Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tools.tool_emit,
        answer=S.EVENT, summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
        body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause", schema=LOOKUP)),

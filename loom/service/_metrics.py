@@ -6,9 +6,12 @@ Every counter comes from a notice the storage actor published after a commit: ac
 (`EventAccepted`), routing checkpoints (`EventRouted`), firing ledger entries (`TimerFired`), wakes
 (the one ``core.wait.woken`` bridge Event each wake accepts), retries (the ``core.retry.due`` and
 ``core.retry.requested`` Events), attempts started (`AttemptStarted`, with the latencies before them)
-and ended (`AttemptEnded`, by outcome), recovered leases (`LeaseRecovered`) and each batch's size and
-thread-hop time (`Committed`). A watcher that falls behind counts a lag instead of guessing what it
-missed.
+and ended (`AttemptEnded`, by outcome), recovered leases (`LeaseRecovered`), each batch's size and thread-hop time
+(`Committed`), and what compaction removed (`Compacted`). A watcher that falls behind counts a lag
+instead of guessing what it missed.
+
+The size gauges (rows per table, the database's bytes and its free part) are read from the store
+when ``/metrics`` is scraped, at most once every `SIZE_EVERY_S` (counting rows is not free).
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import trio
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from ..records.compaction import COUNTS
 from ..records.core_events import RETRY_DUE, RETRY_REQUESTED, WAIT_WOKEN
 from ..records.notices import (
     AttemptEnded,
     AttemptStarted,
     Committed,
+    Compacted,
     EventAccepted,
     EventRouted,
     Lagged,
@@ -66,6 +71,8 @@ LATENCY_BUCKETS = (
 )
 WATCH_CAPACITY = 65_536
 """Commit batches the metrics watcher may fall behind before it counts a lag."""
+SIZE_EVERY_S = 60.0
+"""The size gauges are read from the store at most this often (monotonic seconds)."""
 
 
 class Metrics:
@@ -165,6 +172,23 @@ class Metrics:
             registry=r,
         )
         self._due: list[int] = []
+        self.compacted = Counter(
+            "loom_compacted",
+            "Rows compaction removed, by kind (logs: attempts whose logs were forgotten)",
+            ["kind"],
+            registry=r,
+        )
+        self.released = Counter(
+            "loom_compaction_released_bytes", "Bytes compaction gave back to the file system", registry=r
+        )
+        self.rows = Gauge("loom_store_rows", "Rows per table of the store", ["table"], registry=r)
+        self.size = Gauge(
+            "loom_store_bytes",
+            "The database's size (part=total) and the part that holds nothing (part=free)",
+            ["part"],
+            registry=r,
+        )
+        self._sized_at: float | None = None
         self.lagged = Counter(
             "loom_metrics_lagged",
             "Times the metrics watcher fell behind and missed notices (counts may be low)",
@@ -201,8 +225,25 @@ class Metrics:
             self._due.clear()
             self.batch_requests.observe(notice.requests)
             self.commit_seconds.observe(notice.seconds)
+        elif isinstance(notice, Compacted):
+            for kind in COUNTS:
+                if n := getattr(notice.report, kind):
+                    self.compacted.labels(kind=kind).inc(n)
+            self.released.inc(notice.report.released_bytes)
         elif isinstance(notice, Lagged):
             self.lagged.inc()
+
+    async def read_sizes(self, rt: Runtime) -> None:
+        """Read the size gauges from the store, unless they were read less than `SIZE_EVERY_S` ago."""
+        now = trio.current_time()
+        if self._sized_at is not None and now - self._sized_at < SIZE_EVERY_S:
+            return
+        self._sized_at = now
+        size = await rt.store_size()
+        for table, rows in size.rows.items():
+            self.rows.labels(table=table).set(rows)
+        self.size.labels(part="total").set(size.bytes)
+        self.size.labels(part="free").set(size.free_bytes)
 
     async def run(
         self, rt: Runtime, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

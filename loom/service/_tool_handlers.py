@@ -131,6 +131,7 @@ async def healthz(s: Service, call: Call) -> Response:
 
 async def metrics(s: Service, call: Call) -> Response:
     s.metrics.set_gauges(await s.rt.gauges(), s.rt.clock.now_ms())
+    await s.metrics.read_sizes(s.rt)
     return Response(s.metrics.render(), media_type=CONTENT_TYPE)
 
 

@@ -1,6 +1,7 @@
 """The ``loom`` command line (typer): ``serve``, ``demo``, and commands that talk to a running server
-over its HTTP API (``send``, ``events``, ``work``, ``timers``, ``diagnostics``, ``watch``, ...: one for
-every operation of docs/http-api.md; the command modules ``_cli_*`` add them to `app`).
+over its HTTP API (``send``, ``events``, ``work``, ``timers``, ``diagnostics``, ``watch``, ``compact``,
+...: one for every operation of docs/http-api.md; the command modules ``_cli_*`` add them to `app`),
+and ``vacuum`` on a SQLite file.
 
 A user error (an unreachable server, an unknown Work, a bad config or path) prints one line to stderr
 and exits with status 1; never a traceback. Only typer is imported to parse a command line: what a
@@ -17,7 +18,7 @@ from pathlib import Path
 import typer
 
 from .. import __version__
-from . import _cli_events, _cli_more, _cli_work
+from . import _cli_compact, _cli_events, _cli_more, _cli_work
 from ._cli_base import CONTEXT, UserError, user_errors
 
 app = typer.Typer(
@@ -154,7 +155,7 @@ def demo(
     run_demo(db)
 
 
-for _module in (_cli_events, _cli_work, _cli_more):
+for _module in (_cli_events, _cli_work, _cli_more, _cli_compact):
     _module.register(app)
 
 

@@ -57,6 +57,11 @@ class Dialect:
     with the commit (``None``: nobody else writes)."""
     for_update = ""
     """Appended to a read of a row the transaction will change: other writers wait for it."""
+    size_sql = (
+        "SELECT (SELECT page_count FROM pragma_page_count()) * (SELECT page_size FROM pragma_page_size()),"
+        " (SELECT freelist_count FROM pragma_freelist_count()) * (SELECT page_size FROM pragma_page_size())"
+    )
+    """The database's size and the part of it that holds nothing (bytes), as one row."""
     pool_lock: str | None = None
     """SQL (one text parameter: the pool's name) that serialises one capacity pool's claims and freed
     slots until the transaction ends (``None``: writers are serial)."""

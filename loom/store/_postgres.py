@@ -11,8 +11,9 @@ integers. What each guarantee rests on with several nodes is in ``docs/backends.
   in the order they were allocated (`PostgresDialect.order_lock`);
 * division of work: the scans for due timers and expired leases lock what they return with
   ``FOR UPDATE SKIP LOCKED``, so another node's concurrent scan takes other rows;
-* races between nodes (a deadlock, a key both inserted, a row changed under a compare-and-set)
-  roll the batch back whole and run it again (`PostgresDialect.is_conflict`);
+* races between nodes (a deadlock, a key both inserted, a row changed under a compare-and-set, a row
+  another node's compaction removed) roll the batch back whole and run it again
+  (`PostgresDialect.is_conflict`);
 * a lost connection fails the batch in flight and the actor reconnects (`reconnect_delays`).
 """
 
@@ -48,6 +49,7 @@ _CONFLICTS = frozenset(
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
         "23505",  # unique_violation: another node inserted the same key first
+        "23503",  # foreign_key_violation: another node's compaction removed a row this batch refers to
         "55P03",  # lock_not_available
     }
 )
@@ -67,6 +69,7 @@ class PostgresDialect(Dialect):
     for_update = " FOR UPDATE"
     notify = f"SELECT pg_notify('{CHANNEL}', ?)"
     pool_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(?))"
+    size_sql = "SELECT pg_database_size(current_database()), 0"
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError):
@@ -308,6 +311,8 @@ def migrate(raw: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
 class PostgresReader(Reader):
     """The same reads on a connection of their own, in a worker thread; a lost connection fails the
     read as `StorageUnavailable` and the next read connects again."""
+
+    size_sql = POSTGRES.size_sql
 
     def __init__(self, store: PostgresStore) -> None:
         super().__init__(store.describe())

@@ -373,7 +373,52 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE UNIQUE INDEX timer_firings_commit ON timer_firings (timer_id, commit_seq);
     """,
     },
-    # 12: the web console's reads. Works by last change, newest first, all of them or those in one state
+    # 12: retention and compaction. What compaction removes leaves a compact tombstone of its identity
+    # (an Event's delivery identity and sequence, a Work's id, a timer's id and last revision), kept for
+    # the dedup window; an attempt records when its executor forgot its logs. The indexes let compaction
+    # find what ended in the order it ended, and let a removal find every row that refers to what it
+    # removes (a foreign key's check is an indexed probe, not a scan).
+    """
+    CREATE TABLE event_tombstones (
+        seq            INTEGER PRIMARY KEY,
+        source         TEXT NOT NULL,
+        delivery_id    TEXT NOT NULL,
+        accepted_at_ms INTEGER NOT NULL,
+        UNIQUE (source, delivery_id)
+    );
+    CREATE TABLE removed_works (
+        id            TEXT PRIMARY KEY,
+        removed_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX removed_works_at ON removed_works (removed_at_ms);
+    CREATE TABLE removed_timers (
+        id            TEXT PRIMARY KEY,
+        revision      INTEGER NOT NULL,
+        removed_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX removed_timers_at ON removed_timers (removed_at_ms);
+    ALTER TABLE executions ADD COLUMN logs_removed_at_ms INTEGER;
+    CREATE INDEX works_ended ON works (updated_at_ms, id) WHERE state IN ('completed', 'cancelled', 'failed');
+    CREATE INDEX works_parent ON works (parent_id) WHERE parent_id IS NOT NULL;
+    CREATE INDEX works_predecessor ON works (predecessor_id) WHERE predecessor_id IS NOT NULL;
+    CREATE INDEX executions_ended ON executions (ended_at_ms, id) WHERE ended_at_ms IS NOT NULL;
+    CREATE INDEX executions_trigger ON executions (trigger_id) WHERE trigger_id IS NOT NULL;
+    CREATE INDEX executions_authority ON executions (authority_id)
+        WHERE authority_id IS NOT NULL AND state IN ('running', 'stopping', 'parked', 'recovering');
+    CREATE INDEX work_inputs_event ON work_inputs (event_id);
+    CREATE INDEX intents_event ON intents (event_id);
+    CREATE INDEX intents_work ON intents (work_id);
+    CREATE INDEX intents_execution ON intents (execution_id);
+    CREATE INDEX waits_execution ON waits (execution_id);
+    CREATE INDEX waits_untaken ON waits (bridge_event_id) WHERE state = 'woken' AND taken_at_ms IS NULL;
+    CREATE INDEX wait_keys_wait ON wait_keys (wait_id);
+    CREATE INDEX timers_parent ON timers (parent_id) WHERE parent_id IS NOT NULL;
+    CREATE INDEX timers_work ON timers (work_id) WHERE work_id IS NOT NULL AND state = 'armed';
+    CREATE INDEX timers_ended ON timers (updated_at_ms, id) WHERE state != 'armed';
+    CREATE INDEX replaced_checkpoints_replay ON replaced_checkpoints (replay_id);
+    CREATE INDEX causal_buckets_minute ON causal_buckets (minute);
+    """,
+    # 13: the web console's reads. Works by last change, newest first, all of them or those in one state
     # (the scope rides in both indexes, so a page filtered by scope is read from the index alone; the
     # second also counts Works by state, as works_state did); recurring timers (schedules) by id.
     """

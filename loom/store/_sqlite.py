@@ -9,6 +9,10 @@ process dies, even by ``kill -9``); a second process is refused before it touche
 writer connection (`WriterConnection`) fails for good once the file is found corrupt, or deleted or
 replaced under it (its device and inode, checked at each write transaction's start and after its
 COMMIT): nothing is acknowledged that a restart would not find.
+
+A new file is made with incremental vacuum (``PRAGMA auto_vacuum = INCREMENTAL``), so the space
+compaction frees goes back to the file system; a file made by an earlier loom keeps its freed pages
+for reuse until `SQLiteStore.vacuum` rewrites it (``loom vacuum``, with loom stopped).
 """
 
 from __future__ import annotations
@@ -95,6 +99,8 @@ class SQLiteStore:
                     f"({SCHEMA_VERSION}); upgrade loom to open it (nothing was written)"
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if version == 0:
+                conn.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only a file with no table yet takes it
             if not self.in_memory:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
@@ -107,8 +113,34 @@ class SQLiteStore:
             raise
         return conn
 
+    def vacuum(self) -> tuple[int, int]:
+        """Rewrite the whole file with incremental vacuum on (a file an earlier loom made has it off, so
+        compaction's freed pages stay in the file for reuse): SQLite's ``VACUUM``. Run it with loom
+        stopped; it needs free disk space about the size of the file. Returns the file's size in bytes
+        before and after."""
+        if self.in_memory:
+            raise InvalidRequest("an in-memory database has no file to vacuum")
+        if not Path(self.path).is_file():
+            raise StorageError(f"cannot vacuum {self.path}: no such file")
+        before = _size(self.path)
+        conn = self.open_writer()
+        try:
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            conn.execute("VACUUM")
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot vacuum {self.path}: {exc}") from exc
+        finally:
+            self.close_writer(conn)
+        return before, _size(self.path)
+
     def reader_uri(self) -> str:
         return f"{Path(self.path).resolve().as_uri()}?mode=ro"
+
+
+def _size(path: str) -> int:
+    """The bytes a database takes: its file and its write-ahead log."""
+    wal = Path(path + "-wal")
+    return Path(path).stat().st_size + (wal.stat().st_size if wal.exists() else 0)
 
 
 def read_schema_version(conn: sqlite3.Connection) -> int:

@@ -29,9 +29,11 @@ from ..records.work import (
 from . import _sql
 from ._tx_admission import AdmissionTx
 from ._tx_budgets import BudgetsTx
+from ._tx_compaction import CompactionTx
 from ._tx_executions import ExecutionsTx
 from ._tx_subscriptions import SubscriptionsTx
 from ._tx_timers import TimersTx
+from ._tx_tombstones import TombstonesTx
 from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
@@ -50,7 +52,9 @@ _WORK_FIELDS = frozenset(
 )
 
 
-class Tx(ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx, AdmissionTx):
+class Tx(
+    ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx, AdmissionTx, CompactionTx, TombstonesTx
+):
     """The data-access object of one open transaction (see the module docstring)."""
 
     # -- events -----------------------------------------------------------
