@@ -38,7 +38,9 @@ SHELL = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^```(\S*)\s*$")
 NOT_RUN_MARK = re.compile(r"^<!-- not run: (.+) -->$")
 COMMAND = re.compile(r"^(\$ )?(loom|pip|python|curl|sqlite3|pg_dump|pg_restore|psql|kill|systemctl) ")
-CLIENT = re.compile(r"(?m)(\$LOOM_URL|^\s*loom (send|work|timers|events|health|metrics|watch|compact|diagnostics))")
+CLIENT = re.compile(
+    r"(?m)(\$LOOM_URL|^\s*loom (send|work|timers|events|health|metrics|watch|compact|diagnostics))"
+)
 NOT_RUN = 1
 """Blocks marked ``not run`` across README.md and docs/."""
 
@@ -176,8 +178,12 @@ def test_the_shell_blocks_of_a_page_run(page: Path, tmp_path: Path, request: pyt
         cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
         env["DATABASE_URL"] = cluster.create_database()
         if cluster.bin_dir is not None:
-            env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{cluster.bin_dir}{os.pathsep}{os.environ['PATH']}"
+            env["PATH"] = (
+                f"{Path(sys.executable).parent}{os.pathsep}{cluster.bin_dir}{os.pathsep}{os.environ['PATH']}"
+            )
     where = _checkout(tmp_path / "checkout")
     for block in blocks:
         done = _run(block.code, where, env)
-        assert done.returncode == 0, f"{block.where} failed:\n{block.code}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"{block.where} failed:\n{block.code}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+        )
