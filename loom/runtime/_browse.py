@@ -3,6 +3,7 @@ per page (`store._browse`), whatever the store holds."""
 
 from __future__ import annotations
 
+from ..records.errors import InvalidRequest
 from ..records.events import Diagnostic, Event
 from ..records.timers import Timer
 from ..records.validation import MAX_INT, MAX_SEQ, check_int, validate_scope
@@ -11,6 +12,15 @@ from ._base import RuntimeBase, after, check_limit, lookup, member
 
 COUNT_CAP = 1_000_000
 """Counts by state stop here, so a count stays a bounded read."""
+
+
+def _cursor(field: str, value: object) -> tuple[int, str]:
+    """A page cursor ``(ms, id)``: the last row's time and id."""
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise InvalidRequest(f"{field} must be a pair (ms, id), the last row's", field=field)
+    check_int(field, value[0], 0, MAX_INT)
+    lookup(field, value[1])
+    return int(value[0]), str(value[1])
 
 
 class Browse(RuntimeBase):
@@ -34,8 +44,7 @@ class Browse(RuntimeBase):
         if key_prefix is not None:
             lookup("key", key_prefix)
         if before is not None:
-            check_int("before", before[0], 0, MAX_INT)
-            lookup("before", before[1])
+            before = _cursor("before", before)
         return await self._p.reader.works_changed(
             state=chosen.value if chosen else None,
             scope=scope,
@@ -87,8 +96,7 @@ class Browse(RuntimeBase):
         """Armed timers by due time, earliest first, after the cursor ``(fire_at_ms, id)``."""
         check_limit(limit)
         if after is not None:
-            check_int("after", after[0], 0, MAX_INT)
-            lookup("after", after[1])
+            after = _cursor("after", after)
         return await self._p.reader.timers_due(after=after, limit=limit)
 
     async def schedules(self, *, after_id: str = "", limit: int = 100) -> list[Timer]:
