@@ -1,6 +1,8 @@
 """Commit notices, as `Runtime.watch` yields them (public frozen records; see `loom.records.notices`)."""
 
+from .records.notices import AttemptEnded as AttemptEnded
 from .records.notices import AttemptFailed as AttemptFailed
+from .records.notices import AttemptStarted as AttemptStarted
 from .records.notices import Committed as Committed
 from .records.notices import EventAccepted as EventAccepted
 from .records.notices import EventReplayed as EventReplayed

@@ -645,6 +645,31 @@ host(
     after_id=(st.just(""), hostile_text),
     limit=limit,
 )
+cursor = (opt(st.tuples(st.sampled_from([0, T0_MS]), st.just("wk_0"))), st.one_of(hostile_int, hostile_text))
+host(
+    "works_changed",
+    state=(st.none(), enum_like),
+    scope=(opt(st.sampled_from([SCOPE, "shop/eu"])), hostile_text),
+    key_prefix=(opt(st.just("order/")), hostile_text),
+    before=cursor,
+    limit=limit,
+)
+host("work_counts", scope=(opt(st.just(SCOPE)), hostile_text))
+host(
+    "events_newest",
+    before_seq=(opt(st.just(2)), hostile_int),
+    type=(opt(st.just("order.placed")), hostile_text),
+    limit=limit,
+)
+host(
+    "diagnostics_newest",
+    kind=(opt(st.just("handler_error")), hostile_text),
+    subject=(st.none(), hostile_text),
+    before_id=(opt(st.just(5)), hostile_int),
+    limit=limit,
+)
+host("timers_due", after=cursor, limit=limit)
+host("schedules", after_id=(st.just(""), hostile_text), limit=limit)
 host("history", work_id=(ident("work"), hostile_text))
 host("result", work_id=(ident("work", "work2"), hostile_text))
 host("check", schedules=(st.booleans(), st.sampled_from([None, "yes", 1])))

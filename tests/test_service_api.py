@@ -650,6 +650,10 @@ async def test_the_openapi_document_describes_every_route_of_the_app(tmp_path: P
             ("/ui/work/{work_id}", "GET"),
         }
         assert documented == expected
+        # the rest of the web console: HTML pages, its script, watch and actions (docs/http-api.md)
+        pages = ("events", "events/{event_id}", "timers", "timers/{timer_id}", "schedules", "diagnostics")
+        console = {(f"/ui/{page}", "GET") for page in (*pages, "static/{name}", "watch")}
+        console |= {("/ui", "GET"), ("/ui/", "GET"), ("/ui/act/{action}", "POST")}
         app = make_app(a.rt)
         routed = {
             (route.path.replace(":path", ""), method)
@@ -657,7 +661,7 @@ async def test_the_openapi_document_describes_every_route_of_the_app(tmp_path: P
             for method in getattr(route, "methods", ()) or ()
             if method != "HEAD" and route.path != "/"
         }
-        assert routed == expected
+        assert routed == expected | console
         for path, ops in doc["paths"].items():
             for operation in ops.values():
                 for status in operation["responses"]:

@@ -9,12 +9,16 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 from service_kit import api, order
 
+import loom
 from loom.testing import T0_MS
 
 ALERTS = Path(__file__).parent.parent / "docs" / "alerts.yml"
 
 
-async def scrape(a: object) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Figures = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+async def scrape(a: object) -> Figures:
     response = await a.client.get("/metrics")  # type: ignore[attr-defined]
     assert response.status_code == 200
     figures = {}
@@ -75,3 +79,61 @@ async def test_every_metric_the_example_alerts_use_is_served(tmp_path: Path) -> 
         served = {name for name, _ in await scrape(a)}
     served |= {re.sub(r"_(bucket|count|sum|total|created)$", "", name) for name in served}
     assert used <= served, sorted(used - served)
+
+
+def delta(after: Figures, before: Figures, name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+async def test_attempt_outcomes_retries_and_start_latencies_are_counted(tmp_path: Path) -> None:
+    """Each attempt's end is counted under its outcome (a wrong or missing label, a recovery that is
+    not told apart, a parked attempt counted twice would show), retries by kind, and the two start
+    latencies measure from the right instants: the triggering Event's acceptance, and the Work's
+    joining the ready queue (here 3 s and 1 s apart, so swapping them shows)."""
+    async with api(tmp_path, actors=False) as a:
+        for n in range(1, 6):
+            assert (await a.client.post("/events", json=order(n))).status_code == 201
+        await a.rt.poll()
+        work = {n: (await a.rt.work_for_key(f"order/{n}")).id for n in range(1, 6)}
+        start = await scrape(a)
+
+        await a.rt.hold(work[1], reason="not yet")
+        a.clock.advance(2_000)
+        await a.rt.release(work[1])  # joins the ready queue again, 2 s after its Event
+        a.clock.advance(1_000)
+        lease = await a.rt.claim(work[1], owner="host")
+        claimed = await scrape(a)
+        assert delta(claimed, start, "loom_attempts_started_total", resumed="false") == 1
+        assert delta(claimed, start, "loom_event_to_start_seconds_count") == 1
+        assert delta(claimed, start, "loom_event_to_start_seconds_sum") == 3.0
+        assert delta(claimed, start, "loom_ready_to_start_seconds_sum") == 1.0
+        await a.rt.complete(lease, loom.Completed())
+
+        failing = await a.rt.claim(work[2], owner="host")
+        await a.rt.complete(failing, loom.Failed(error="boom"))
+        await a.rt.retry(work[2], reason="operator retry")
+        handing = await a.rt.claim(work[3], owner="host")
+        await a.rt.complete(handing, loom.Handoff())
+        waiting = await a.rt.claim(work[4], owner="host")
+        await a.rt.complete(waiting, loom.Waiting(wait=loom.WaitSpec(types=("approval.*",))))
+        await a.rt.claim(work[5], owner="host", lease_ms=1_000)
+        a.clock.advance(5_000)
+        [recovery] = await a.rt.recover_expired()
+        await a.rt.not_adoptable(recovery.lease, reason="the process is gone")
+        a.clock.advance(24 * 3_600_000)  # past any backoff: the failed attempt's retry comes due
+        await a.rt.poll()
+        ended = await scrape(a)
+        for outcome, count in (
+            ("completed", 1),
+            ("failed", 1),
+            ("handoff", 1),
+            ("waited", 1),
+            ("not_adoptable", 1),
+            ("cancelled", 0),
+            ("parked", 0),
+        ):
+            assert delta(ended, start, "loom_attempts_ended_total", outcome=outcome) == count, outcome
+        assert delta(ended, start, "loom_retries_total", kind="manual") == 1
+        assert delta(ended, start, "loom_retries_total", kind="automatic") == 1
+        assert delta(ended, start, "loom_attempts_recovered_total", relaunch="false") == 1

@@ -58,12 +58,15 @@ def settle_in_tx(tx: Tx, now_ms: int) -> None:
     """Bring the ready queue up to date with what this request did: each Work it touched joins the
     queue's tail if it can start now and was not queued, leaves it if it can no longer start, and is
     looked at again if it was passed over as unstartable; each pool an attempt stopped counting in lets
-    its first waiting Work back in. Each Work the pass may now find is announced (`WorkReady`)."""
+    its first waiting Work back in. Each Work the pass may now find is announced (`WorkReady`). Each
+    Work touched records this commit's time as its last change (``updated_at_ms``)."""
     touched, tx.touched = tx.touched, {}
     for work_id in touched:
         facts = tx.admission_facts(work_id)
         if facts is None:
             continue
+        if facts.updated_at_ms < now_ms:  # its inputs or attempts changed, not its own row
+            tx.mark_changed(work_id, now_ms)
         startable = (
             start_refusal(
                 work_id,

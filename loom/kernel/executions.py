@@ -17,7 +17,7 @@ from ..config import Budget, CausalLimits, Config
 from ..records.errors import Conflict
 from ..records.events import Event
 from ..records.ids import stable_id
-from ..records.notices import WorkChanged
+from ..records.notices import AttemptStarted, WorkChanged
 from ..records.validation import MAX_LEASE_MS, check_int, check_text, validate_outcome
 from ..records.waits import Waiting
 from ..records.work import (
@@ -194,6 +194,22 @@ def start_refusal(
     return None
 
 
+def _started(
+    tx: Tx, now_ms: int, request: RunRequest, ready_at_ms: int | None, *, resumed: bool = False
+) -> None:
+    tx.notify(
+        AttemptStarted(
+            execution_id=request.execution_id,
+            work_id=request.work_id,
+            attempt=request.attempt,
+            at_ms=now_ms,
+            ready_at_ms=ready_at_ms,
+            trigger_accepted_at_ms=request.trigger.accepted_at_ms if request.trigger else None,
+            resumed=resumed,
+        )
+    )
+
+
 def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     """Start the next attempt of a ready Work with every pending input, under scope capacity."""
     check_int("lease_ms", req.lease_ms, 1, MAX_LEASE_MS)
@@ -214,6 +230,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
                 f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
             )
     inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
+    ready_at_ms = tx.ready_at(work.id)
     if work.execution_state is ExecutionState.PARKED:
         parked = tx.live_execution(work.id)
         assert parked is not None
@@ -235,6 +252,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             tx.update_execution(parked.id, pool=pool)
         if req.budgets:
             charge_in_tx(tx, now_ms, work, {"turns": 1}, req.budgets, req.limits)
+        _started(tx, now_ms, resumed.request, ready_at_ms, resumed=True)
         return resumed
     trigger = select_trigger(inputs, req.kind.select_trigger)
     authority = trigger.id if trigger else None
@@ -292,6 +310,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         config=dict(req.binding.config),
         executor=req.binding.executor,
     )
+    _started(tx, now_ms, request, ready_at_ms)
     return Lease(
         execution_id=execution_id,
         work_id=work.id,

@@ -137,6 +137,35 @@ class LeaseRecovered:
 
 
 @attrs.frozen(kw_only=True)
+class AttemptStarted:
+    """An attempt was claimed and starts (or a parked one resumes: ``resumed``). ``ready_at_ms``: when
+    its Work joined the ready queue (``None``: it started in the commit that made it ready);
+    ``trigger_accepted_at_ms``: when the Event that triggers it was accepted (``None``: it has no
+    trigger)."""
+
+    execution_id: str
+    work_id: str
+    attempt: int
+    at_ms: int
+    ready_at_ms: int | None
+    trigger_accepted_at_ms: int | None
+    resumed: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AttemptEnded:
+    """An attempt ended, or parked on a wait: ``outcome`` is the state it ended in (``completed``,
+    ``handoff``, ``failed``, ``cancelled``, ``waited``, ``parked``), or for some failures and
+    cancellations what ended it: ``not_adoptable`` (its executor could not verify it after its lease
+    expired), ``timed_out`` (its execution deadline) or ``interrupted``."""
+
+    execution_id: str
+    work_id: str
+    attempt: int
+    outcome: str
+
+
+@attrs.frozen(kw_only=True)
 class LeaseExpiry:
     """A lease now expires at ``expires_at_ms``: taken, renewed, recovered, or released by a clean close
     (``execution_id`` is ``None`` when several were released at once). The lease recoverer wakes for
@@ -234,6 +263,8 @@ Notice = (
     | TimerCancelled
     | TimerFired
     | LeaseRecovered
+    | AttemptStarted
+    | AttemptEnded
     | LeaseExpiry
     | SubscriptionChanged
     | StoreChanged

@@ -278,6 +278,8 @@ class Work:
     predecessor_id: str | None
     generation: int
     created_at_ms: int
+    updated_at_ms: int
+    """When it last changed: its state, hold, keys' history, inputs or attempts (the commit's time)."""
     attempts: int
     current_execution_id: str | None
     pending_inputs: tuple[str, ...]

@@ -25,6 +25,7 @@ from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
+from ._browse import Browse
 from ._checks import Checks
 from ._host import Host
 from ._passes import Passes
@@ -59,7 +60,7 @@ MAX_WATCH_CAPACITY = 1_000_000
 """The most commit batches a watcher may fall behind before it gets `Lagged`."""
 
 
-class Runtime(Reads, Results, Checks, Host, Passes, Subscriptions):
+class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
     """The trusted host API over a running store and the actors chosen for it."""
 
     @property

@@ -38,7 +38,8 @@ from . import _web
 from ._access import Access, Guard
 from ._batch import MAX_BATCH_BYTES, batch_items
 from ._compaction import COMPACT_FIELDS, COMPACTED, compact
-from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES, work_view
+from ._handlers import EVENT_FIELDS, REASON, REQUEST_ID, TIMER_FIELDS, TIMER_RULES
+from ._logs import AccessLog
 from ._metrics import Metrics
 from ._openapi import document
 from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
@@ -331,15 +332,17 @@ def make_app(
         for op in OPS
     ]
     routes = [route for _, route in by_op]
-    routes += _web.routes(rt, work_view)
+    routes += _web.routes(rt, clock, service.watches)
     routes.append(Route("/", lambda request: RedirectResponse("/ui/work"), methods=["GET"]))
     open_routes = [route for op, route in by_op if not op.needs_operator_token]
 
     def is_open(scope: Any) -> bool:
         return any(route.matches(scope)[0] is not Match.NONE for route in open_routes)  # its path, any method
 
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers={404: _not_found, 405: _not_found},
-        middleware=[Middleware(Guard, access=access, is_open=is_open)],
+        middleware=[Middleware(AccessLog), Middleware(Guard, access=access, is_open=is_open)],
     )
+    app.state.watches = service.watches  # ended by a stopping server (`serve.run_http`)
+    return app

@@ -2,11 +2,13 @@
 and gauges read from the store at each scrape (`Runtime.gauges`: bounded indexed reads), so on
 PostgreSQL with several nodes each node's counters are its own and every node's gauges agree.
 
-Every figure comes from a notice the storage actor published after a commit: acceptances
+Every counter comes from a notice the storage actor published after a commit: acceptances
 (`EventAccepted`), routing checkpoints (`EventRouted`), firing ledger entries (`TimerFired`), wakes
-(the one ``core.wait.woken`` bridge Event each wake accepts), recovered leases (`LeaseRecovered`) and
-each batch's size and thread-hop time (`Committed`), and what compaction removed (`Compacted`). A
-watcher that falls behind counts a lag instead of guessing what it missed.
+(the one ``core.wait.woken`` bridge Event each wake accepts), retries (the ``core.retry.due`` and
+``core.retry.requested`` Events), attempts started (`AttemptStarted`, with the latencies before them)
+and ended (`AttemptEnded`, by outcome), recovered leases (`LeaseRecovered`), each batch's size and thread-hop time
+(`Committed`), and what compaction removed (`Compacted`). A watcher that falls behind counts a lag
+instead of guessing what it missed.
 
 The size gauges (rows per table, the database's bytes and its free part) are read from the store
 when ``/metrics`` is scraped, at most once every `SIZE_EVERY_S` (counting rows is not free).
@@ -21,8 +23,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..records.compaction import COUNTS
-from ..records.core_events import WAIT_WOKEN
+from ..records.core_events import RETRY_DUE, RETRY_REQUESTED, WAIT_WOKEN
 from ..records.notices import (
+    AttemptEnded,
+    AttemptStarted,
     Committed,
     Compacted,
     EventAccepted,
@@ -35,6 +39,36 @@ from ..records.notices import (
 from ..runtime import Runtime
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+OUTCOMES = (
+    "completed",
+    "handoff",
+    "failed",
+    "waited",
+    "parked",
+    "cancelled",
+    "interrupted",
+    "timed_out",
+    "not_adoptable",
+)
+"""How an attempt ends (`AttemptEnded.outcome`): each is served from the start, at 0."""
+LATENCY_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    1800.0,
+    3600.0,
+)
 WATCH_CAPACITY = 65_536
 """Commit batches the metrics watcher may fall behind before it counts a lag."""
 SIZE_EVERY_S = 60.0
@@ -61,6 +95,42 @@ class Metrics:
             "loom_attempts_recovered",
             "Attempts whose lease expired, claimed again at a higher epoch",
             ["relaunch"],
+            registry=r,
+        )
+        self.started = Counter(
+            "loom_attempts_started",
+            "Attempts started on this node (resumed: a parked attempt going on after its wait)",
+            ["resumed"],
+            registry=r,
+        )
+        self.ended = Counter(
+            "loom_attempts_ended",
+            "Attempts that ended (or parked on a wait) on this node, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in OUTCOMES:
+            self.ended.labels(outcome=outcome)
+        for resumed in ("false", "true"):
+            self.started.labels(resumed=resumed)
+        self.retries = Counter(
+            "loom_retries",
+            "Retries: automatic (a failed attempt's backoff came due) or manual (an operator's retry)",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ("automatic", "manual"):
+            self.retries.labels(kind=kind)
+        self.event_to_start = Histogram(
+            "loom_event_to_start_seconds",
+            "From the acceptance of the Event that triggers an attempt to the attempt's start (this node's starts)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ready_to_start = Histogram(
+            "loom_ready_to_start_seconds",
+            "From a Work joining the ready queue to its attempt's start: the wait for admission (this node's starts)",
+            buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.batch_requests = Histogram(
@@ -130,6 +200,18 @@ class Metrics:
             self.accepted.inc()
             if notice.event.type == WAIT_WOKEN:
                 self.woken.inc()
+            elif notice.event.type == RETRY_DUE:
+                self.retries.labels(kind="automatic").inc()
+            elif notice.event.type == RETRY_REQUESTED:
+                self.retries.labels(kind="manual").inc()
+        elif isinstance(notice, AttemptStarted):
+            self.started.labels(resumed=str(notice.resumed).lower()).inc()
+            if notice.trigger_accepted_at_ms is not None:
+                self.event_to_start.observe(max(0, notice.at_ms - notice.trigger_accepted_at_ms) / 1000)
+            ready = notice.ready_at_ms if notice.ready_at_ms is not None else notice.at_ms
+            self.ready_to_start.observe(max(0, notice.at_ms - ready) / 1000)
+        elif isinstance(notice, AttemptEnded):
+            self.ended.labels(outcome=notice.outcome).inc()
         elif isinstance(notice, EventRouted):
             self.routed.labels(status=notice.status.value).inc()
         elif isinstance(notice, TimerFired):

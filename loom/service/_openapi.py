@@ -175,14 +175,14 @@ def _web_operations(*, operator_token: bool) -> dict[str, dict[str, Any]]:
     states = [state.value for state in WorkState]
     list_page = {
         "operationId": "get_ui_work",
-        "summary": "Web view: Work, filtered by scope and state",
+        "summary": "Web view: Work by last change, filtered by scope, state and key",
         "tags": ["web"],
         "parameters": [
             {"name": name, "in": "query", "required": False, "schema": schema}
             for name, schema in (
                 ("scope", {"anyOf": [empty, {"type": "string", **SCOPE}]}),
                 ("state", {"type": "string", "enum": ["", *states]}),
-                ("after", {"anyOf": [empty, {"type": "string", **LOOKUP}]}),
+                ("key", {"anyOf": [empty, {"type": "string", **LOOKUP}]}),
                 ("limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}),
             )
         ],

@@ -4,8 +4,8 @@ operation is described (`Op`, `Query`), with the request checks they share (docs
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from typing import Any, TypeVar
 
 import attrs
@@ -38,6 +38,32 @@ from ._wire import INTERNAL as INTERNAL
 T = TypeVar("T")
 
 
+class Watches:
+    """The open watch streams of one app, so that a stopping server ends them at once: their clients
+    see the stream end cleanly instead of a connection cut when the grace period runs out."""
+
+    def __init__(self) -> None:
+        self._waits: set[trio.CancelScope] = set()
+        self._ended = False
+
+    @contextmanager
+    def ending(self, wait: trio.CancelScope) -> Iterator[None]:
+        """Within this block, `end` cancels ``wait``."""
+        self._waits.add(wait)
+        try:
+            yield
+        finally:
+            self._waits.discard(wait)
+
+    def ended(self) -> bool:
+        return self._ended
+
+    def end(self) -> None:
+        self._ended = True
+        for wait in self._waits:
+            wait.cancel()
+
+
 @attrs.define(kw_only=True)
 class Service:
     """What every operation reaches: the runtime, the test clock (``None``: the wall clock), metrics."""
@@ -49,6 +75,7 @@ class Service:
     access: Access = attrs.field(factory=Access)
     stopping: trio.Event | None = None
     """Set once the server stops: a long-poll answers at once (``None``: it never stops early)."""
+    watches: Watches = attrs.field(factory=Watches)
 
 
 @attrs.frozen(kw_only=True)

@@ -24,7 +24,7 @@ from ..records.notices import Committed, Lagged, StoreChanged, WorkChanged
 from ..records.validation import validate_scope
 from ..records.work import Work
 from ..runtime import Runtime
-from ._ops import Call, Service
+from ._ops import Call, Service, Watches
 from ._wire import query_int, query_text, to_data
 
 KEEPALIVE_S = 15.0
@@ -43,23 +43,25 @@ def _wanted(work: Work, scope: str | None, work_id: str | None) -> bool:
 
 
 async def changes(
-    rt: Runtime, *, scope: str | None, work_id: str | None, limit: float
+    rt: Runtime, *, scope: str | None, work_id: str | None, limit: float, watches: Watches
 ) -> AsyncIterator[bytes]:
     """The stream's bytes: an opening comment once the watch is in place (a client that waits for it
-    misses no later change), then events until ``limit`` Work changes were sent."""
+    misses no later change), then events until ``limit`` Work changes were sent or ``watches`` end."""
     sent = 0
     heard_other = -math.inf
     async with rt.watch(capacity=WATCH_CAPACITY) as notices:
         yield b": watching loom Work changes\n\n"
         changed: dict[str, None] = {}
         iterator = notices.__aiter__()
-        while sent < limit:
+        while sent < limit and not watches.ended():
             notice = None
-            with trio.move_on_after(KEEPALIVE_S):
+            with trio.move_on_after(KEEPALIVE_S) as wait, watches.ending(wait):
                 try:
                     notice = await iterator.__anext__()
                 except StopAsyncIteration:
                     return
+            if watches.ended():
+                return
             if notice is None:
                 yield b": keep-alive\n\n"
             elif isinstance(notice, WorkChanged):
@@ -93,7 +95,7 @@ async def watch(s: Service, call: Call) -> Response:
     work_id = query_text(call.query, "work")
     limit = query_int(call.query, "limit", 0, 1, 1_000_000) or math.inf
     return StreamingResponse(
-        changes(s.rt, scope=scope, work_id=work_id, limit=limit),
+        changes(s.rt, scope=scope, work_id=work_id, limit=limit, watches=s.watches),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

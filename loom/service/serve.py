@@ -39,7 +39,7 @@ from ..runtime import ACTORS, Runtime, open_runtime
 from ._access import Access, is_loopback
 from ._app import make_app
 from ._apps import app_and_config, find_config
-from ._logs import ACCESS_FORMAT, configure_logging
+from ._logs import configure_logging
 from ._metrics import Metrics
 from ._token import read_token_file
 
@@ -167,16 +167,14 @@ class _CloseOnExec(HypercornConfig):
         return sockets
 
 
-def hypercorn_config(
-    sock: socket.socket, *, access_log: bool = False, read_timeout: float = READ_TIMEOUT_S
-) -> HypercornConfig:
-    """Hypercorn's configuration, serving on ``sock`` (which it takes over)."""
+def hypercorn_config(sock: socket.socket, *, read_timeout: float = READ_TIMEOUT_S) -> HypercornConfig:
+    """Hypercorn's configuration, serving on ``sock`` (which it takes over). Its access log is off:
+    the app writes its own, one line per request (`_logs.AccessLog`)."""
     config = _CloseOnExec()
     config.bind = [f"fd://{sock.detach()}"]
     config.graceful_timeout = GRACEFUL_SECONDS
     config.read_timeout = read_timeout  # type: ignore[assignment]  # typed int, used as seconds
-    config.accesslog = logging.getLogger("loom.service.access") if access_log else None
-    config.access_log_format = ACCESS_FORMAT
+    config.accesslog = None
     config.errorlog = logging.getLogger("loom.service.http")
     return config
 
@@ -186,19 +184,29 @@ async def run_http(
     listen: str = DEFAULT_LISTEN,
     *,
     shutdown: Callable[[], Awaitable[None]] | None = None,
-    access_log: bool = True,
     read_timeout: float = READ_TIMEOUT_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` with Hypercorn's trio worker until ``shutdown`` returns (or until cancelled);
     ``task_status`` reports the bound addresses (``http://127.0.0.1:43123`` for port 0). An address
     that cannot be bound is `InvalidRequest` naming ``listen``. A connection that sends nothing for
-    ``read_timeout`` seconds while a request is due is closed."""
-    config = hypercorn_config(bound_socket(listen), access_log=access_log, read_timeout=read_timeout)
+    ``read_timeout`` seconds while a request is due is closed. When ``shutdown`` returns, the open
+    watch streams end at once (the requests in flight have `GRACEFUL_SECONDS` to finish)."""
+    config = hypercorn_config(bound_socket(listen), read_timeout=read_timeout)
+    stopping = None
+    if shutdown is not None:
+        trigger = shutdown
+
+        async def stopping() -> None:
+            await trigger()
+            watches = getattr(app.state, "watches", None)
+            if watches is not None:
+                watches.end()
+
     await hypercorn.trio.serve(
         app,  # type: ignore[arg-type]  # Starlette is an ASGI 3 app; the scope types differ only in name
         config,
-        shutdown_trigger=shutdown,
+        shutdown_trigger=stopping,
         task_status=task_status,
     )
 
@@ -345,7 +353,6 @@ async def _serve(
                         service.app,
                         listen,
                         shutdown=stop.wait,
-                        access_log=True,
                         read_timeout=read_timeout,
                     )
                 )

@@ -73,5 +73,7 @@ def postgres_backend() -> Any:
     try:
         module: ModuleType = importlib.import_module("._postgres", __package__)
     except ImportError as exc:  # pragma: no cover - depends on the installation
-        raise InvalidRequest(f"PostgreSQL needs psycopg 3: pip install 'loom[postgres]' ({exc})") from exc
+        raise InvalidRequest(
+            f"PostgreSQL needs psycopg 3: pip install 'psycopg[binary]>=3.2' (loom's postgres extra) ({exc})"
+        ) from exc
     return module

@@ -30,6 +30,7 @@ from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work
 from . import _sql
 from ._actor import StorageActor
+from ._browse import BrowseReads
 from ._dialect import SQLITE
 from ._tx import Tx
 from ._tx_budgets import LEDGER_COLUMNS, ledger_from_row
@@ -46,7 +47,7 @@ def _file_of(uri: str) -> str | None:
     return unquote(parts.path) if parts.scheme == "file" and parts.path else None
 
 
-class Reader:
+class Reader(BrowseReads):
     """Read-only queries on a file database through sqlite-anyio.
 
     One read runs at a time (the lock), and closing takes the lock too: a read that races the close

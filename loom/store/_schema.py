@@ -423,6 +423,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     """
     CREATE INDEX diagnostics_subject ON diagnostics (subject, id);
     """,
+    # 14: the web console's reads. Works by last change, newest first, all of them or those in one state
+    # (the scope rides in both indexes, so a page filtered by scope is read from the index alone; the
+    # second also counts Works by state, as works_state did); recurring timers (schedules) by id.
+    """
+    CREATE INDEX works_changed ON works (updated_at_ms, id, scope);
+    CREATE INDEX works_state_changed ON works (state, updated_at_ms, id, scope);
+    DROP INDEX works_state;
+    CREATE INDEX timers_recurring ON timers (id) WHERE recurrence IS NOT NULL OR interval_ms IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -71,7 +71,7 @@ def kv_from_row(row: Row) -> KVEntry:
 
 WORK_COLUMNS = (
     "id, scope, kind, state, revision, held, hold_reason, parent_id, predecessor_id, generation, attempts,"
-    " started, created_at_ms, release_once, failures, retry, blocked"
+    " started, created_at_ms, release_once, failures, retry, blocked, updated_at_ms"
 )
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
@@ -143,6 +143,7 @@ def work_from_row(
         failures=row[14],
         retry=RetryState(row[15]) if row[15] else None,
         blocked=row[16],
+        updated_at_ms=row[17],
         keys=keys,
         pending_inputs=pending,
         current_execution_id=live[0] if live else None,

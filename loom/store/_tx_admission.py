@@ -31,12 +31,13 @@ class AdmissionFacts:
     ready_seq: int | None
     blocked: str | None
     scope: str
+    updated_at_ms: int
 
 
 class AdmissionTx(TxBase):
     def admission_facts(self, work_id: str) -> AdmissionFacts | None:
         row = self._one(
-            "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope,"
+            "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope, w.updated_at_ms,"
             f" (SELECT x.state FROM executions x WHERE x.work_id = w.id AND x.state IN {_LIVE}),"
             " EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = w.id"
             f" AND i.state = '{InputState.PENDING.value}')"
@@ -52,9 +53,19 @@ class AdmissionTx(TxBase):
             ready_seq=row[3],
             blocked=row[4],
             scope=row[5],
-            execution_state=ExecutionState(row[6]) if row[6] else None,
-            has_pending=bool(row[7]),
+            updated_at_ms=row[6],
+            execution_state=ExecutionState(row[7]) if row[7] else None,
+            has_pending=bool(row[8]),
         )
+
+    def ready_at(self, work_id: str) -> int | None:
+        """When the Work joined the ready queue (``None``: it is not in it)."""
+        row = self._one("SELECT ready_at_ms FROM works WHERE id = ?", (work_id,))
+        return None if row is None or row[0] is None else int(row[0])
+
+    def mark_changed(self, work_id: str, now_ms: int) -> None:
+        """Record that a Work changed at ``now_ms`` (its place in the order of last change)."""
+        self._conn.execute("UPDATE works SET updated_at_ms = ? WHERE id = ?", (now_ms, work_id))
 
     def enqueue_work(self, work_id: str, now_ms: int) -> None:
         """Put a Work at the tail of the ready queue (behind every Work in it now)."""

@@ -36,6 +36,7 @@ class TxBase:
         self._savepoints += 1
         mark = len(self.notices)
         freed = len(self.freed_pools)
+        touched = len(self.touched)
         self._conn.execute(f"SAVEPOINT {name}")
         try:
             yield
@@ -45,6 +46,8 @@ class TxBase:
                 self._conn.execute(f"RELEASE {name}")
                 del self.notices[mark:]
                 del self.freed_pools[freed:]
+                for work_id in list(self.touched)[touched:]:  # what it touched was undone too
+                    del self.touched[work_id]
                 if self._ordered_at is not None and self._ordered_at > depth:
                     self._ordered_at = None  # a lock taken inside a savepoint goes with its rollback
             raise

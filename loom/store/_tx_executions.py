@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..records.notices import LeaseExpiry
+from ..records.notices import AttemptEnded, LeaseExpiry
 from ..records.work import (
     CAPACITY_STATES,
     EXECUTION_LIFECYCLE,
@@ -23,6 +23,33 @@ from . import _sql
 from ._tx_base import TxBase
 
 _LIVE = _sql.LIVE
+ENDED_STATES = frozenset(
+    {
+        ExecutionState.COMPLETED,
+        ExecutionState.HANDOFF,
+        ExecutionState.FAILED,
+        ExecutionState.CANCELLED,
+        ExecutionState.WAITED,
+        ExecutionState.PARKED,
+    }
+)
+"""The states an attempt ends in (or pauses in, parked on a wait): reaching one announces `AttemptEnded`."""
+
+
+def ended_as(state: ExecutionState, outcome: str | None) -> str:
+    """How an attempt ended, for `AttemptEnded`: its state, told apart where the outcome says more
+    (``not_adoptable``: failed because its executor could not verify it after its lease expired;
+    ``timed_out``: failed at its execution deadline; ``interrupted``: stopped by an interrupt)."""
+    recorded = json.loads(outcome) if outcome else {}
+    if state is ExecutionState.FAILED and recorded.get("recovery"):
+        return "not_adoptable"
+    if state is ExecutionState.FAILED and "timeout_event_id" in recorded:
+        return "timed_out"
+    if state is ExecutionState.CANCELLED and recorded.get("kind") == "interrupted":
+        return "interrupted"
+    return state.value
+
+
 _EXECUTION_FIELDS = frozenset(
     {
         "epoch",
@@ -202,6 +229,15 @@ class ExecutionsTx(TxBase):
         )
         self._written(cur, f"execution {execution.id}", execution.state, new)
         self.touch(execution.work_id)
+        if new in ENDED_STATES and execution.state not in ENDED_STATES:
+            self.notify(
+                AttemptEnded(
+                    execution_id=execution.id,
+                    work_id=execution.work_id,
+                    attempt=execution.attempt,
+                    outcome=ended_as(new, fields.get("outcome")),
+                )
+            )
         if fields.get("expires_at_ms") is not None:
             self.notify(LeaseExpiry(execution_id=execution.id, expires_at_ms=fields["expires_at_ms"]))
         if execution.pool is not None and execution.state in CAPACITY_STATES and new not in CAPACITY_STATES:
