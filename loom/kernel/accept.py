@@ -23,14 +23,25 @@ from .causal import check_and_charge_in_tx
 
 
 def accept_in_tx(
-    tx: Tx, now_ms: int, event: EventIn, limits: CausalLimits, *, trusted: bool = False
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    limits: CausalLimits,
+    *,
+    trusted: bool = False,
+    checked: str | None = None,
 ) -> Event:
     """Accept an external root Event, or return the original (marked duplicate).
 
     ``trusted`` admits the privileged ``core.*`` family (operator and control paths).
     A new root pins the causal limits in force for its whole chain.
+
+    ``checked`` is the payload's canonical JSON text as ``validated_payload(event, allow_core=trusted)``
+    returned it for this very ``event`` (the ingress validates in the publisher's task): the Event's
+    fields are immutable text and what is stored is that text, so the rules are not checked twice.
+    Without it, every rule is checked here.
     """
-    payload = validated_payload(event, allow_core=trusted)
+    payload = validated_payload(event, allow_core=trusted) if checked is None else checked
     existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
@@ -184,9 +195,25 @@ def _insert(
 ) -> Event:
     if payload is None:
         payload = validated_payload(event, allow_core=True)
-    pending = Event(
+    seq = tx.insert_event(
         id=new_id,
-        seq=0,
+        source=event.source,
+        delivery_id=event.delivery_id,
+        type=event.type,
+        scope=event.scope,
+        key=event.key,
+        work_id=event.work_id,
+        execution_id=execution_id,
+        payload_json=payload,
+        parent_id=parent_id,
+        cause_id=cause_id,
+        root_id=root_id,
+        depth=depth,
+        accepted_at_ms=now_ms,
+    )
+    accepted = Event(
+        id=new_id,
+        seq=seq,
         source=event.source,
         delivery_id=event.delivery_id,
         type=event.type,
@@ -201,7 +228,6 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
-    accepted = attrs.evolve(pending, seq=tx.insert_event(pending, payload))
     tx.notify(EventAccepted(event=accepted))
     return accepted
 

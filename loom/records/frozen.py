@@ -88,7 +88,10 @@ def freeze(value: Any) -> Any:
 
 def frozen_object(value: Any) -> Any:
     """`freeze` for a record's JSON-object field: a mapping comes out a `FrozenDict`; anything else is
-    left for the record's own validation to refuse."""
+    left for the record's own validation to refuse. A `FrozenDict` is kept as it is (`freeze` makes every
+    one deeply frozen), so a record copied with ``attrs.evolve`` shares its payload instead of copying it."""
+    if type(value) is FrozenDict:
+        return value
     if isinstance(value, Mapping):
         return freeze(dict(value))
     return value

@@ -38,6 +38,11 @@ from ._tx_tombstones import TombstonesTx
 from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
+_INSERT_EVENT = (
+    "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
+    " parent_id, cause_id, root_id, depth, accepted_at_ms)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq"
+)
 _WORK_FIELDS = frozenset(
     {
         "held",
@@ -60,30 +65,45 @@ class Tx(
 
     # -- events -----------------------------------------------------------
 
-    def insert_event(self, event: Event, payload_json: str) -> int:
-        """Insert an immutable Event (its ``seq`` is ignored); return its sequence (strictly increasing)."""
+    def insert_event(
+        self,
+        *,
+        id: str,
+        source: str,
+        delivery_id: str,
+        type: str,
+        scope: str,
+        key: str | None,
+        work_id: str | None,
+        execution_id: str | None,
+        payload_json: str,
+        parent_id: str | None,
+        cause_id: str | None,
+        root_id: str,
+        depth: int,
+        accepted_at_ms: int,
+    ) -> int:
+        """Insert an immutable Event; return its sequence (strictly increasing)."""
         self._ordered()
-        row = self._one(
-            "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
-            " parent_id, cause_id, root_id, depth, accepted_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        row = self._conn.execute(
+            _INSERT_EVENT,
             (
-                event.id,
-                event.source,
-                event.delivery_id,
-                event.type,
-                event.scope,
-                event.key,
-                event.work_id,
-                event.execution_id,
+                id,
+                source,
+                delivery_id,
+                type,
+                scope,
+                key,
+                work_id,
+                execution_id,
                 payload_json,
-                event.parent_id,
-                event.cause_id,
-                event.root_id,
-                event.depth,
-                event.accepted_at_ms,
+                parent_id,
+                cause_id,
+                root_id,
+                depth,
+                accepted_at_ms,
             ),
-        )
+        ).fetchone()
         assert row is not None
         return int(row[0])
 
