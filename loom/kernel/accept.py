@@ -21,6 +21,8 @@ from ..records.validation import check_text, validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
+_DEFAULT_LIMITS = CausalLimits()
+
 
 def accept_in_tx(
     tx: Tx,
@@ -47,7 +49,7 @@ def accept_in_tx(
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
     new_id = event_id(event.source, event.delivery_id)
-    if limits != CausalLimits():
+    if limits != _DEFAULT_LIMITS:
         # a root under the default limits is pinned implicitly (see causal.root_limits)
         tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     return _insert(
