@@ -68,19 +68,18 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     arbitrates again in the same transaction: an Event for a waiting Work is always seen by its wait.
     """
     check_decision(req.decision)
-    event = tx.event(req.event_id)
-    if event is None:
+    found = tx.event_to_route(req.event_id)
+    if found is None:
         raise NotFound(f"no event with id {req.event_id!r}")
+    event, existing = found
+    if existing is not None:
+        return RouteResult(checkpoint=existing, replay=True)
     result = _route_in_tx(tx, now_ms, req, event, limits)
-    if not result.replay:
-        wake_on_key_in_tx(tx, now_ms, event.key, limits)
+    wake_on_key_in_tx(tx, now_ms, event.key, limits)
     return result
 
 
 def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: CausalLimits) -> RouteResult:
-    existing = tx.checkpoint(event.id)
-    if existing is not None:
-        return RouteResult(checkpoint=existing, replay=True)
     decision = req.decision
     if req.from_handler and not isinstance(decision, Deliver):
         # a handler's drop or no-match was decided over the Work it saw: that Work must not have changed

@@ -103,6 +103,15 @@ CHECKPOINT_COLUMNS = (
     " generation, at_ms"
 )
 CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
+EVENT_TO_ROUTE = (
+    "SELECT "
+    + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))
+    + ", "
+    + ", ".join(f"c.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
+    + " FROM events e LEFT JOIN checkpoints c ON c.event_id = e.id WHERE e.id = ?"
+)
+"""An Event with its routing checkpoint, if it has one (columns of both, the checkpoint's all null
+without one)."""
 CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY commit_seq"
 """A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (

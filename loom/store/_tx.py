@@ -38,6 +38,7 @@ from ._tx_tombstones import TombstonesTx
 from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
+_EVENT_WIDTH = len(_sql.EVENT_COLUMNS.split(","))
 _INSERT_EVENT = (
     "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
     " parent_id, cause_id, root_id, depth, accepted_at_ms)"
@@ -268,6 +269,16 @@ class Tx(
     def checkpoint(self, event_id: str) -> Checkpoint | None:
         row = self._one(_sql.CHECKPOINT_BY_EVENT, (event_id,))
         return _sql.checkpoint_from_row(row) if row else None
+
+    def event_to_route(self, event_id: str) -> tuple[Event, Checkpoint | None] | None:
+        """An Event and its routing checkpoint (``None`` while unrouted), in one query; ``None``
+        without such an Event."""
+        row = self._one(_sql.EVENT_TO_ROUTE, (event_id,))
+        if row is None:
+            return None
+        width = _EVENT_WIDTH
+        checkpoint = _sql.checkpoint_from_row(row[width:]) if row[width] is not None else None
+        return _sql.event_from_row(row), checkpoint
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
