@@ -138,13 +138,10 @@ def delivered(tx: Tx, source: str, delivery_id: str, like: EventIn | None = None
     answered by its tombstone (within the dedup window): an Event marked ``compacted`` with the
     original's id, sequence and acceptance time, its other fields taken from ``like`` (the redelivery)
     where given. Every dedup check asks this, so an identity is never accepted twice."""
-    existing = tx.event_by_delivery(source, delivery_id)
-    if existing is not None:
-        return existing
-    tombstone = tx.event_tombstone(source, delivery_id)
-    if tombstone is None:
-        return None
-    seq, accepted_at_ms = tombstone
+    found = tx.delivery(source, delivery_id)
+    if found is None or isinstance(found, Event):
+        return found
+    seq, accepted_at_ms = found
     original_id = event_id(source, delivery_id)
     return Event(
         id=original_id,

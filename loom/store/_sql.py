@@ -37,6 +37,15 @@ EVENTS_OF_ROOT = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
     " ORDER BY seq LIMIT ?"
 )
+DELIVERY = (
+    "SELECT "
+    + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))
+    + ", t.seq, t.accepted_at_ms FROM (SELECT 1 AS probe) AS p"
+    " LEFT JOIN events e ON e.source = ? AND e.delivery_id = ?"
+    " LEFT JOIN event_tombstones t ON t.source = ? AND t.delivery_id = ?"
+)
+"""One row for a delivery identity: the Event accepted with it (columns all null without one), then a
+tombstone's sequence and acceptance time (null without one)."""
 EVENT_COUNT = "SELECT count(*) FROM events"
 KV_GET = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? AND key = ?"
 KV_LIST = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? ORDER BY key LIMIT ?"

@@ -116,6 +116,17 @@ class Tx(
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(row) if row else None
 
+    def delivery(self, source: str, delivery_id: str) -> Event | tuple[int, int] | None:
+        """What a delivery identity was accepted as, in one query: the Event, else a removed Event's
+        tombstone (its sequence and acceptance time), else ``None``."""
+        row = self._one(_sql.DELIVERY, (source, delivery_id, source, delivery_id))
+        assert row is not None
+        if row[0] is not None:
+            return _sql.event_from_row(row)
+        if row[_EVENT_WIDTH] is not None:
+            return int(row[_EVENT_WIDTH]), int(row[_EVENT_WIDTH + 1])
+        return None
+
     def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
         """Events above ``after_seq`` without a routing checkpoint, in acceptance order."""
         return [_sql.event_from_row(r) for r in self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
