@@ -45,6 +45,23 @@ def test_work_wait_long_polls_and_prints_the_value(server: FakeServer) -> None:
     assert server.requests == [("GET", "/work/wk_1/result?wait=30", None)]
 
 
+def test_work_wait_finds_the_work_by_its_key(server: FakeServer) -> None:
+    """Catches a --key that is ignored or not looked up (a wait on a Work named by a key, as right after
+    ``loom send``), and a command that takes both an id and a key, or neither."""
+    server.answers["GET", "/work/by-key/order%2F1"] = (200, WORK_VIEW)
+    server.answers["GET", "/work/wk_1/result"] = (200, RESULT)
+    result = loom_cli("work", "wait", "--key", "order/1", "--url", server.url)
+    assert result.exit_code == 0, result.output
+    assert server.requests == [
+        ("GET", "/work/by-key/order%2F1", None),
+        ("GET", "/work/wk_1/result?wait=30", None),
+    ]
+    for args in (("wk_1", "--key", "order/1"), ()):
+        refused = loom_cli("work", "wait", *args, "--url", server.url)
+        assert refused.exit_code != 0
+        assert "give a Work id or --key KEY" in refused.output
+
+
 @pytest.mark.parametrize(
     ("changes", "status", "said"),
     [

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,9 +126,15 @@ def _checkout(directory: Path) -> Path:
     """A directory that looks like the repository (its files linked), where the blocks may write."""
     directory.mkdir()
     for entry in ROOT.iterdir():
-        if entry.name not in {".git", ".venv", "test-output"} and not entry.name.endswith(".db"):
+        if entry.name in COPIED:  # blocks cd into these and write there: a copy keeps the checkout clean
+            shutil.copytree(entry, directory / entry.name, ignore=shutil.ignore_patterns(*IGNORED))
+        elif entry.name not in {".git", ".venv", "test-output"} and not entry.name.endswith(".db"):
             (directory / entry.name).symlink_to(entry)
     return directory
+
+
+COPIED = {"examples"}
+IGNORED = ("__pycache__", "*.db", "*.db-*", "*.db.lock", "*.log", "build", "*.egg-info")
 
 
 def test_every_shell_block_is_found_and_the_unrun_ones_are_counted() -> None:

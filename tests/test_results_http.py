@@ -71,6 +71,8 @@ async def test_a_long_poll_ends_when_the_server_stops(tmp_path: Path) -> None:
     """Catches a stop that waits for every long-poll in flight (up to a minute)."""
     stopping = trio.Event()
     async with api(tmp_path, stopping=stopping) as a:
+        # a long-poll for an unknown Work is refused as one, not an internal error (a nursery's group)
+        refusal(await a.client.get("/work/wk_.../result?wait=5"), 404, "not_found")
         await a.client.post("/events?wait=10", json=order(1))
         work = await a.rt.work_for_key("order/1")
         got: list[dict[str, object]] = []

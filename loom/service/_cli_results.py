@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import typer
 
-from ._cli_base import AS_JSON, TOKEN_FILE, URL, dump, user_errors
+from ._cli_base import AS_JSON, TOKEN_FILE, URL, UserError, dump, user_errors
 
 LONG_POLL_S = 30
 """How long one request of ``loom work wait`` waits on the server (the server allows up to 60)."""
@@ -47,7 +47,8 @@ def add_work_commands(work_app: typer.Typer) -> None:
     @work_app.command("wait")
     @user_errors
     def work_wait(
-        work_id: str = typer.Argument(..., help="The Work's id."),
+        work_id: str | None = typer.Argument(None, help="The Work's id."),
+        key: str | None = typer.Option(None, "--key", help="The Work that owns this key, instead of an id."),
         timeout: float = typer.Option(
             0, "--timeout", help="Give up after this many seconds (0: wait as long as it takes)."
         ),
@@ -61,8 +62,16 @@ def add_work_commands(work_app: typer.Typer) -> None:
         from ._client import Client
         from ._token import read_token_file
 
+        if (work_id is None) == (key is None):
+            raise UserError("give a Work id or --key KEY (one of them)")
         token = read_token_file(token_file) if token_file is not None else None
         api = Client(url, timeout=LONG_POLL_S + 30, token=token)
+        if work_id is None:
+            found = api.get(f"/work/by-key/{quote(key or '', safe='')}")
+            work = found.get("work") if isinstance(found, dict) else None
+            if not isinstance(work, dict) or not isinstance(work.get("id"), str):
+                raise UserError(f"the server's answer for key {key!r} names no Work")
+            work_id = work["id"]
         deadline = time.monotonic() + timeout if timeout > 0 else None
         while True:
             left = (

@@ -37,10 +37,14 @@ async def _unless_stopping(s: Service, wait: Callable[[], Awaitable[T]]) -> T | 
     if s.stopping is None:
         return await wait()
     result: list[T] = []
+    failed: list[Exception] = []
     async with trio.open_nursery() as nursery:
 
         async def waiting() -> None:
-            result.append(await wait())
+            try:
+                result.append(await wait())
+            except Exception as exc:  # raised as itself below, not wrapped in the nursery's group
+                failed.append(exc)
             nursery.cancel_scope.cancel()
 
         async def stopping() -> None:
@@ -50,6 +54,8 @@ async def _unless_stopping(s: Service, wait: Callable[[], Awaitable[T]]) -> T | 
 
         nursery.start_soon(waiting)
         nursery.start_soon(stopping)
+    if failed:
+        raise failed[0]
     return result[0] if result else None
 
 
