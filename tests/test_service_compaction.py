@@ -88,3 +88,15 @@ def test_loom_vacuum_gives_an_old_file_incremental_vacuum(tmp_path: Path) -> Non
     assert "bytes before" in result.stdout
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA auto_vacuum").fetchone() == (2,)
+
+
+def test_the_command_line_counts_the_kinds_a_report_has() -> None:
+    """The command line keeps its own list of a report's counts (it imports no records, to start fast):
+    catches a kind added to `CompactionReport` that ``loom compact`` would never show."""
+    import attrs
+
+    from loom.records.compaction import COUNTS, CompactionReport
+    from loom.service import _cli_compact
+
+    assert _cli_compact.COUNTS == COUNTS
+    assert set(COUNTS) <= {field.name for field in attrs.fields(CompactionReport)}

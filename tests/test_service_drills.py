@@ -418,8 +418,13 @@ async def unfinished(client: httpx.AsyncClient, server: Server) -> str:
 
 
 async def all_completed(client: httpx.AsyncClient, keys: set[str]) -> bool:
-    done = await all_pages(client, "/work", "work", scope="starts", state="completed")
-    return {k for w in done for k in w["keys"]} >= keys
+    """Every Work of the drill completed, for every acknowledged Event and every Event stored without
+    its answer reaching the client (sent just before a kill): those are recovered at the restart too."""
+    works = await all_pages(client, "/work", "work", scope="starts")
+    events = await all_pages(client, "/events", "events")
+    stored = {e["delivery_id"] for e in events if e["type"] == "job.run"}  # a job's key is its delivery id
+    done = {k for w in works if w["state"] == "completed" for k in w["keys"]}
+    return all(w["state"] == "completed" for w in works) and done >= keys | stored
 
 
 async def load_jobs_until_killed(

@@ -214,34 +214,7 @@ class Reader(BrowseReads):
             params += (scope, len(scope) + 1, scope + "/")
         # one snapshot of five queries for the whole page, however long it is
         page = f"SELECT id FROM works WHERE {where} ORDER BY id LIMIT ?"
-        args = (*params, limit)
-        rows, keys, pending, live, waits = await self._snapshot(
-            [
-                (f"{_sql.WORK_SELECT} WHERE {where} ORDER BY id LIMIT ?", args),
-                (_sql.PAGE_KEYS.format(page=page), args),
-                (_sql.PAGE_PENDING.format(page=page), args),
-                (_sql.PAGE_LIVE_EXECUTIONS.format(page=page), args),
-                (_sql.PAGE_OPEN_WAITS.format(page=page), args),
-            ]
-        )
-        keys_of: dict[str, list[str]] = {}
-        for work_id, key in keys:
-            keys_of.setdefault(work_id, []).append(key)
-        pending_of: dict[str, list[str]] = {}
-        for work_id, event_id in pending:
-            pending_of.setdefault(work_id, []).append(event_id)
-        live_of = {row[0]: row[1:] for row in live}
-        wait_of = {work_id: wait_id for work_id, wait_id in waits}
-        return [
-            _sql.work_from_row(
-                row,
-                tuple(keys_of.get(row[0], ())),
-                tuple(pending_of.get(row[0], ())),
-                live_of.get(row[0]),
-                wait_of.get(row[0]),
-            )
-            for row in rows
-        ]
+        return await self._works_of_page(page, (*params, limit), "id")
 
     async def key_owner(self, key: str) -> str | None:
         rows = await self._all(_sql.KEY_OWNER, (key,))
