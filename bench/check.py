@@ -46,8 +46,8 @@ FLOORS = (
         "accept.py",
         ("--events", "3000", "--serial-events", "200", "--rounds", "1"),
         r"ratio loom-100/raw-commit-per-row: ([\d.]+)",
-        1.0,
-        reached="1.8-3.3",
+        1.2,
+        reached="2.4-3.0",
     ),
     Floor(
         "acceptance, 1 producer / raw commit-per-row",

@@ -18,7 +18,7 @@ from ..config import CausalLimits
 from ..kernel.accept import accept_batch_in_tx, accept_derived_in_tx, accept_in_tx
 from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.validation import check_text, validate_event_in
+from ..records.validation import check_text, validate_event_in, validated_payload
 from ..store import StorageActor
 
 
@@ -37,12 +37,15 @@ class IngressActor:
     async def publish(self, event: EventIn, *, trusted: bool = False) -> Event:
         """Accept a root Event; return it once committed (or the original, marked duplicate).
 
-        A bad Event is refused here, naming the field, before it costs a storage request;
-        ``accept_in_tx`` checks the same rules again (it trusts no caller).
+        A bad Event is refused here, naming the field, before it costs a storage request. What is
+        stored is the payload's JSON text checked here (``checked``): a payload the publisher changes
+        meanwhile changes nothing, and ``accept_in_tx`` need not check the same rules again.
         """
-        validate_event_in(event, allow_core=trusted)
+        payload = validated_payload(event, allow_core=trusted)
         async with self._in_flight:
-            return await self._storage.submit(accept_in_tx, event, self._limits(), trusted=trusted)
+            return await self._storage.submit(
+                accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
+            )
 
     async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
         """Accept root Events in the order given, in one storage request (`accept_batch_in_tx`): each

@@ -21,22 +21,35 @@ from ..records.validation import check_text, validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
+_DEFAULT_LIMITS = CausalLimits()
+
 
 def accept_in_tx(
-    tx: Tx, now_ms: int, event: EventIn, limits: CausalLimits, *, trusted: bool = False
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    limits: CausalLimits,
+    *,
+    trusted: bool = False,
+    checked: str | None = None,
 ) -> Event:
     """Accept an external root Event, or return the original (marked duplicate).
 
     ``trusted`` admits the privileged ``core.*`` family (operator and control paths).
     A new root pins the causal limits in force for its whole chain.
+
+    ``checked`` is the payload's canonical JSON text as ``validated_payload(event, allow_core=trusted)``
+    returned it for this very ``event`` (the ingress validates in the publisher's task): the Event's
+    fields are immutable text and what is stored is that text, so the rules are not checked twice.
+    Without it, every rule is checked here.
     """
-    payload = validated_payload(event, allow_core=trusted)
+    payload = validated_payload(event, allow_core=trusted) if checked is None else checked
     existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
     new_id = event_id(event.source, event.delivery_id)
-    if limits != CausalLimits():
+    if limits != _DEFAULT_LIMITS:
         # a root under the default limits is pinned implicitly (see causal.root_limits)
         tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     return _insert(
@@ -125,13 +138,10 @@ def delivered(tx: Tx, source: str, delivery_id: str, like: EventIn | None = None
     answered by its tombstone (within the dedup window): an Event marked ``compacted`` with the
     original's id, sequence and acceptance time, its other fields taken from ``like`` (the redelivery)
     where given. Every dedup check asks this, so an identity is never accepted twice."""
-    existing = tx.event_by_delivery(source, delivery_id)
-    if existing is not None:
-        return existing
-    tombstone = tx.event_tombstone(source, delivery_id)
-    if tombstone is None:
-        return None
-    seq, accepted_at_ms = tombstone
+    found = tx.delivery(source, delivery_id)
+    if found is None or isinstance(found, Event):
+        return found
+    seq, accepted_at_ms = found
     original_id = event_id(source, delivery_id)
     return Event(
         id=original_id,
@@ -184,9 +194,25 @@ def _insert(
 ) -> Event:
     if payload is None:
         payload = validated_payload(event, allow_core=True)
-    pending = Event(
+    seq = tx.insert_event(
         id=new_id,
-        seq=0,
+        source=event.source,
+        delivery_id=event.delivery_id,
+        type=event.type,
+        scope=event.scope,
+        key=event.key,
+        work_id=event.work_id,
+        execution_id=execution_id,
+        payload_json=payload,
+        parent_id=parent_id,
+        cause_id=cause_id,
+        root_id=root_id,
+        depth=depth,
+        accepted_at_ms=now_ms,
+    )
+    accepted = Event(
+        id=new_id,
+        seq=seq,
         source=event.source,
         delivery_id=event.delivery_id,
         type=event.type,
@@ -201,7 +227,6 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
-    accepted = attrs.evolve(pending, seq=tx.insert_event(pending, payload))
     tx.notify(EventAccepted(event=accepted))
     return accepted
 

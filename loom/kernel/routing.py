@@ -67,22 +67,19 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     Whatever the decision (routed, unmatched, drop, terminal), every wait watching the Event's key then
     arbitrates again in the same transaction: an Event for a waiting Work is always seen by its wait.
     """
-    result = _route_in_tx(tx, now_ms, req, limits)
-    if not result.replay:
-        event = tx.event(req.event_id)
-        assert event is not None
-        wake_on_key_in_tx(tx, now_ms, event.key, limits)
+    check_decision(req.decision)
+    found = tx.event_to_route(req.event_id)
+    if found is None:
+        raise NotFound(f"no event with id {req.event_id!r}")
+    event, existing = found
+    if existing is not None:
+        return RouteResult(checkpoint=existing, replay=True)
+    result = _route_in_tx(tx, now_ms, req, event, limits)
+    wake_on_key_in_tx(tx, now_ms, event.key, limits)
     return result
 
 
-def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) -> RouteResult:
-    check_decision(req.decision)
-    event = tx.event(req.event_id)
-    if event is None:
-        raise NotFound(f"no event with id {req.event_id!r}")
-    existing = tx.checkpoint(event.id)
-    if existing is not None:
-        return RouteResult(checkpoint=existing, replay=True)
+def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: CausalLimits) -> RouteResult:
     decision = req.decision
     if req.from_handler and not isinstance(decision, Deliver):
         # a handler's drop or no-match was decided over the Work it saw: that Work must not have changed

@@ -75,8 +75,16 @@ def _frozen_list(data: list[Any]) -> FrozenList:
     return FrozenList(data)
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def freeze(value: Any) -> Any:
     """An immutable deep copy of JSON-shaped ``value`` (already frozen data is returned as it is)."""
+    kind = type(value)
+    if kind in _SCALARS:  # the common leaves, told apart before the isinstance checks below
+        return value
+    if kind is dict:
+        return FrozenDict({key: freeze(item) for key, item in value.items()})
     if isinstance(value, FrozenDict | FrozenList):
         return value
     if isinstance(value, dict):
@@ -88,7 +96,13 @@ def freeze(value: Any) -> Any:
 
 def frozen_object(value: Any) -> Any:
     """`freeze` for a record's JSON-object field: a mapping comes out a `FrozenDict`; anything else is
-    left for the record's own validation to refuse."""
+    left for the record's own validation to refuse. A `FrozenDict` is kept as it is (`freeze` makes every
+    one deeply frozen), so a record copied with ``attrs.evolve`` shares its payload instead of copying it."""
+    kind = type(value)
+    if kind is FrozenDict:
+        return value
+    if kind is dict:
+        return freeze(value)
     if isinstance(value, Mapping):
         return freeze(dict(value))
     return value

@@ -44,6 +44,8 @@ MIN_INT = -(2**63)
 
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
+"""A control character (below 32, or DEL)."""
 
 
 _MAX_INT_DIGITS = 60
@@ -94,7 +96,7 @@ def check_text(
         raise InvalidRequest(f"{field} is longer than {max_len} characters", field=field)
     if not is_valid_unicode(value):
         raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field)
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if _CONTROL_RE.search(value) is not None:
         raise InvalidRequest(f"{field} contains control characters: {_describe(value)}", field=field)
     return value
 

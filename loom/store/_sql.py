@@ -37,6 +37,15 @@ EVENTS_OF_ROOT = (
     f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
     " ORDER BY seq LIMIT ?"
 )
+DELIVERY = (
+    "SELECT "
+    + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))
+    + ", t.seq, t.accepted_at_ms FROM (SELECT 1 AS probe) AS p"
+    " LEFT JOIN events e ON e.source = ? AND e.delivery_id = ?"
+    " LEFT JOIN event_tombstones t ON t.source = ? AND t.delivery_id = ?"
+)
+"""One row for a delivery identity: the Event accepted with it (columns all null without one), then a
+tombstone's sequence and acceptance time (null without one)."""
 EVENT_COUNT = "SELECT count(*) FROM events"
 KV_GET = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? AND key = ?"
 KV_LIST = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace = ? ORDER BY key LIMIT ?"
@@ -103,6 +112,15 @@ CHECKPOINT_COLUMNS = (
     " generation, at_ms"
 )
 CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
+EVENT_TO_ROUTE = (
+    "SELECT "
+    + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))
+    + ", "
+    + ", ".join(f"c.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
+    + " FROM events e LEFT JOIN checkpoints c ON c.event_id = e.id WHERE e.id = ?"
+)
+"""An Event with its routing checkpoint, if it has one (columns of both, the checkpoint's all null
+without one)."""
 CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY commit_seq"
 """A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (

@@ -38,6 +38,12 @@ from ._tx_tombstones import TombstonesTx
 from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
+_EVENT_WIDTH = len(_sql.EVENT_COLUMNS.split(","))
+_INSERT_EVENT = (
+    "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
+    " parent_id, cause_id, root_id, depth, accepted_at_ms)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq"
+)
 _WORK_FIELDS = frozenset(
     {
         "held",
@@ -60,30 +66,45 @@ class Tx(
 
     # -- events -----------------------------------------------------------
 
-    def insert_event(self, event: Event, payload_json: str) -> int:
-        """Insert an immutable Event (its ``seq`` is ignored); return its sequence (strictly increasing)."""
+    def insert_event(
+        self,
+        *,
+        id: str,
+        source: str,
+        delivery_id: str,
+        type: str,
+        scope: str,
+        key: str | None,
+        work_id: str | None,
+        execution_id: str | None,
+        payload_json: str,
+        parent_id: str | None,
+        cause_id: str | None,
+        root_id: str,
+        depth: int,
+        accepted_at_ms: int,
+    ) -> int:
+        """Insert an immutable Event; return its sequence (strictly increasing)."""
         self._ordered()
-        row = self._one(
-            "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
-            " parent_id, cause_id, root_id, depth, accepted_at_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        row = self._conn.execute(
+            _INSERT_EVENT,
             (
-                event.id,
-                event.source,
-                event.delivery_id,
-                event.type,
-                event.scope,
-                event.key,
-                event.work_id,
-                event.execution_id,
+                id,
+                source,
+                delivery_id,
+                type,
+                scope,
+                key,
+                work_id,
+                execution_id,
                 payload_json,
-                event.parent_id,
-                event.cause_id,
-                event.root_id,
-                event.depth,
-                event.accepted_at_ms,
+                parent_id,
+                cause_id,
+                root_id,
+                depth,
+                accepted_at_ms,
             ),
-        )
+        ).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -94,6 +115,17 @@ class Tx(
     def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
         return _sql.event_from_row(row) if row else None
+
+    def delivery(self, source: str, delivery_id: str) -> Event | tuple[int, int] | None:
+        """What a delivery identity was accepted as, in one query: the Event, else a removed Event's
+        tombstone (its sequence and acceptance time), else ``None``."""
+        row = self._one(_sql.DELIVERY, (source, delivery_id, source, delivery_id))
+        assert row is not None
+        if row[0] is not None:
+            return _sql.event_from_row(row)
+        if row[_EVENT_WIDTH] is not None:
+            return int(row[_EVENT_WIDTH]), int(row[_EVENT_WIDTH + 1])
+        return None
 
     def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:
         """Events above ``after_seq`` without a routing checkpoint, in acceptance order."""
@@ -248,6 +280,16 @@ class Tx(
     def checkpoint(self, event_id: str) -> Checkpoint | None:
         row = self._one(_sql.CHECKPOINT_BY_EVENT, (event_id,))
         return _sql.checkpoint_from_row(row) if row else None
+
+    def event_to_route(self, event_id: str) -> tuple[Event, Checkpoint | None] | None:
+        """An Event and its routing checkpoint (``None`` while unrouted), in one query; ``None``
+        without such an Event."""
+        row = self._one(_sql.EVENT_TO_ROUTE, (event_id,))
+        if row is None:
+            return None
+        width = _EVENT_WIDTH
+        checkpoint = _sql.checkpoint_from_row(row[width:]) if row[width] is not None else None
+        return _sql.event_from_row(row), checkpoint
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
