@@ -6,11 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
-from service_kit import api, order
+from service_kit import CONFIG, api, order
 
 import loom
+from loom.service.serve import open_service
 from loom.testing import T0_MS
+from loom.testing.postgres import PostgresCluster
 
 ALERTS = Path(__file__).parent.parent / "docs" / "alerts.yml"
 
@@ -19,7 +22,11 @@ Figures = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 async def scrape(a: object) -> Figures:
-    response = await a.client.get("/metrics")  # type: ignore[attr-defined]
+    return await scrape_client(a.client)  # type: ignore[attr-defined]
+
+
+async def scrape_client(client: httpx.AsyncClient) -> Figures:
+    response = await client.get("/metrics")
     assert response.status_code == 200
     figures = {}
     for family in text_string_to_metric_families(response.text):
@@ -137,3 +144,34 @@ async def test_attempt_outcomes_retries_and_start_latencies_are_counted(tmp_path
         assert delta(ended, start, "loom_retries_total", kind="manual") == 1
         assert delta(ended, start, "loom_retries_total", kind="automatic") == 1
         assert delta(ended, start, "loom_attempts_recovered_total", relaunch="false") == 1
+
+
+async def test_on_a_shared_database_gauges_read_the_database_and_counters_are_the_nodes_own(
+    loom_postgres: PostgresCluster,
+) -> None:
+    """Two nodes on one PostgreSQL database, each with its own /metrics. Catches gauges counted from a
+    node's own notices (node b would show none of a's Events and Works) and counters that count another
+    node's commits (b would count a's attempt, and a scrape of every node would count it twice)."""
+    url = loom_postgres.create_database(template=loom_postgres.migrated_template())
+    clock = loom.ManualClock(start_ms=T0_MS)
+    options = {"config": CONFIG, "test_clock": clock, "load_entry_points": False, "start_actors": False}
+    async with (
+        open_service(url, node="a", **options) as a,  # type: ignore[arg-type]
+        open_service(url, node="b", **options) as b,  # type: ignore[arg-type]
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=a.app), base_url="http://localhost") as on_a,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=b.app), base_url="http://localhost") as on_b,
+    ):
+        start_a, start_b = await scrape_client(on_a), await scrape_client(on_b)
+        for n in (1, 2):
+            assert (await on_a.post("/events", json=order(n))).status_code == 201
+        assert one(await scrape_client(on_b), "loom_events_unrouted") == 2
+        await a.runtime.poll()
+        work = await a.runtime.work_for_key("order/1")
+        await a.runtime.claim(work.id, owner="host")
+        on_node_a, on_node_b = await scrape_client(on_a), await scrape_client(on_b)
+        for figures in (on_node_a, on_node_b):  # the database's figures, whichever node is asked
+            assert one(figures, "loom_events_unrouted") == 0
+            assert one(figures, "loom_works", state="running") == 1
+            assert one(figures, "loom_works", state="ready") == 1
+        assert delta(on_node_a, start_a, "loom_attempts_started_total", resumed="false") == 1
+        assert delta(on_node_b, start_b, "loom_attempts_started_total", resumed="false") == 0
