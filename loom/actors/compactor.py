@@ -38,7 +38,7 @@ log = logging.getLogger("loom.compaction")
 
 FAIR = 8
 """While the hot path is busy, a pause of this many times a pass's own time follows it."""
-MAX_PAUSE_S = 0.25
+MAX_PAUSE_S = 1.0
 """The longest pause between two passes of a sweep (wall time: it shares the storage actor fairly)."""
 
 
