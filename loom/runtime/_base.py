@@ -18,8 +18,9 @@ from ..actors.timers import TimerActor
 from ..config import Config, ConfigHolder
 from ..plugins.registry import Extensions
 from ..records.clock import Clock
-from ..records.errors import InvalidRequest
+from ..records.errors import InvalidRequest, NotFound
 from ..records.validation import MAX_KEY_LEN, check_int, check_text, describe_value
+from ..records.work import Work
 from ..store import Reader, StorageActor
 
 DEFAULT_LEASE_MS = 60_000
@@ -61,6 +62,14 @@ class RuntimeBase:
 
     def __init__(self, parts: Parts) -> None:
         self._p = parts
+
+    async def _known_work(self, work_id: str) -> Work:
+        """The Work ``work_id`` names (checked as a lookup), or `NotFound`."""
+        lookup("work_id", work_id)
+        found = await self._p.reader.work(work_id)
+        if found is None:
+            raise NotFound(f"no work with id {work_id!r}")
+        return found
 
     async def _submit(self, proc: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await self._p.storage.submit(proc, *args, **kwargs)

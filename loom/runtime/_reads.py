@@ -69,11 +69,7 @@ class Reads(RuntimeBase):
         return await self._p.reader.checkpoint(event_id)
 
     async def work(self, work_id: str) -> Work:
-        lookup("work_id", work_id)
-        found = await self._p.reader.work(work_id)
-        if found is None:
-            raise NotFound(f"no work with id {work_id!r}")
-        return found
+        return await self._known_work(work_id)
 
     async def work_for_key(self, key: str) -> Work:
         lookup("key", key)

@@ -108,11 +108,7 @@ def _deadline(timeout: float | None) -> float:
 class Results(RuntimeBase):
     async def result(self, work_id: str) -> WorkResult:
         """The Work's outcome as it stands now (see `WorkResult`); `NotFound` for an unknown id."""
-        lookup("work_id", work_id)
-        work = await self._p.reader.work(work_id)
-        if work is None:
-            raise NotFound(f"no work with id {work_id!r}")
-        return await self._outcome(work)
+        return await self._outcome(await self._known_work(work_id))
 
     async def wait_for(
         self,
