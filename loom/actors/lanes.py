@@ -12,22 +12,25 @@ from __future__ import annotations
 import heapq
 import inspect
 import logging
+from collections.abc import Callable
 from functools import partial
 
 import attrs
 
 from ..config import Config, EffectiveRoute, effective_routes
-from ..kernel.chains import route_then_start_in_tx
+from ..kernel.chains import route_batch_then_start_in_tx, route_then_start_in_tx
 from ..kernel.resolve import (
+    DeferredRoute,
     RouteRef,
     RouteRequest,
     check_decision,
     decide_without_handler,
     first_match,
+    is_pure_handler,
     route_ref,
 )
 from ..kernel.route_records import record_handler_error_in_tx, record_routing_failure_in_tx
-from ..kernel.routing import OutOfOrder, route_batch_in_tx, route_in_tx
+from ..kernel.routing import OutOfOrder, route_in_tx
 from ..kernel.unrouted import unrouted_in_tx
 from ..records.errors import Conflict, InvalidRequest, StorageError
 from ..records.events import Event
@@ -37,6 +40,11 @@ from .starter import LaunchHook, admit_request
 from .supervision import describe
 
 log = logging.getLogger("loom.router")
+
+
+def _decide(handler: Callable[..., object], route: EffectiveRoute, event: Event, work: Work | None) -> object:
+    return handler(event, event.scope, work, route)
+
 
 MAX_REEVALUATIONS = 100
 RESYNC_PAGE = 1000
@@ -70,33 +78,50 @@ class RoutingLanes:
             routes = self._routes_cache[scope] = effective_routes(config, scope)
         return routes
 
-    def without_handler(self, event: Event) -> RouteRequest | None:
-        """The decision for an Event whose first match needs no handler (no match, or a drop route).
-
-        Such decisions depend on no Work snapshot, so a whole notice batch of them is applied
-        in one storage request instead of a router task each.
-        """
+    def quick(self, event: Event) -> RouteRequest | DeferredRoute | None:
+        """How an Event routes in a batch, when its first match allows it: decided here when it needs no
+        handler (no match, a drop route: no Work snapshot matters), or deferred to the routing
+        transaction when its handler is pure (`is_pure_handler`), which decides it over the Work as the
+        batch's earlier Events left it. ``None``: its lane routes it alone (a handler that may do I/O
+        or take its time runs outside any transaction)."""
         config = self._s.config()
-        decided = decide_without_handler(
-            config, first_match(self._routes(config, event.scope), event.type), event
-        )
-        if decided is None:
+        match = first_match(self._routes(config, event.scope), event.type)
+        decided = decide_without_handler(config, match, event)
+        if decided is not None:
+            decision, ref = decided
+            return RouteRequest(
+                event_id=event.id,
+                decision=decision,
+                route=ref,
+                expected_revision=None,
+                generation=config.generation,
+                from_handler=False,
+            )
+        assert match is not None
+        handler = self._s.extensions.handlers.get(match.route.handler)
+        if handler is None or not is_pure_handler(handler):
             return None
-        decision, ref = decided
-        return RouteRequest(
+        return DeferredRoute(
             event_id=event.id,
-            decision=decision,
-            route=ref,
-            expected_revision=None,
+            decide=partial(_decide, handler, match),
+            route=route_ref(config, match),
             generation=config.generation,
-            from_handler=False,
         )
 
-    async def route_quick(self, requests: list[RouteRequest]) -> None:
+    async def route_quick(self, events: list[Event], requests: list[RouteRequest | DeferredRoute]) -> None:
+        """Route a notice batch's Events in one storage request (`chains.route_batch_then_start_in_tx`),
+        launching the attempts it started; an Event it could not route goes to its lane."""
         limits = self._s.config().causal
-        failed = await self._s.storage.submit(route_batch_in_tx, requests, limits)
-        for event_id in failed:
-            self.enqueue(event_id, 0, None, None)
+        admit = admit_request(self._s) if self._launch is not None else None
+        batch = await self._s.storage.submit(route_batch_then_start_in_tx, requests, limits, admit)
+        if self._launch is not None:
+            for lease in batch.started:
+                self._launch(lease, lease.request.executor or "")
+        if batch.retry:
+            by_id = {event.id: event for event in events}
+            for event_id in batch.retry:
+                event = by_id[event_id]
+                self.enqueue(event.id, event.seq, event.work_id, event.key, event)
 
     def enqueue(
         self, event_id: str, seq: int, work_id: str | None, key: str | None, event: Event | None = None

@@ -15,7 +15,8 @@ import trio
 from ..kernel._common import barrier_in_tx
 from ..kernel.admission import readmit_in_tx
 from ..kernel.budgets import rebudget_in_tx
-from ..kernel.resolve import RouteRequest
+from ..kernel.resolve import DeferredRoute, RouteRequest
+from ..records.events import Event
 from ..records.notices import (
     EventAccepted,
     EventReplayed,
@@ -77,7 +78,8 @@ class RouterPool:
                     activity.feed_pending = True
                     activity.enter()
                     try:
-                        quick: list[RouteRequest] = []
+                        quick: list[RouteRequest | DeferredRoute] = []
+                        quick_events: list[Event] = []
                         for notice in notices:
                             if isinstance(notice, Lagged) or (
                                 isinstance(notice, StoreChanged) and notice.everything
@@ -87,9 +89,9 @@ class RouterPool:
                             elif isinstance(notice, StoreChanged):
                                 self._on_remote(notice)
                             else:
-                                self._on_notice(notice, quick)
+                                self._on_notice(notice, quick, quick_events)
                         if quick:
-                            activity.spawn(self.lanes.route_quick, quick)
+                            activity.spawn(self.lanes.route_quick, quick_events, quick)
                     finally:
                         activity.leave()
         except trio.EndOfChannel:
@@ -139,12 +141,15 @@ class RouterPool:
             # stopped): routed here, in order, from the routing watermark
             activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)
 
-    def _on_notice(self, notice: Notice, quick: list[RouteRequest]) -> None:
+    def _on_notice(
+        self, notice: Notice, quick: list[RouteRequest | DeferredRoute], quick_events: list[Event]
+    ) -> None:
         if isinstance(notice, EventAccepted):
             event = notice.event
-            request = self.lanes.without_handler(event)
+            request = self.lanes.quick(event)
             if request is not None:
                 quick.append(request)
+                quick_events.append(event)
             else:
                 self.lanes.enqueue(event.id, event.seq, event.work_id, event.key, event)
         elif isinstance(notice, EventReplayed):

@@ -33,7 +33,7 @@ from ..records.errors import Conflict, NotFound
 from ..records.events import DiagnosticKind
 from ..records.notices import WorkChanged, WorkReady
 from ..records.work import Lease, Work
-from ..store import Tx
+from ..store import AdmissionFacts, Tx
 from .authority import lease_token
 from .budgets import BudgetExceeded, budget_hold_in_tx
 from .capacity import Pool, capacity_pool
@@ -67,19 +67,7 @@ def settle_in_tx(tx: Tx, now_ms: int) -> None:
             continue
         if facts.updated_at_ms < now_ms:  # its inputs or attempts changed, not its own row
             tx.mark_changed(work_id, now_ms)
-        startable = (
-            start_refusal(
-                work_id,
-                facts.state,
-                held=facts.held,
-                hold_reason=None,
-                retry=facts.retry,
-                execution_state=facts.execution_state,
-                execution_id=None,
-                has_pending=facts.has_pending,
-            )
-            is None
-        )
+        startable = _startable(work_id, facts)
         if startable and facts.ready_seq is None:
             tx.enqueue_work(work_id, now_ms)
             tx.notify(WorkReady(work_id=work_id))
@@ -93,6 +81,22 @@ def settle_in_tx(tx: Tx, now_ms: int) -> None:
         tx.lock_pool(pool)
         for work_id in tx.unblock(Pool(pool, 0).blocked, 1):
             tx.notify(WorkReady(work_id=work_id))
+
+
+def _startable(work_id: str, facts: AdmissionFacts) -> bool:
+    return (
+        start_refusal(
+            work_id,
+            facts.state,
+            held=facts.held,
+            hold_reason=None,
+            retry=facts.retry,
+            execution_state=facts.execution_state,
+            execution_id=None,
+            has_pending=facts.has_pending,
+        )
+        is None
+    )
 
 
 def readmit_in_tx(tx: Tx, now_ms: int) -> int:
@@ -292,22 +296,28 @@ def start_in_tx(
     return _claim(tx, now_ms, work, binding, req, lease_token(req.token_seed, 0))
 
 
-def start_at_once_in_tx(tx: Tx, now_ms: int, work_id: str, req: AdmitRequest) -> Lease | None:
+def start_at_once_in_tx(
+    tx: Tx, now_ms: int, work_id: str, req: AdmitRequest, *, index: int = 0
+) -> Lease | None:
     """Start ``work_id`` now if an admission pass made right now would start it: it can start, no scope
     capacity applies to it (a pool keeps its readiness order through the queue), its binding runs
     here and no start gate must be asked first. ``None``: the ready queue decides, as for any Work
-    (a refusal for its budget holds it, as the pass would)."""
+    (a refusal for its budget holds it, as the pass would). ``index``: this start's place among those
+    one procedure makes with ``req`` (each lease token differs)."""
+    facts = tx.admission_facts(work_id)  # one indexed row: most Works routed to are running already
+    if facts is None or not _startable(work_id, facts):
+        return None
+    if capacity_pool(req.config, facts.scope) is not None:
+        return None
     work = tx.work(work_id)
     if work is None or claimable(work) is not None:
-        return None
-    if capacity_pool(req.config, work.scope) is not None:
         return None
     if req.gated and not work.started and not work.released:
         return None
     binding = binding_for_in_tx(tx, now_ms, work.id, req.config, req.advertised)
     if _unstartable(binding, req.executors) is not None:
         return None
-    claimed = _claim(tx, now_ms, work, binding or NO_BINDING, req, lease_token(req.token_seed, 0))
+    claimed = _claim(tx, now_ms, work, binding or NO_BINDING, req, lease_token(req.token_seed, index))
     return claimed if isinstance(claimed, Lease) else None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
 from ..config import Budget, CausalLimits
 from ..records.waits import Waiting
 from ..records.work import Execution, Lease, Outcome
@@ -18,9 +20,10 @@ from ..store import Tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
 from .executions import KindPolicy, complete_in_tx
-from .resolve import RouteRequest
+from .resolve import DeferredRoute, RouteRequest
 from .route_records import RouteResult
-from .routing import route_in_tx
+from .routing import decide_in_tx, route_in_tx
+from .unrouted import raise_watermark_in_tx
 
 
 def route_then_start_in_tx(
@@ -28,10 +31,62 @@ def route_then_start_in_tx(
 ) -> tuple[RouteResult, Lease | None]:
     """Route one Event (`route_in_tx`), then start the Work it was routed to if it can start at once."""
     result = route_in_tx(tx, now_ms, req, limits)
+    raise_watermark_in_tx(tx, now_ms)
     work_id = result.checkpoint.work_id
     if result.replay or work_id is None:
         return result, None
     return result, start_at_once_in_tx(tx, now_ms, work_id, admit)
+
+
+@attrs.frozen
+class RoutedBatch:
+    retry: tuple[str, ...]
+    """Events the batch did not route (a conflict, an earlier Event of their Work unrouted, a handler that
+    failed): each needs its lane's full pass, which diagnoses what fails."""
+    started: tuple[Lease, ...]
+
+
+def route_batch_then_start_in_tx(
+    tx: Tx,
+    now_ms: int,
+    requests: Sequence[RouteRequest | DeferredRoute],
+    limits: CausalLimits,
+    admit: AdmitRequest | None,
+) -> RoutedBatch:
+    """Route many Events in acceptance order, each in a savepoint and exactly as `route_in_tx` would (a
+    deferred one decided over its Work as the earlier ones left it), then start each Work they were
+    routed to if it can start at once (with ``admit``): one commit for a whole batch of a Work's Events
+    and the attempt that takes them all."""
+    retry: list[str] = []
+    routed_to: dict[str, None] = {}
+    for req in requests:
+        try:
+            with tx.savepoint():
+                decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
+                if decided is None:
+                    continue  # routed meanwhile
+                result = route_in_tx(tx, now_ms, decided, limits)
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            retry.append(req.event_id)
+            continue
+        if not result.replay and result.checkpoint.work_id is not None:
+            routed_to[result.checkpoint.work_id] = None
+    raise_watermark_in_tx(tx, now_ms)
+    started: list[Lease] = []
+    if admit is not None:
+        for work_id in routed_to:
+            try:
+                with tx.savepoint():
+                    lease = start_at_once_in_tx(tx, now_ms, work_id, admit, index=len(started))
+            except Exception as exc:
+                if tx.is_storage_failure(exc):
+                    raise
+                continue  # the Work stays queued: the admission pass meets it and diagnoses the failure
+            if lease is not None:
+                started.append(lease)
+    return RoutedBatch(retry=tuple(retry), started=tuple(started))
 
 
 def complete_then_start_in_tx(

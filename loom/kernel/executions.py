@@ -54,6 +54,7 @@ from .kinds import kind_policy as kind_policy
 from .kinds import pin_retry
 from .retry import apply_failure_in_tx
 from .segments import end_segment_in_tx, start_segment_in_tx
+from .unrouted import earlier_unrouted
 
 
 class CompletionBlocked(Conflict):
@@ -330,7 +331,7 @@ def _routed_up_to_the_winner(tx: Tx, work: Work, winner_id: str | None) -> None:
     winner = tx.event(winner_id) if winner_id else None
     if winner is None:
         return
-    behind = tx.earlier_unrouted_for(work.id, work.keys, winner.seq)
+    behind = earlier_unrouted(tx, work.id, work.keys, winner.seq)
     if behind:
         raise RoutingBehind(
             f"cannot claim work {work.id}: its continuation waits until event {behind[0].id}, accepted "
@@ -399,7 +400,7 @@ def complete_in_tx(
         state = ExecutionState.FAILED
     next_state = WorkState.READY
     if state is ExecutionState.COMPLETED and not tx.pending_inputs(work.id) and not kind.standing:
-        unrouted = tx.earlier_unrouted_for(work.id, work.keys, tx.max_seq() + 1)
+        unrouted = earlier_unrouted(tx, work.id, work.keys, tx.max_seq() + 1)
         if unrouted:
             raise CompletionBlocked(
                 f"work {work.id} cannot complete: accepted event {unrouted[0].id} resolving to it is not "

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -13,7 +14,7 @@ from ..config import Config, EffectiveRoute
 from ..records.errors import InvalidRequest
 from ..records.events import Event
 from ..records.validation import MAX_REASON_LEN, check_keys, check_text
-from ..records.work import Decision, Deliver, Drop, Policy, Unmatched
+from ..records.work import Decision, Deliver, Drop, Policy, Unmatched, Work
 
 
 @attrs.frozen(kw_only=True)
@@ -46,6 +47,26 @@ class RouteRequest:
     """The decision is a handler's, made over a Work snapshot: whatever it decided (deliver, drop or
     no match), it applies only if that Work is still at ``expected_revision``. Decisions made without
     a handler (no route matched, a drop route) depend on no snapshot."""
+
+
+@attrs.frozen(kw_only=True)
+class DeferredRoute:
+    """A route whose handler is pure (`is_pure_handler`): decided inside the routing transaction, over the
+    Work as it is there (`routing.decide_in_tx`), so a batch of Events for one Work routes in one commit.
+    The decision is checked as a handler's and applies exactly as one made outside would."""
+
+    event_id: str
+    decide: Callable[[Event, Work | None], object]
+    """The handler bound to its route: the Event and the Work it selects -> a decision."""
+    route: RouteRef
+    generation: int
+
+
+def is_pure_handler(handler: object) -> bool:
+    """A handler that declares itself a pure function of its arguments (``handler.pure = True``: no I/O,
+    deterministic, synchronous), as loom's built-in handlers do: loom may decide it inside the routing
+    transaction (docs/plugins.md, "Route handlers")."""
+    return getattr(handler, "pure", False) is True and not inspect.iscoroutinefunction(handler)
 
 
 def first_match(routes: Sequence[EffectiveRoute], event_type: str) -> EffectiveRoute | None:

@@ -34,8 +34,9 @@ from ._common import new_work_id
 from .accept import accept_derived_in_tx
 from .checkpoints import control_checkpoint
 from .intents import intent_id
-from .resolve import RouteRef, RouteRequest, check_decision
+from .resolve import DeferredRoute, RouteRef, RouteRequest, check_decision
 from .route_records import RouteResult, resolved_work, route_checkpoint, unrouted
+from .unrouted import earlier_unrouted
 from .waits import wait_won_by, wake_on_key_in_tx
 
 _GENERATION_SUFFIX = re.compile(r"/generation/reopen-\d+$")
@@ -77,6 +78,26 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
     result = _route_in_tx(tx, now_ms, req, event, limits)
     wake_on_key_in_tx(tx, now_ms, event.key, limits)
     return result
+
+
+def decide_in_tx(tx: Tx, req: DeferredRoute) -> RouteRequest | None:
+    """The decision of a pure handler over the Work as it is in this transaction, as a handler's request
+    at that Work's revision (``None``: the Event already has its checkpoint). Whatever the handler
+    raises or answers badly propagates: the caller asks it again outside, where its error is recorded."""
+    found = tx.event_to_route(req.event_id)
+    if found is None:
+        raise NotFound(f"no event with id {req.event_id!r}")
+    event, existing = found
+    if existing is not None:
+        return None
+    work = resolved_work(tx, event)
+    return RouteRequest(
+        event_id=event.id,
+        decision=check_decision(req.decide(event, work)),
+        route=req.route,
+        expected_revision=work.revision if work else None,
+        generation=req.generation,
+    )
 
 
 def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: CausalLimits) -> RouteResult:
@@ -171,28 +192,10 @@ def _own_budget_event(event: Event, work_id: str) -> bool:
     )
 
 
-def route_batch_in_tx(
-    tx: Tx, now_ms: int, requests: Sequence[RouteRequest], limits: CausalLimits
-) -> list[str]:
-    """Apply many decisions in one request; return the event ids that need a full routing pass
-    (a conflict), each of the others committed or replayed exactly as `route_in_tx` would."""
-    retry: list[str] = []
-    for req in requests:
-        try:
-            with tx.savepoint():
-                route_in_tx(tx, now_ms, req, limits)
-        except Exception as exc:
-            if tx.is_storage_failure(exc):
-                raise
-            # a conflict, or a failure the router's full pass diagnoses: that pass decides
-            retry.append(req.event_id)
-    return retry
-
-
 def _check_order(tx: Tx, event: Event, work_id: str, keys: Sequence[str]) -> None:
     """Per-Work acceptance order: no Event is routed to a Work while an earlier one resolving to it is
     unrouted (`OutOfOrder` names the earliest)."""
-    earlier = tx.earlier_unrouted_for(work_id, keys, event.seq)
+    earlier = earlier_unrouted(tx, work_id, keys, event.seq)
     if earlier:
         raise OutOfOrder(
             f"event {event.id} (seq {event.seq}) cannot be routed to work {work_id} before earlier "
@@ -251,7 +254,7 @@ def _deliver(
         )
     for key in new_keys:
         tx.attach_key(key, work.id, event.seq, now_ms)
-    joined = tx.earlier_unrouted_for(work.id, new_keys, event.seq) if new_keys else []
+    joined = earlier_unrouted(tx, work.id, new_keys, event.seq) if new_keys else []
     for earlier in joined:
         tx.insert_checkpoint(
             Checkpoint(

@@ -9,6 +9,8 @@ locked while it is read and moved, so a raise never overwrites a replay's loweri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..records.events import Event
 from ..store import Tx
 
@@ -33,6 +35,34 @@ def unrouted_in_tx(tx: Tx, now_ms: int, limit: int, after_seq: int | None = None
     if raised > watermark:
         tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
     return found
+
+
+RAISE_WINDOW = 2000
+"""How many Events one raise of the watermark looks at, at most (a raise costs a bounded read)."""
+
+
+def raise_watermark_in_tx(tx: Tx, now_ms: int) -> None:
+    """Raise the watermark past the Events routed since it was last raised (a routing commit makes one,
+    so the per-Work order checks read only Events not yet known routed, not a standing Work's whole
+    history). It reads at most `RAISE_WINDOW` Events. On a shared database it is left to the routing
+    passes of `unrouted_in_tx` (its row would be one lock every node's routing commit waits on)."""
+    if tx.dialect.shared:
+        return
+    watermark = routing_watermark(tx)
+    newest = tx.max_seq()
+    if newest <= watermark:
+        return
+    through = min(newest, watermark + RAISE_WINDOW)
+    first = tx.first_unrouted_seq(watermark, through)
+    raised = through if first is None else first - 1
+    if raised > watermark:
+        tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
+
+
+def earlier_unrouted(tx: Tx, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
+    """Unrouted Events accepted before ``before_seq`` that resolve to ``work_id`` (by id or ``keys``),
+    in acceptance order: searched above the routing watermark only."""
+    return tx.earlier_unrouted_for(work_id, keys, before_seq, after_seq=routing_watermark(tx))
 
 
 def lower_watermark_in_tx(tx: Tx, now_ms: int, seq: int) -> None:

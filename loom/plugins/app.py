@@ -140,9 +140,21 @@ class App:
 
         return register
 
-    def route_handler(self, name: str) -> Callable[[T], T]:
-        """Register a route handler ``(event, scope, work, route) -> Deliver | Drop | Unmatched``."""
-        return self._register("route_handler", self._handlers, name)
+    def route_handler(self, name: str, *, pure: bool = False) -> Callable[[T], T]:
+        """Register a route handler ``(event, scope, work, route) -> Deliver | Drop | Unmatched``.
+
+        ``pure``: it is a pure function of its arguments (synchronous, no I/O), so loom may decide it
+        inside the routing transaction, a batch of Events per commit (docs/plugins.md)."""
+        register = self._register("route_handler", self._handlers, name)
+        if not pure:
+            return register
+
+        def register_pure(item: T) -> T:
+            registered = register(item)
+            registered.pure = True  # type: ignore[attr-defined]
+            return registered
+
+        return register_pure
 
     def start_gate(self, name: str) -> Callable[[T], T]:
         """Register a start gate, asked before a Work's first attempt."""

@@ -75,6 +75,12 @@ def fresh(event: Event, scope: str, work: Work | None, route: EffectiveRoute) ->
     )
 
 
+# pure functions of their arguments: loom may decide them inside the routing transaction, in batches
+correlate.pure = True  # type: ignore[attr-defined]
+explicit_work.pure = True  # type: ignore[attr-defined]
+fresh.pure = True  # type: ignore[attr-defined]
+
+
 @hookimpl
 def loom_route_handlers() -> Mapping[str, Any]:
     return {"correlate": correlate, "explicit_work": explicit_work, "fresh": fresh}

@@ -85,6 +85,13 @@ WORK_COLUMNS = (
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
 WORK_KEYS = "SELECT key FROM work_keys WHERE work_id = ? ORDER BY attached_seq, key"
+WORK_KEYS_UNSORTED = "SELECT key, attached_seq FROM work_keys WHERE work_id = ?"
+"""A Work's keys in no order (sorted by `key_order`, in Python: a Work has a key or two, and an ORDER BY
+here costs SQLite a temporary sort per read)."""
+
+
+def key_order(row: tuple[Any, ...]) -> tuple[int, str]:
+    return row[1], row[0]
 
 
 def _sql_set(states: tuple[enum.Enum, ...]) -> str:
@@ -126,6 +133,10 @@ CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_
 UNROUTED_EVENTS = (
     f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
     " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"
+)
+FIRST_UNROUTED = (
+    "SELECT e.seq FROM events e WHERE e.seq > ? AND e.seq <= ?"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT 1"
 )
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"

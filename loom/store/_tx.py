@@ -131,6 +131,12 @@ class Tx(
         """Events above ``after_seq`` without a routing checkpoint, in acceptance order."""
         return [_sql.event_from_row(r) for r in self._all(_sql.UNROUTED_EVENTS, (after_seq, limit))]
 
+    def first_unrouted_seq(self, after_seq: int, through_seq: int) -> int | None:
+        """The sequence of the first Event in (``after_seq``, ``through_seq``] without a routing
+        checkpoint (``None``: every one there is routed)."""
+        row = self._one(_sql.FIRST_UNROUTED, (after_seq, through_seq))
+        return int(row[0]) if row else None
+
     def max_seq(self) -> int:
         row = self._one("SELECT coalesce(max(seq), 0) FROM events")
         assert row is not None
@@ -199,7 +205,7 @@ class Tx(
 
     def _work_from_row(self, row: tuple[Any, ...]) -> Work:
         work_id = row[0]
-        keys = tuple(r[0] for r in self._all(_sql.WORK_KEYS, (work_id,)))
+        keys = tuple(r[0] for r in sorted(self._all(_sql.WORK_KEYS_UNSORTED, (work_id,)), key=_sql.key_order))
         pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
         live = self._one(_sql.WORK_LIVE_EXECUTION, (work_id,))
         wait = self._one(_sql.WORK_OPEN_WAIT, (work_id,))
@@ -314,16 +320,21 @@ class Tx(
             ),
         )
 
-    def earlier_unrouted_for(self, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
-        """Unrouted Events before ``before_seq`` that resolve to ``work_id`` (explicitly or by ``keys``)."""
-        # one indexed probe per key and one for the explicit id: cost follows the Work's own history
+    def earlier_unrouted_for(
+        self, work_id: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
+    ) -> list[Event]:
+        """Unrouted Events between ``after_seq`` and ``before_seq`` (both excluded) that resolve to
+        ``work_id`` (explicitly or by ``keys``). ``after_seq``: the routing watermark, at or below which
+        every Event is routed, so the search reads the Work's Events not yet known routed, not its
+        whole history."""
+        # one indexed probe per key and one for the explicit id
         unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id)"
         found: dict[str, tuple[Any, ...]] = {}
         probes = [("e.work_id = ?", work_id)] + [("e.key = ?", key) for key in dict.fromkeys(keys)]
         for where, value in probes:
             for row in self._all(
-                f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq < ?{unrouted}",
-                (value, before_seq),
+                f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq > ? AND e.seq < ?{unrouted}",
+                (value, after_seq, before_seq),
             ):
                 found[row[0]] = row
         return sorted((_sql.event_from_row(r) for r in found.values()), key=lambda e: e.seq)

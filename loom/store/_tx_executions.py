@@ -297,5 +297,5 @@ class ExecutionsTx(TxBase):
         self._written(cur, f"intent {intent.id}", intent.status, new)
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
-        rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
-        return [_sql.intent_from_row(r) for r in rows]
+        rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ?", (execution_id,))
+        return [_sql.intent_from_row(r) for r in sorted(rows, key=lambda r: r[0])]  # by id; none, mostly

@@ -18,6 +18,7 @@ WAIT_COLUMNS = (
     " woken_at_ms, detail"
 )
 WAIT_SELECT = f"SELECT {WAIT_COLUMNS} FROM waits"
+_WOKEN_AT = WAIT_COLUMNS.replace(" ", "").split(",").index("woken_at_ms")
 _OPEN = f"('{WaitState.ACTIVE.value}', '{WaitState.BLOCKED.value}')"
 
 
@@ -78,11 +79,14 @@ class WaitsTx(TxBase):
 
     def untaken_wake(self, work_id: str) -> Wait | None:
         """The Work's woken wait whose continuation has not started yet."""
-        row = self._one(
-            f"{WAIT_SELECT} WHERE work_id = ? AND state = ? AND taken_at_ms IS NULL ORDER BY woken_at_ms DESC",
+        # at most a row or two: the latest is picked here, which spares SQLite a sort of its own per claim
+        rows = self._all(
+            f"{WAIT_SELECT} WHERE work_id = ? AND state = ? AND taken_at_ms IS NULL",
             (work_id, WaitState.WOKEN.value),
         )
-        return wait_from_row(row) if row else None
+        if not rows:
+            return None
+        return wait_from_row(max(rows, key=lambda r: (r[_WOKEN_AT] or 0, r[0])))
 
     def take_wake(self, wait: Wait, now_ms: int) -> None:
         """The continuation of a woken wait started: it is not handed to another attempt."""

@@ -227,6 +227,7 @@ def schedule_handler(event: Event, scope: str, work: Work | None, route: Any) ->
 
 
 schedule_handler.standing_work_kind = SCHEDULE_KIND  # type: ignore[attr-defined]
+schedule_handler.pure = True  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -1,0 +1,256 @@
+"""Routing in batches (docs/architecture.md, "Routing in batches"): the Events of a notice batch whose
+first match needs no handler, or whose handler is pure, are routed in one storage request, each as
+`route_in_tx` would, in acceptance order, and the Works they reach start at once in that same commit
+with every input routed so far. The routing watermark follows them, so the per-Work order check reads
+only Events not yet known routed.
+
+Procedures are submitted to a runtime with no actors (`actors=()`), so nothing else routes meanwhile.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any
+
+import pytest
+
+import loom.kernel.unrouted
+from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom.config import effective_routes
+from loom.kernel.admission import AdmitRequest
+from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx
+from loom.kernel.resolve import DeferredRoute, is_pure_handler, route_ref
+from loom.kernel.unrouted import raise_watermark_in_tx, routing_watermark
+from loom.plugins.handlers import correlate, explicit_work, fresh
+from loom.plugins.python_executor import PythonExecutor
+from loom.plugins.schedule.policy import schedule_handler
+from loom.records.events import Event
+from loom.records.executor import Toolbelt
+from loom.records.work import Completed, Outcome, RunRequest, Work
+from loom.store import Tx
+from loom.testing import T0_MS
+from loom.testing.internals import storage_of
+
+SCOPE = "shop"
+CONFIG = Config.from_dict(
+    {
+        "scopes": {
+            SCOPE: {
+                "bindings": {"py": {"executor": "python", "config": {"function": "run"}}},
+                "routes": [{"name": "orders", "create_work": True, "binding": "py", "work_kind": "standing"}],
+            }
+        },
+        "work_kinds": {"standing": {"standing": True}},
+    }
+)
+
+
+@pytest.fixture
+async def rt(loom_store: str) -> AsyncIterator[Runtime]:
+    async with open_runtime(
+        loom_store,
+        clock=ManualClock(start_ms=T0_MS),
+        config=CONFIG,
+        plugins=[PythonExecutor()],
+        load_entry_points=False,
+        actors=(),
+    ) as runtime:
+        yield runtime
+
+
+def order(n: int, key: str) -> EventIn:
+    return EventIn(source="shop", delivery_id=f"d-{n}", type="order.placed", scope=SCOPE, key=key)
+
+
+def deferred(event: Event, decide: Any = None) -> DeferredRoute:
+    route = effective_routes(CONFIG, SCOPE)[0]
+    handler = decide or correlate
+    return DeferredRoute(
+        event_id=event.id,
+        decide=lambda e, w: handler(e, e.scope, w, route),
+        route=route_ref(CONFIG, route),
+        generation=CONFIG.generation,
+    )
+
+
+def admit() -> AdmitRequest:
+    return AdmitRequest(
+        config=CONFIG,
+        owner="test",
+        lease_ms=60_000,
+        limit=1,
+        token_seed=secrets.token_urlsafe(16),
+        advertised={"python": frozenset()},
+        executors=frozenset({"python"}),
+    )
+
+
+def _watermark(tx: Tx, now_ms: int) -> int:
+    return routing_watermark(tx)
+
+
+async def watermark_moves(rt: Runtime) -> bool:
+    """On a shared database routing commits leave the watermark to the routing passes (its row would be
+    a lock every node's routing waits on): there it must not move."""
+    if storage_of(rt).shared:
+        await route_batch(rt, [])
+        assert await storage_of(rt).submit(_watermark) == 0, "a routing commit raised a shared watermark"
+        return False
+    return True
+
+
+async def route_batch(rt: Runtime, requests: list[DeferredRoute]) -> RoutedBatch:
+    batch: RoutedBatch = await storage_of(rt).submit(
+        route_batch_then_start_in_tx, requests, CausalLimits(), admit()
+    )
+    return batch
+
+
+async def test_a_batch_routes_a_keys_events_in_order_and_starts_one_attempt_with_all_of_them(
+    rt: Runtime,
+) -> None:
+    """Wrong implementations caught: a start per routed Event (the first attempt takes one input and
+    the rest wait), a second Work created for the key by a later Event of the batch, inputs out of
+    acceptance order, a commit per Event."""
+    events = [await rt.publish(order(n, "k" if n != 3 else "j")) for n in range(6)]
+    batches = storage_of(rt).stats.batches
+    batch = await route_batch(rt, [deferred(e) for e in events])
+    assert storage_of(rt).stats.batches == batches + 1, "the batch and its starts are one commit"
+    assert batch.retry == ()
+    by_work = {lease.work_id: lease for lease in batch.started}
+    assert len(by_work) == 2, f"one attempt per Work, got {batch.started}"
+    k = await rt.work_for_key("k")
+    j = await rt.work_for_key("j")
+    assert k is not None
+    assert j is not None
+    assert k.id != j.id
+    k_inputs = [e.id for e in by_work[k.id].request.inputs]
+    assert k_inputs == [e.id for e in events if e.key == "k"], "every routed input, in acceptance order"
+    assert [e.id for e in by_work[j.id].request.inputs] == [events[3].id]
+    assert len({lease.token for lease in batch.started}) == 2, "each start has a lease token of its own"
+    for event in events:
+        checkpoint = await rt.checkpoint(event.id)
+        assert checkpoint is not None
+        assert checkpoint.work_id == (k.id if event.key == "k" else j.id)
+
+
+async def test_an_event_whose_handler_fails_goes_back_to_its_lane_with_every_later_one_of_its_work(
+    rt: Runtime,
+) -> None:
+    """Wrong implementations caught: a failed decision that aborts the whole batch (the other key's
+    Event unrouted), and a batch that routes a Work's later Events past an earlier unrouted one."""
+    events = [await rt.publish(order(n, "k" if n != 2 else "j")) for n in range(5)]
+
+    def explodes(event: Event, scope: str, work: Work | None, route: Any) -> Any:
+        if event.id == events[1].id:
+            raise RuntimeError("boom")
+        return correlate(event, scope, work, route)
+
+    batch = await route_batch(rt, [deferred(e, explodes) for e in events])
+    assert batch.retry == (events[1].id, events[3].id, events[4].id)
+    assert await rt.checkpoint(events[0].id) is not None
+    assert await rt.checkpoint(events[2].id) is not None, "another Work's Event is routed regardless"
+    for event in (events[1], events[3], events[4]):
+        assert await rt.checkpoint(event.id) is None
+    k = await rt.work_for_key("k")
+    assert k is not None
+    assert k.current_execution_id is not None
+    assert k.pending_inputs == (events[0].id,), "its attempt took the one Event routed before the failure"
+    if await watermark_moves(rt):
+        assert await storage_of(rt).submit(_watermark) == events[1].seq - 1, (
+            "the watermark stops below the first unrouted Event"
+        )
+
+
+async def test_the_watermark_is_raised_to_just_below_the_first_unrouted_event_and_no_further(
+    rt: Runtime,
+) -> None:
+    """Wrong implementations caught: a watermark raised past an unrouted Event (the order check would
+    then miss it and route a later Event of its Work first), and one never raised (each order check
+    reads the Work's whole history)."""
+    events = [await rt.publish(order(n, f"k{n}")) for n in range(4)]
+    await route_batch(rt, [deferred(events[0]), deferred(events[1]), deferred(events[3])])
+    if not await watermark_moves(rt):
+        return
+    assert await storage_of(rt).submit(_watermark) == events[2].seq - 1
+    await storage_of(rt).submit(raise_watermark_in_tx)
+    assert await storage_of(rt).submit(_watermark) == events[2].seq - 1, "raised past an unrouted Event"
+    await route_batch(rt, [deferred(events[2])])
+    assert await storage_of(rt).submit(_watermark) == events[3].seq
+
+
+async def test_one_raise_reads_a_bounded_window(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wrong implementation caught: a raise that reads every Event above the watermark at once (its
+    cost would follow the backlog, not the window)."""
+    monkeypatch.setattr(loom.kernel.unrouted, "RAISE_WINDOW", 3)
+    events = [await rt.publish(order(n, "k")) for n in range(7)]
+    await route_batch(rt, [deferred(e) for e in events])  # raises once, by one window
+    if not await watermark_moves(rt):
+        return
+    assert await storage_of(rt).submit(_watermark) == events[2].seq
+    await storage_of(rt).submit(raise_watermark_in_tx)
+    assert await storage_of(rt).submit(_watermark) == events[5].seq
+    await storage_of(rt).submit(raise_watermark_in_tx)
+    assert await storage_of(rt).submit(_watermark) == events[6].seq
+
+
+def test_loom_s_own_handlers_are_pure_and_a_coroutine_never_is() -> None:
+    """Wrong implementation caught: a handler deferred into the transaction without saying it is pure
+    (an async handler would return a coroutine there)."""
+    for handler in (correlate, explicit_work, fresh, schedule_handler):
+        assert is_pure_handler(handler), handler
+
+    def plain(*args: Any) -> Any:
+        return None
+
+    async def coro(*args: Any) -> Any:
+        return None
+
+    coro.pure = True  # type: ignore[attr-defined]
+    assert not is_pure_handler(plain)
+    assert not is_pure_handler(coro)
+    assert not is_pure_handler(partial(plain))
+
+
+async def test_a_burst_for_one_work_is_one_attempt_taking_every_event(loom_store: str) -> None:
+    """Through the running router: Events accepted in one commit reach their Work in one routing commit,
+    and its first attempt takes them all, in acceptance order. Wrong implementations caught: a router
+    that routes a pure handler's Events one lane commit each (the first attempt starts with one input).
+    """
+    seen: list[tuple[str, ...]] = []
+    executor = PythonExecutor()
+
+    @executor.function("run")
+    async def run(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        seen.append(tuple(e.id for e in request.inputs))
+        return Completed()
+
+    async with open_runtime(
+        loom_store,
+        clock=ManualClock(start_ms=T0_MS),
+        config=CONFIG,
+        plugins=[executor],
+        load_entry_points=False,
+    ) as rt:
+        accepted = await rt.publish_many([order(n, "k") for n in range(10)])
+        await rt.wait_idle()
+        ids = tuple(e.id for e in accepted if isinstance(e, Event))
+        assert len(ids) == 10
+        assert seen == [ids], f"one attempt with every input in order, got {seen}"
+
+
+def test_an_app_says_which_of_its_handlers_are_pure() -> None:
+    app = App()
+
+    @app.route_handler("checked", pure=True)
+    def checked(event: Event, scope: str, work: Work | None, route: Any) -> Any:
+        return correlate(event, scope, work, route)
+
+    @app.route_handler("looks_outside")
+    def looks_outside(event: Event, scope: str, work: Work | None, route: Any) -> Any:
+        return correlate(event, scope, work, route)
+
+    assert is_pure_handler(checked)
+    assert not is_pure_handler(looks_outside)
