@@ -60,8 +60,12 @@ def binding_for_in_tx(
             capabilities=parked.capabilities,
             config=pinned.binding.config if pinned is not None else {},
         )
-    last = tx.execution(stable_id("ex", work.id, str(work.attempts))) if work.attempts else None
-    if last is not None and last.state is ExecutionState.WAITED:
+    # the last attempt's state alone first: its whole row is needed only for a continuation, or when
+    # no pending input names a binding
+    last_id = stable_id("ex", work.id, str(work.attempts)) if work.attempts else None
+    if last_id is not None and tx.execution_state(last_id) is ExecutionState.WAITED:
+        last = tx.execution(last_id)
+        assert last is not None
         # a continuation: attempt N+1 carries on the waited attempt, whatever route its winner came by
         return _binding_of(config, work.scope, last, advertised)
     unrouted = False  # some pending input came through no route (a retry, a manual retry request)
@@ -79,6 +83,7 @@ def binding_for_in_tx(
             capabilities=capabilities & frozenset(advertised.get(binding.executor, ())),
             config=binding.config,
         )
+    last = tx.execution(last_id) if last_id is not None else None
     if last is None:
         return None
     # no pending input names a binding: the Work carries on with the binding it last ran with; input

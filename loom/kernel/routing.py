@@ -23,6 +23,7 @@ from ..records.work import (
     Decision,
     Deliver,
     Drop,
+    Execution,
     ExecutionState,
     IntentKind,
     Policy,
@@ -240,7 +241,11 @@ def _deliver(
     tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, new_keys: list[str]
 ) -> RouteResult:
     policy = req.route.declared if req.route else Policy.QUEUE
-    effective, fallback_reason = _effective_policy(tx, work, req.route)
+    # the Work was read in this transaction, nothing written since: its live attempt's state is current,
+    # and the attempt itself is read only when a control policy needs its capabilities
+    running = work.execution_state is ExecutionState.RUNNING
+    live_running = _running_attempt(tx, work, req.route) if running else None
+    effective, fallback_reason = _effective_policy(running, live_running, req.route)
     if effective is None:
         # decided before any write: an unsupported control attaches no key and joins nothing
         return unrouted(
@@ -290,12 +295,8 @@ def _deliver(
         tx.notify(WorkChanged(work_id=work.id))
         return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
     tx.add_input(work.id, event.id, event.seq)
-    live = tx.live_execution(work.id)
-    if (
-        live is not None
-        and live.state is ExecutionState.RUNNING
-        and effective in (Policy.INJECT, Policy.INTERRUPT)
-    ):
+    live = live_running if effective in (Policy.INJECT, Policy.INTERRUPT) else None
+    if live is not None:
         kind = IntentKind.INJECT if effective is Policy.INJECT else IntentKind.INTERRUPT
         iid = intent_id(kind, event.id, live.id)
         tx.insert_intent(
@@ -328,8 +329,19 @@ def _deliver(
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
 
 
-def _effective_policy(tx: Tx, work: Work, route: RouteRef | None) -> tuple[Policy | None, str | None]:
-    """The policy that applies now, and why it differs from the route's (if it does).
+def _running_attempt(tx: Tx, work: Work, route: RouteRef | None) -> Execution | None:
+    """The Work's running attempt, when the route's policy depends on it (an inject or interrupt)."""
+    if route is None or route.policy in (Policy.QUEUE, Policy.DROP):
+        return None
+    live = tx.live_execution(work.id)
+    return live if live is not None and live.state is ExecutionState.RUNNING else None
+
+
+def _effective_policy(
+    running: bool, live: Execution | None, route: RouteRef | None
+) -> tuple[Policy | None, str | None]:
+    """The policy that applies now, and why it differs from the route's (if it does). ``running``: the
+    Work has a running attempt; ``live``: that attempt, read when an inject or interrupt needs it.
 
     Policies apply to a running attempt; other Work queues its input. An inject or
     interrupt against an attempt not pinned with that capability takes the route's
@@ -339,11 +351,10 @@ def _effective_policy(tx: Tx, work: Work, route: RouteRef | None) -> tuple[Polic
         return Policy.QUEUE, None
     if route.policy is Policy.DROP:
         return Policy.DROP, route.fallback_reason
-    live = tx.live_execution(work.id)
-    if live is None or live.state is not ExecutionState.RUNNING:
-        return Policy.QUEUE, None
     if route.policy is Policy.QUEUE:
-        return Policy.QUEUE, route.fallback_reason
+        return Policy.QUEUE, route.fallback_reason if running else None
+    if live is None:
+        return Policy.QUEUE, None
     needed = Capability.INJECT if route.policy is Policy.INJECT else Capability.INTERRUPT
     if needed.value in live.capabilities:
         return route.policy, None

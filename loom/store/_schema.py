@@ -432,6 +432,15 @@ MIGRATIONS: tuple[Migration, ...] = (
     DROP INDEX works_state;
     CREATE INDEX timers_recurring ON timers (id) WHERE recurrence IS NOT NULL OR interval_ms IS NOT NULL;
     """,
+    # 15: less index upkeep per accepted and routed Event. A Work's checkpoints are read in commit order
+    # only, and only for a Work (an unmatched or dropped Event's has none); keyed Events are read by
+    # key and sequence (a subscription's scope is checked on the rows).
+    """
+    DROP INDEX checkpoints_work;
+    DROP INDEX checkpoints_work_commit;
+    CREATE INDEX checkpoints_work_commit ON checkpoints (work_id, commit_seq) WHERE work_id IS NOT NULL;
+    DROP INDEX events_key;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -157,6 +157,11 @@ class ExecutionsTx(TxBase):
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
         return row[0] if row else None
 
+    def execution_state(self, execution_id: str) -> ExecutionState | None:
+        """An attempt's state alone (its whole row is read and decoded only when it is needed)."""
+        row = self._one("SELECT state FROM executions WHERE id = ?", (execution_id,))
+        return ExecutionState(row[0]) if row else None
+
     def live_execution(self, work_id: str) -> Execution | None:
         row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,))
         return _sql.execution_from_row(row) if row else None
