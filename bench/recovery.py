@@ -9,8 +9,9 @@ Run from the repository root::
 The store: N Works, each with attempt 1 claimed by a node that is gone (owner ``node-gone``, a 60 s
 lease from T0, never renewed). With ``--outcome adopt`` (the default) each attempt was handed to executor
 ``detached`` with its process handle pinned; the restarted runtime's recovery actor claims it at epoch 2,
-the executor's ``recover`` verifies the handle, adopts (`Toolbelt.adopt`) and returns the finished
-result, which commits under the recovered lease. With ``--outcome relaunch`` no attempt was handed: each
+the executor's ``recover`` verifies the handle and returns the finished result, which is adopted and
+committed under the recovered lease in one transaction (an executor watching a live process would call
+`Toolbelt.adopt` first: one request more). With ``--outcome relaunch`` no attempt was handed: each
 is relaunched as the same attempt at epoch 2 and the executor's ``launch`` completes it.
 
 Each round measures, back to back:
@@ -79,7 +80,7 @@ BUILD_CONFIG = loom.Config.from_dict({"scopes": {SCOPE: {"routes": [ROUTE]}}})
 
 class Detached:
     """Executor ``detached``: a detached process per attempt, named by the handle pinned with its segment.
-    ``recover`` verifies the handle, adopts and returns the finished result; ``launch`` completes at once."""
+    ``recover`` verifies the handle and returns the finished result; ``launch`` completes at once."""
 
     capabilities = frozenset[str]()
 
@@ -108,7 +109,6 @@ class Detached:
     ) -> loom.Outcome:
         if metadata.get("handle") != request.execution_id:
             raise loom.NotAdoptable(f"no process with handle {metadata.get('handle')!r}")
-        await toolbelt.adopt()
         self.recovered += 1
         self._through()
         return loom.Completed()

@@ -26,6 +26,7 @@ from loom import (
     WorkState,
     open_runtime,
 )
+from loom.actors.toolbelt import RuntimeToolbelt
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.executions import (
@@ -380,9 +381,19 @@ async def test_a_lost_lease_stops_observing_the_launch_without_interrupting_its_
         assert (execution.state, execution.epoch, execution.attempt) == (ExecutionState.COMPLETED, 2, 1)
 
 
-async def test_a_finished_detached_result_commits_under_the_recovered_lease(loom_drivers: Any) -> None:
+async def test_a_finished_detached_result_commits_under_the_recovered_lease(
+    loom_drivers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Catches: a finished result committed with the old credentials, or without the adoption that
-    fences them."""
+    fences them, or adopted in a request of its own before its completion (one commit does both)."""
+    adoptions: list[str] = []
+    adopt = RuntimeToolbelt.adopt
+
+    async def counted(self: RuntimeToolbelt) -> None:
+        adoptions.append(self.lease.execution_id)
+        await adopt(self)
+
+    monkeypatch.setattr(RuntimeToolbelt, "adopt", counted)
     async with loom_drivers(config=config(), lease_ms=LEASE) as driver:
         await driver.runtime.publish(start("a"))
         work_id = work_id_for_key(SCOPE, "a")
@@ -398,6 +409,7 @@ async def test_a_finished_detached_result_commits_under_the_recovered_lease(loom
         execution = await driver.runtime.execution(first.lease.execution_id)
         assert execution.epoch == 2
         assert (await driver.runtime.work(work_id)).state is WorkState.COMPLETED
+        assert adoptions == [], "the adoption is the completion's own commit, not a request before it"
 
 
 async def test_poll_claims_expired_leases_for_a_host_that_adopts_or_refuses(

@@ -19,7 +19,7 @@ import trio
 
 from ..config import Config
 from ..kernel.authority import Authority
-from ..kernel.chains import complete_then_start_in_tx
+from ..kernel.chains import adopt_then_complete_in_tx, complete_then_start_in_tx
 from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
 from ..kernel.recovery import mark_handed_in_tx, not_adoptable_in_tx
 from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
@@ -74,12 +74,15 @@ class AttemptRunner:
                 elif await self._hand(toolbelt):
                     outcome = await self._launch(lease, name, executor, toolbelt)
             if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
-                await self._commit(toolbelt, outcome, kind)
+                await self._commit(toolbelt, outcome, kind, recovered=metadata is not None)
             nursery.cancel_scope.cancel()
 
     async def _hand(self, toolbelt: RuntimeToolbelt) -> bool:
         """Record that the segment is handed to the executor (before it is): a lease lost before this
-        commits is relaunched by recovery, one lost after it is adopted or failed."""
+        commits is relaunched by recovery, one lost after it is adopted or failed. A resumed attempt
+        was handed when its first segment was (the mark is the attempt's, set once): nothing to record."""
+        if toolbelt.lease.request.resumed:
+            return True
         try:
             await self._s.storage.submit(mark_handed_in_tx, Authority.of(toolbelt.lease))
         except StaleAuthority:
@@ -129,10 +132,8 @@ class AttemptRunner:
         except InvalidRequest as exc:
             await self._contain(name, "recover", lease, str(exc), None)
             outcome = Failed(error=str(exc))
-        try:
-            await toolbelt.adopt()  # a finished result still needs the new fence before it commits
-        except StaleAuthority:
-            return None
+        # a finished result the executor did not adopt is adopted by its completion's own commit
+        # (`chains.adopt_then_complete_in_tx`): under the new fence, with no request of its own
         return outcome
 
     async def _launch(
@@ -161,14 +162,28 @@ class AttemptRunner:
             await self._contain(name, "launch", lease, reason, None)
             return Failed(error=reason)
 
-    async def _commit(self, toolbelt: RuntimeToolbelt, outcome: Outcome, kind: KindPolicy) -> None:
+    async def _commit(
+        self, toolbelt: RuntimeToolbelt, outcome: Outcome, kind: KindPolicy, *, recovered: bool = False
+    ) -> None:
         """Commit the outcome under the lease (still renewed); a completion blocked behind an unrouted
-        Event waits for that Event's checkpoint and tries again, with no limit but the lease."""
+        Event waits for that Event's checkpoint and tries again, with no limit but the lease.
+        ``recovered``: the outcome is a recovered attempt's, adopted in the same commit if its executor
+        did not adopt it."""
         storage, activity = self._s.storage, self._s.activity
         lease = toolbelt.lease
         while True:
             try:
                 config = self._s.config()
+                if recovered and not toolbelt.adopted:
+                    await storage.submit(
+                        adopt_then_complete_in_tx,
+                        Authority.of(toolbelt.lease),
+                        outcome,
+                        kind,
+                        config.causal,
+                        config.budgets,
+                    )
+                    return
                 if not self._chain:
                     await storage.submit(
                         complete_in_tx,

@@ -58,6 +58,9 @@ class RuntimeToolbelt:
         self._kind = kind or KindPolicy()
         self._budgets = tuple(budgets)
         self.parked = False
+        self.adopted = False
+        """The executor adopted the recovered attempt (`adopt`): its outcome commits with no adoption of
+        its own."""
         """A call gate parked the attempt: its authority is released, and its outcome is the wait."""
         self.on_park: Callable[[], object] | None = None
 
@@ -120,6 +123,7 @@ class RuntimeToolbelt:
         """During recovery: the process is verified; the attempt runs again under this toolbelt's lease
         (a new token: the old one stays stale). Idempotent."""
         await self._storage.submit(adopt_in_tx, Authority.of(self._lease))
+        self.adopted = True
 
     async def gated(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
         """Ask the call gates (in name order) about ``operation`` before running it: return when every

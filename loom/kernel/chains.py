@@ -20,6 +20,7 @@ from ..store import Tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
 from .executions import KindPolicy, complete_in_tx
+from .recovery import adopt_in_tx
 from .resolve import DeferredRoute, RouteRequest
 from .route_records import RouteResult
 from .routing import decide_in_tx, route_in_tx
@@ -105,3 +106,19 @@ def complete_then_start_in_tx(
     if isinstance(outcome, Waiting):
         return execution, None  # a wait's wake, not this commit, decides what comes next
     return execution, start_at_once_in_tx(tx, now_ms, execution.work_id, admit)
+
+
+def adopt_then_complete_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    outcome: Outcome,
+    kind: KindPolicy,
+    limits: CausalLimits,
+    budgets: Sequence[Budget],
+) -> Execution:
+    """A recovered attempt's executor verified it and answered its finished outcome without adopting it
+    first: adopt it under the recoverer's lease (`recovery.adopt_in_tx`) and commit the outcome under that
+    fence, in one transaction (docs/recovery.md: a finished result still commits under the new fence)."""
+    adopt_in_tx(tx, now_ms, auth)
+    return complete_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
