@@ -101,7 +101,7 @@ FLOORS = (
     Floor(
         "wakes to started continuations / acceptance",
         "waits.py",
-        ("--waiting", "500", "--samples", "50", "--wakes", "300"),
+        ("--waiting", "500", "--samples", "50", "--wakes", "300", "--timers", "50"),
         r"wakes to started continuations.*= ([\d.]+)x acceptance",
         0.04,
         reached="0.08",

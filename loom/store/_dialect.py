@@ -65,6 +65,9 @@ class Dialect:
     pool_lock: str | None = None
     """SQL (one text parameter: the pool's name) that serialises one capacity pool's claims and freed
     slots until the transaction ends (``None``: writers are serial)."""
+    caches_reads = True
+    """A transaction may answer a read of a record again from what it read, while it has changed no row
+    since (SQLite's ``total_changes`` tells; a savepoint rolled back forgets them)."""
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         """I/O errors, a full disk, a locked or corrupt database: the store failed, not the request."""
@@ -77,6 +80,10 @@ class Dialect:
     def is_disconnect(self, exc: BaseException) -> bool:
         """The connection itself is gone (a shared database only): reconnect before the next batch."""
         return False
+
+    def changes(self, conn: Any) -> int:
+        """How many rows the connection has changed since it opened (``caches_reads`` only)."""
+        return int(conn.total_changes)
 
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)

@@ -69,6 +69,7 @@ _DISCONNECTS = frozenset({"57P01", "57P02", "57P03"})  # admin or crash shutdown
 class PostgresDialect(Dialect):
     name = "postgresql"
     shared = True
+    caches_reads = False  # psycopg tells no change count: every read goes to the server
     begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
     order_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {ORDER_LOCK})"
     due_hint = ""

@@ -29,6 +29,7 @@ from ..records.work import (
 )
 from . import _sql
 from ._tx_admission import AdmissionTx
+from ._tx_base import MISSING
 from ._tx_budgets import BudgetsTx
 from ._tx_compaction import CompactionTx
 from ._tx_executions import ExecutionsTx
@@ -200,8 +201,11 @@ class Tx(
     # -- Work ---------------------------------------------------------------
 
     def work(self, work_id: str) -> Work | None:
+        known = self.recall("work", work_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(_sql.WORK_BY_ID, (work_id,))
-        return self._work_from_row(row) if row else None
+        return self.keep("work", work_id, self._work_from_row(row) if row else None)  # type: ignore[no-any-return]
 
     def _work_from_row(self, row: tuple[Any, ...]) -> Work:
         work_id = row[0]
@@ -290,12 +294,15 @@ class Tx(
     def event_to_route(self, event_id: str) -> tuple[Event, Checkpoint | None] | None:
         """An Event and its routing checkpoint (``None`` while unrouted), in one query; ``None``
         without such an Event."""
+        known = self.recall("event_to_route", event_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(_sql.EVENT_TO_ROUTE, (event_id,))
         if row is None:
             return None
         width = _EVENT_WIDTH
         checkpoint = _sql.checkpoint_from_row(row[width:]) if row[width] is not None else None
-        return _sql.event_from_row(row), checkpoint
+        return self.keep("event_to_route", event_id, (_sql.event_from_row(row), checkpoint))  # type: ignore[no-any-return]
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order

@@ -12,6 +12,15 @@ from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 Params = Sequence[Any]
 
 
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""`TxBase.recall` found nothing it may answer."""
+
+
 class TxBase:
     def __init__(self, conn: Connection, dialect: Dialect = SQLITE) -> None:
         self._conn = conn
@@ -25,6 +34,10 @@ class TxBase:
         self._savepoints = 0
         self._ordered_at: int | None = None
         """The savepoint depth at which this transaction took the acceptance-order lock."""
+        self._reads: dict[tuple[str, str], Any] = {}
+        """Records this transaction read since it last changed a row (`recall`)."""
+        self._reads_at = -1
+        self._caching = dialect.caches_reads
 
     def savepoint(self) -> _Savepoint:
         """Run a block atomically inside the transaction: an exception undoes only its effects
@@ -57,6 +70,26 @@ class TxBase:
             raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
 
     # -- plumbing ---------------------------------------------------------
+
+    def recall(self, kind: str, key: str) -> Any:
+        """A record of ``kind`` read by ``key`` earlier in this transaction, if no row changed since (the
+        connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
+        `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
+        A read that misses keeps its answer with `keep`."""
+        if not self._caching:
+            return MISSING
+        changes = self.dialect.changes(self._conn)
+        if changes != self._reads_at:
+            self._reads.clear()
+            self._reads_at = changes
+            return MISSING
+        return self._reads.get((kind, key), MISSING)
+
+    def keep(self, kind: str, key: str, record: Any) -> Any:
+        """Keep what a read just answered (right after `recall` missed: no row changed between)."""
+        if self._caching:
+            self._reads[kind, key] = record
+        return record
 
     def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
@@ -102,6 +135,7 @@ class _Savepoint:
             elif not tx.is_storage_failure(exc):
                 tx._conn.execute(f"ROLLBACK TO {self._name}")
                 tx._conn.execute(f"RELEASE {self._name}")
+                tx._reads.clear()  # what it read may have been its own writes, now undone
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

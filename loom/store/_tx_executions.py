@@ -20,7 +20,7 @@ from ..records.work import (
     Policy,
 )
 from . import _sql
-from ._tx_base import TxBase
+from ._tx_base import MISSING, TxBase
 
 _LIVE = _sql.LIVE
 ENDED_STATES = frozenset(
@@ -81,8 +81,11 @@ class ExecutionsTx(TxBase):
     # -- executions -------------------------------------------------------------
 
     def execution(self, execution_id: str) -> Execution | None:
+        known = self.recall("execution", execution_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(_sql.EXECUTION_BY_ID, (execution_id,))
-        return _sql.execution_from_row(row) if row else None
+        return self.keep("execution", execution_id, _sql.execution_from_row(row) if row else None)  # type: ignore[no-any-return]
 
     def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
         """When the active segment started, and its deadline timer."""

@@ -1,0 +1,107 @@
+"""A transaction answers a repeated read of a Work, an attempt or an Event with its routing from what it read,
+only while it has changed no row since (`TxBase.recall`); on PostgreSQL it always reads again.
+
+Wrong implementations caught: a cache that survives a write (a Work read before its update answered
+after it), and one that survives a savepoint rolled back (a Work read inside the savepoint, after its
+update there, answered once the update is undone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from loom import CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom.kernel.resolve import RouteRequest
+from loom.kernel.routing import route_in_tx
+from loom.records.work import Unmatched
+from loom.store import Tx
+from loom.testing import T0_MS
+from loom.testing.internals import storage_of
+
+SCOPE = "shop"
+CONFIG = Config.from_dict({"scopes": {SCOPE: {"routes": [{"name": "orders", "create_work": True}]}}})
+
+
+@pytest.fixture
+async def rt(loom_store: str) -> AsyncIterator[Runtime]:
+    async with open_runtime(
+        loom_store, clock=ManualClock(start_ms=T0_MS), config=CONFIG, load_entry_points=False, actors=()
+    ) as runtime:
+        yield runtime
+
+
+async def a_work(rt: Runtime) -> str:
+    await rt.publish(EventIn(source="shop", delivery_id="d-1", type="order.placed", scope=SCOPE, key="k"))
+    await rt.poll()
+    work = await rt.work_for_key("k")
+    assert work is not None
+    return work.id
+
+
+async def test_a_read_after_a_write_sees_the_write(rt: Runtime) -> None:
+    work_id = await a_work(rt)
+
+    def read_write_read(tx: Tx, now_ms: int) -> tuple[int, int, int]:
+        before = tx.work(work_id)
+        again = tx.work(work_id)
+        assert before is not None
+        assert again is not None
+        tx.update_work(work_id, now_ms)
+        after = tx.work(work_id)
+        assert after is not None
+        return before.revision, again.revision, after.revision
+
+    before, again, after = await storage_of(rt).submit(read_write_read)
+    assert again == before
+    assert after == before + 1, "a read after an update answered what was read before it"
+
+
+async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runtime) -> None:
+    work_id = await a_work(rt)
+
+    def undone(tx: Tx, now_ms: int) -> tuple[int, int, int]:
+        before = tx.work(work_id)
+        assert before is not None
+        inside = -1
+        try:
+            with tx.savepoint():
+                tx.update_work(work_id, now_ms)
+                seen = tx.work(work_id)
+                assert seen is not None
+                inside = seen.revision
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        after = tx.work(work_id)
+        assert after is not None
+        return before.revision, inside, after.revision
+
+    before, inside, after = await storage_of(rt).submit(undone)
+    assert inside == before + 1
+    assert after == before, "a read after the rollback answered the undone update"
+
+
+async def test_an_events_routing_is_read_anew_once_it_is_routed(rt: Runtime) -> None:
+    accepted = await rt.publish(EventIn(source="shop", delivery_id="d-2", type="other", scope="elsewhere"))
+    request = RouteRequest(
+        event_id=accepted.id,
+        decision=Unmatched(reason="nothing"),
+        route=None,
+        expected_revision=None,
+        generation=1,
+        from_handler=False,
+    )
+
+    def route_between_reads(tx: Tx, now_ms: int) -> tuple[bool, bool]:
+        before = tx.event_to_route(accepted.id)
+        assert before is not None
+        route_in_tx(tx, now_ms, request, CausalLimits())
+        after = tx.event_to_route(accepted.id)
+        assert after is not None
+        return before[1] is None, after[1] is not None
+
+    unrouted_before, routed_after = await storage_of(rt).submit(route_between_reads)
+    assert unrouted_before
+    assert routed_after, "the Event's routing read after its checkpoint answered it unrouted"
