@@ -54,6 +54,10 @@ class Config:
     compaction: Compaction = attrs.field(factory=Compaction)
     generation: int = 1
     file: str | None = attrs.field(default=None, eq=False)
+    _resolved: dict[tuple[str, str], Any] = attrs.field(
+        factory=dict, init=False, eq=False, hash=False, repr=False
+    )
+    """Routes and bindings resolved per scope, kept for this generation (both are immutable)."""
 
     def __attrs_post_init__(self) -> None:
         if (
@@ -132,6 +136,7 @@ class Config:
         data: dict[str, Any] = plain(converter.unstructure(self))
         data.pop("generation", None)
         data.pop("file", None)
+        data.pop("_resolved", None)
         # durations as the TOML file writes them
         data["retention"] = self.retention.to_toml()
         data["compaction"] = self.compaction.to_toml()
@@ -255,7 +260,10 @@ class Config:
 def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding]:
     """The bindings in force in ``scope``: inherited by name, the nearest definition replacing the whole
     binding (its opaque config included). Ordered by first definition, root to leaf."""
-    return resolve_bindings(config.scopes, scope)
+    found: dict[str, EffectiveBinding] | None = config._resolved.get(("bindings", scope))
+    if found is None:
+        found = config._resolved["bindings", scope] = resolve_bindings(config.scopes, scope)
+    return dict(found)  # a copy: the caller may change it
 
 
 def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
@@ -264,4 +272,9 @@ def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
     Resolved root to leaf: a descendant's same-name route replaces the whole ancestor route in its original
     slot; new names append. Each route's binding is resolved in ``scope``, not in the scope defining it.
     """
-    return resolve_routes(config.scopes, scope, None, file=config.file)
+    routes: tuple[EffectiveRoute, ...] | None = config._resolved.get(("routes", scope))
+    if routes is None:
+        routes = config._resolved["routes", scope] = resolve_routes(
+            config.scopes, scope, None, file=config.file
+        )
+    return routes

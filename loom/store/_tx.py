@@ -390,9 +390,9 @@ class Tx(
     def armed_timers_of_work(self, work_id: str) -> list[Timer]:
         """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""
         rows = self._all(
-            f"{_sql.TIMER_SELECT} t WHERE t.state = ? AND t.execution_id IN"
+            f"{_sql.TIMER_SELECT} t WHERE t.state = '{TimerState.ARMED.value}' AND t.execution_id IN"
             " (SELECT id FROM executions WHERE work_id = ?) ORDER BY t.id",
-            (TimerState.ARMED.value, work_id),
+            (work_id,),
         )
         return [_sql.timer_from_row(r) for r in rows]
 

@@ -83,8 +83,9 @@ class TimersTx(TxBase):
     def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
         """(id, revision, fire_at) of armed timers, by id (the timer service's rebuild)."""
         rows = self._all(
-            "SELECT id, revision, fire_at_ms FROM timers WHERE state = ? AND id > ? ORDER BY id LIMIT ?",
-            (TimerState.ARMED.value, after_id, limit),
+            f"SELECT id, revision, fire_at_ms FROM timers WHERE state = '{TimerState.ARMED.value}' AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (after_id, limit),
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
