@@ -8,6 +8,7 @@ naming the file, the key and the reason, and the previous generation stays in fo
 from __future__ import annotations
 
 import tomllib
+import weakref
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,6 @@ class Config:
     compaction: Compaction = attrs.field(factory=Compaction)
     generation: int = 1
     file: str | None = attrs.field(default=None, eq=False)
-    _resolved: dict[tuple[str, str], Any] = attrs.field(
-        factory=dict, init=False, eq=False, hash=False, repr=False
-    )
-    """Routes and bindings resolved per scope, kept for this generation (both are immutable)."""
 
     def __attrs_post_init__(self) -> None:
         if (
@@ -136,7 +133,6 @@ class Config:
         data: dict[str, Any] = plain(converter.unstructure(self))
         data.pop("generation", None)
         data.pop("file", None)
-        data.pop("_resolved", None)
         # durations as the TOML file writes them
         data["retention"] = self.retention.to_toml()
         data["compaction"] = self.compaction.to_toml()
@@ -257,12 +253,28 @@ class Config:
         )
 
 
+_RESOLVED: dict[int, tuple[weakref.ReferenceType[Config], dict[tuple[str, str], Any]]] = {}
+"""Routes and bindings resolved per scope, for each live `Config` (both immutable): a configuration is
+resolved once per scope, not at every routing and claim."""
+
+
+def _resolved(config: Config) -> dict[tuple[str, str], Any]:
+    key = id(config)
+    entry = _RESOLVED.get(key)
+    if entry is not None and entry[0]() is config:
+        return entry[1]
+    cache: dict[tuple[str, str], Any] = {}
+    _RESOLVED[key] = (weakref.ref(config, lambda _: _RESOLVED.pop(key, None)), cache)
+    return cache
+
+
 def effective_bindings(config: Config, scope: str) -> dict[str, EffectiveBinding]:
     """The bindings in force in ``scope``: inherited by name, the nearest definition replacing the whole
     binding (its opaque config included). Ordered by first definition, root to leaf."""
-    found: dict[str, EffectiveBinding] | None = config._resolved.get(("bindings", scope))
+    resolved = _resolved(config)
+    found: dict[str, EffectiveBinding] | None = resolved.get(("bindings", scope))
     if found is None:
-        found = config._resolved["bindings", scope] = resolve_bindings(config.scopes, scope)
+        found = resolved["bindings", scope] = resolve_bindings(config.scopes, scope)
     return dict(found)  # a copy: the caller may change it
 
 
@@ -272,9 +284,8 @@ def effective_routes(config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
     Resolved root to leaf: a descendant's same-name route replaces the whole ancestor route in its original
     slot; new names append. Each route's binding is resolved in ``scope``, not in the scope defining it.
     """
-    routes: tuple[EffectiveRoute, ...] | None = config._resolved.get(("routes", scope))
+    resolved = _resolved(config)
+    routes: tuple[EffectiveRoute, ...] | None = resolved.get(("routes", scope))
     if routes is None:
-        routes = config._resolved["routes", scope] = resolve_routes(
-            config.scopes, scope, None, file=config.file
-        )
+        routes = resolved["routes", scope] = resolve_routes(config.scopes, scope, None, file=config.file)
     return routes
