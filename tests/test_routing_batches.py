@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+import trio
 
 import loom.kernel.unrouted
 from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
@@ -254,3 +255,46 @@ def test_an_app_says_which_of_its_handlers_are_pure() -> None:
 
     assert is_pure_handler(checked)
     assert not is_pure_handler(looks_outside)
+
+
+async def test_an_event_is_routed_in_its_own_acceptance_commit(loom_store: str) -> None:
+    """With the router running on a store of its own, an Event whose handler is pure (or that needs
+    none) is routed, and its Work started, by the commit that accepts it: when ``publish`` returns, the
+    checkpoint and the attempt are there, with no wait for the router. Wrong implementation caught:
+    routing left to the router's reading of the acceptance notice (a commit later). On a shared database
+    routing stays out of the acceptance commit (its order lock), so there it is only eventually routed."""
+    started: list[str] = []
+    release = trio.Event()
+    executor = PythonExecutor()
+
+    @executor.function("run")
+    async def run(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        started.append(request.execution_id)
+        await release.wait()  # the attempt stays running while the test looks
+        return Completed()
+
+    async with open_runtime(
+        loom_store,
+        clock=ManualClock(start_ms=T0_MS),
+        config=CONFIG,
+        plugins=[executor],
+        load_entry_points=False,
+    ) as rt:
+        await rt.wait_idle()
+        accepted = await rt.publish(order(1, "k"))
+        checkpoint = await rt.checkpoint(accepted.id)
+        work = await rt.work_for_key("k") if checkpoint is not None else None
+        if storage_of(rt).shared:
+            await rt.wait_idle()
+            assert await rt.checkpoint(accepted.id) is not None
+            release.set()
+            return
+        assert checkpoint is not None, "the acceptance commit did not route its Event"
+        assert work is not None
+        assert work.current_execution_id is not None, "the acceptance commit did not start the Work"
+        elsewhere = await rt.publish(EventIn(source="s", delivery_id="x", type="other", scope="nowhere"))
+        unmatched = await rt.checkpoint(elsewhere.id)
+        assert unmatched is not None, "an Event no route matches is checkpointed in its acceptance commit too"
+        await rt.wait_idle()
+        assert started == [work.current_execution_id]
+        release.set()

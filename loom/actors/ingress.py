@@ -12,14 +12,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
 import trio
 
 from ..config import CausalLimits
 from ..kernel.accept import accept_batch_in_tx, accept_derived_in_tx, accept_in_tx
+from ..kernel.admission import AdmitRequest
+from ..kernel.chains import accept_then_route_in_tx
+from ..kernel.resolve import RoutePlan
 from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.validation import check_text, validate_event_in, validated_payload
+from ..records.work import Lease
 from ..store import StorageActor
+
+
+@attrs.frozen
+class RouteAtAcceptance:
+    """What the router hands the ingress to route an Event in its acceptance commit: how it routes,
+    how an attempt that commit starts is claimed, and where it is launched."""
+
+    plan: RoutePlan
+    admit: AdmitRequest | None
+    """``None``: the plan delivers to no Work (no match, a drop), so nothing can start."""
+    launch: Callable[[Lease, str], object]
 
 
 class IngressActor:
@@ -34,18 +50,42 @@ class IngressActor:
         self._limits = limits
         self._in_flight = trio.CapacityLimiter(max_in_flight)
 
-    async def publish(self, event: EventIn, *, trusted: bool = False) -> Event:
+    async def publish(
+        self,
+        event: EventIn,
+        *,
+        trusted: bool = False,
+        routing: Callable[[EventIn], RouteAtAcceptance | None] | None = None,
+    ) -> Event:
         """Accept a root Event; return it once committed (or the original, marked duplicate).
 
         A bad Event is refused here, naming the field, before it costs a storage request. What is
         stored is the payload's JSON text checked here (``checked``): a payload the publisher changes
         meanwhile changes nothing, and ``accept_in_tx`` need not check the same rules again.
+
+        With ``routing`` (the router's `at_acceptance`, asked once the Event is valid) an Event that
+        routes outside its lane is routed in its acceptance commit, and an attempt that commit started
+        is launched where the router launches attempts.
         """
         payload = validated_payload(event, allow_core=trusted)
+        plan = routing(event) if routing is not None else None
         async with self._in_flight:
-            return await self._storage.submit(
-                accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
+            if plan is None:
+                return await self._storage.submit(
+                    accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
+                )
+            accepted, started = await self._storage.submit(
+                accept_then_route_in_tx,
+                event,
+                self._limits(),
+                plan.plan,
+                plan.admit,
+                trusted=trusted,
+                checked=payload,
             )
+        for lease in started:
+            plan.launch(lease, lease.request.executor or "")
+        return accepted
 
     async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
         """Accept root Events in the order given, in one storage request (`accept_batch_in_tx`): each

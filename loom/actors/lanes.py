@@ -21,6 +21,7 @@ from ..config import Config, EffectiveRoute, effective_routes
 from ..kernel.chains import route_batch_then_start_in_tx, route_then_start_in_tx
 from ..kernel.resolve import (
     DeferredRoute,
+    RoutePlan,
     RouteRef,
     RouteRequest,
     check_decision,
@@ -33,7 +34,7 @@ from ..kernel.route_records import record_handler_error_in_tx, record_routing_fa
 from ..kernel.routing import OutOfOrder, route_in_tx
 from ..kernel.unrouted import unrouted_in_tx
 from ..records.errors import Conflict, InvalidRequest, StorageError
-from ..records.events import Event
+from ..records.events import Event, EventIn
 from ..records.work import Decision, Work
 from .shared import Shared
 from .starter import LaunchHook, admit_request
@@ -48,6 +49,8 @@ def _decide(handler: Callable[..., object], route: EffectiveRoute, event: Event,
 
 MAX_REEVALUATIONS = 100
 RESYNC_PAGE = 1000
+MAX_PLANS = 4096
+"""Routing plans kept per (scope, Event type) for a configuration generation, at most."""
 
 
 @attrs.define(eq=False)
@@ -67,6 +70,8 @@ class RoutingLanes:
         self._lanes: dict[str, _Lane] = {}
         self._routes_cache: dict[str, tuple[EffectiveRoute, ...]] = {}
         self._routes_generation = -1
+        self._plans: dict[tuple[str, str], RoutePlan | None] = {}
+        self._plans_generation = -1
 
     def _routes(self, config: Config, scope: str) -> tuple[EffectiveRoute, ...]:
         """Effective routes of a scope, cached per config generation."""
@@ -78,35 +83,43 @@ class RoutingLanes:
             routes = self._routes_cache[scope] = effective_routes(config, scope)
         return routes
 
-    def quick(self, event: Event) -> RouteRequest | DeferredRoute | None:
-        """How an Event routes in a batch, when its first match allows it: decided here when it needs no
-        handler (no match, a drop route: no Work snapshot matters), or deferred to the routing
-        transaction when its handler is pure (`is_pure_handler`), which decides it over the Work as the
-        batch's earlier Events left it. ``None``: its lane routes it alone (a handler that may do I/O
-        or take its time runs outside any transaction)."""
+    def plan(self, event: Event | EventIn) -> RoutePlan | None:
+        """How an Event of this scope and type routes outside its lane, when its first match allows it:
+        decided here when it needs no handler (no match, a drop route: no Work snapshot matters), or
+        deferred to the routing transaction when its handler is pure (`is_pure_handler`), which decides
+        it over the Work as the Events routed before it in that transaction left it. ``None``: its lane
+        routes it alone (a handler that may do I/O or take its time runs outside any transaction)."""
         config = self._s.config()
+        if self._plans_generation != config.generation or len(self._plans) >= MAX_PLANS:
+            self._plans.clear()
+            self._plans_generation = config.generation
+        key = (event.scope, event.type)
+        if key in self._plans:
+            return self._plans[key]
+        plan = self._plans[key] = self._plan(config, event)
+        return plan
+
+    def _plan(self, config: Config, event: Event | EventIn) -> RoutePlan | None:
+        """`plan`, made (it depends on the Event's scope and type only)."""
         match = first_match(self._routes(config, event.scope), event.type)
         decided = decide_without_handler(config, match, event)
         if decided is not None:
             decision, ref = decided
-            return RouteRequest(
-                event_id=event.id,
-                decision=decision,
-                route=ref,
-                expected_revision=None,
-                generation=config.generation,
-                from_handler=False,
-            )
+            return RoutePlan(decision=decision, route=ref, generation=config.generation)
         assert match is not None
         handler = self._s.extensions.handlers.get(match.route.handler)
         if handler is None or not is_pure_handler(handler):
             return None
-        return DeferredRoute(
-            event_id=event.id,
+        return RoutePlan(
             decide=partial(_decide, handler, match),
             route=route_ref(config, match),
             generation=config.generation,
         )
+
+    def quick(self, event: Event) -> RouteRequest | DeferredRoute | None:
+        """The routing request of an accepted Event that routes in a batch (`plan`), or ``None``."""
+        plan = self.plan(event)
+        return plan.request(event.id) if plan is not None else None
 
     async def route_quick(self, events: list[Event], requests: list[RouteRequest | DeferredRoute]) -> None:
         """Route a notice batch's Events in one storage request (`chains.route_batch_then_start_in_tx`),

@@ -16,7 +16,7 @@ from ..kernel._common import barrier_in_tx
 from ..kernel.admission import readmit_in_tx
 from ..kernel.budgets import rebudget_in_tx
 from ..kernel.resolve import DeferredRoute, RouteRequest
-from ..records.events import Event
+from ..records.events import Event, EventIn
 from ..records.notices import (
     EventAccepted,
     EventReplayed,
@@ -31,9 +31,10 @@ from ..records.notices import (
 )
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
+from .ingress import RouteAtAcceptance
 from .lanes import RoutingLanes
 from .shared import Shared
-from .starter import Starter
+from .starter import Starter, admit_request
 
 
 class RouterPool:
@@ -43,6 +44,22 @@ class RouterPool:
         self.starter = Starter(shared, self.attempts.start)
         self.lanes = RoutingLanes(shared, self.attempts.start)
         self.dispatcher = IntentDispatcher(shared)
+        self._accepting = False
+        """Publishers may route their Events in their acceptance commits (`at_acceptance`)."""
+
+    def at_acceptance(self, event: EventIn) -> RouteAtAcceptance | None:
+        """How ``event`` routes in its own acceptance commit (`chains.accept_then_route_in_tx`), when it
+        can: the router runs and has read the store, the store is this runtime's alone (on a shared
+        database the acceptance commit holds the order lock every node's acceptance waits on, so
+        routing stays out of it), and the Event routes outside its lane (`RoutingLanes.plan`).
+        ``None``: it is accepted alone and routed from its notice."""
+        if not self._accepting or self._s.storage.shared:
+            return None
+        plan = self.lanes.plan(event)
+        if plan is None:
+            return None
+        admit = admit_request(self._s) if plan.decide is not None else None
+        return RouteAtAcceptance(plan=plan, admit=admit, launch=self.attempts.start)
 
     @property
     def idle(self) -> bool:
@@ -69,6 +86,7 @@ class RouterPool:
             async with trio.open_nursery() as nursery:
                 activity.bind(nursery)
                 await self._resync()
+                self._accepting = True
                 task_status.started(self)
                 while True:
                     activity.feed_pending = feed.pending
@@ -80,7 +98,11 @@ class RouterPool:
                     try:
                         quick: list[RouteRequest | DeferredRoute] = []
                         quick_events: list[Event] = []
+                        # Events routed in their own acceptance commit need nothing more here
+                        routed = {n.event_id for n in notices if isinstance(n, EventRouted)}
                         for notice in notices:
+                            if isinstance(notice, EventAccepted) and notice.event.id in routed:
+                                continue
                             if isinstance(notice, Lagged) or (
                                 isinstance(notice, StoreChanged) and notice.everything
                             ):
@@ -97,6 +119,7 @@ class RouterPool:
         except trio.EndOfChannel:
             return  # the storage actor stopped: the runtime is going down
         finally:
+            self._accepting = False
             storage.routing = False
             storage.unsubscribe(feed)
 

@@ -14,14 +14,16 @@ from collections.abc import Sequence
 import attrs
 
 from ..config import Budget, CausalLimits
+from ..records.events import Event, EventIn
 from ..records.waits import Waiting
 from ..records.work import Execution, Lease, Outcome
 from ..store import Tx
+from .accept import accept_in_tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
 from .executions import KindPolicy, complete_in_tx
 from .recovery import adopt_in_tx
-from .resolve import DeferredRoute, RouteRequest
+from .resolve import DeferredRoute, RoutePlan, RouteRequest
 from .route_records import RouteResult
 from .routing import decide_in_tx, route_in_tx
 from .unrouted import raise_watermark_in_tx
@@ -53,6 +55,8 @@ def route_batch_then_start_in_tx(
     requests: Sequence[RouteRequest | DeferredRoute],
     limits: CausalLimits,
     admit: AdmitRequest | None,
+    *,
+    raise_watermark: bool = True,
 ) -> RoutedBatch:
     """Route many Events in acceptance order, each in a savepoint and exactly as `route_in_tx` would (a
     deferred one decided over its Work as the earlier ones left it), then start each Work they were
@@ -74,7 +78,8 @@ def route_batch_then_start_in_tx(
             continue
         if not result.replay and result.checkpoint.work_id is not None:
             routed_to[result.checkpoint.work_id] = None
-    raise_watermark_in_tx(tx, now_ms)
+    if raise_watermark:
+        raise_watermark_in_tx(tx, now_ms)
     started: list[Lease] = []
     if admit is not None:
         for work_id in routed_to:
@@ -122,3 +127,50 @@ def adopt_then_complete_in_tx(
     fence, in one transaction (docs/recovery.md: a finished result still commits under the new fence)."""
     adopt_in_tx(tx, now_ms, auth)
     return complete_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
+
+
+WATERMARK_EVERY = 32
+"""Acceptances that route their own Event raise the routing watermark once per this many sequences."""
+
+
+def accept_then_route_in_tx(
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    limits: CausalLimits,
+    plan: RoutePlan,
+    admit: AdmitRequest | None,
+    *,
+    trusted: bool = False,
+    checked: str | None = None,
+) -> tuple[Event, tuple[Lease, ...]]:
+    """Accept an Event (`accept_in_tx`) and route it in the same commit as a batch of one would
+    (`route_batch_then_start_in_tx`), starting its Work at once if the admission pass would (with
+    ``admit``: a plan that can deliver): one commit from publish to a started attempt. Routing is the router's to retry: an Event this cannot route
+    (an earlier Event of its Work unrouted, a conflict, a failing pure handler) is accepted unrouted,
+    as any other, and its lane routes it. A duplicate is answered as it is."""
+    accepted = accept_in_tx(tx, now_ms, event, limits, trusted=trusted, checked=checked)
+    if accepted.duplicate:
+        return accepted, ()
+    req = plan.request(accepted.id)
+    try:
+        with tx.savepoint():
+            decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
+            result = route_in_tx(tx, now_ms, decided, limits) if decided is not None else None
+    except Exception as exc:
+        if tx.is_storage_failure(exc):
+            raise
+        return accepted, ()  # its lane routes it, and records what fails
+    if accepted.seq % WATERMARK_EVERY == 0:
+        raise_watermark_in_tx(tx, now_ms)
+    work_id = result.checkpoint.work_id if result is not None and not result.replay else None
+    if admit is None or work_id is None:
+        return accepted, ()
+    try:
+        with tx.savepoint():
+            lease = start_at_once_in_tx(tx, now_ms, work_id, admit)
+    except Exception as exc:
+        if tx.is_storage_failure(exc):
+            raise
+        return accepted, ()  # the Work stays queued: the admission pass meets it and diagnoses it
+    return accepted, (lease,) if lease is not None else ()

@@ -12,7 +12,7 @@ import attrs
 
 from ..config import Config, EffectiveRoute
 from ..records.errors import InvalidRequest
-from ..records.events import Event
+from ..records.events import Event, EventIn
 from ..records.validation import MAX_REASON_LEN, check_keys, check_text
 from ..records.work import Decision, Deliver, Drop, Policy, Unmatched, Work
 
@@ -62,6 +62,33 @@ class DeferredRoute:
     generation: int
 
 
+@attrs.frozen(kw_only=True)
+class RoutePlan:
+    """How Events of one scope and type route outside their lane: with a decision that needs no handler
+    (``decision``), or by a pure handler decided in the routing transaction (``decide``)."""
+
+    decision: Decision | None = None
+    decide: Callable[[Event, Work | None], object] | None = None
+    route: RouteRef | None = None
+    generation: int
+
+    def request(self, event_id: str) -> RouteRequest | DeferredRoute:
+        """The routing request of one such Event."""
+        if self.decide is not None and self.route is not None:
+            return DeferredRoute(
+                event_id=event_id, decide=self.decide, route=self.route, generation=self.generation
+            )
+        assert self.decision is not None
+        return RouteRequest(
+            event_id=event_id,
+            decision=self.decision,
+            route=self.route,
+            expected_revision=None,
+            generation=self.generation,
+            from_handler=False,
+        )
+
+
 def is_pure_handler(handler: object) -> bool:
     """A handler that declares itself a pure function of its arguments (``handler.pure = True``: no I/O,
     deterministic, synchronous), as loom's built-in handlers do: loom may decide it inside the routing
@@ -91,7 +118,7 @@ def route_ref(config: Config, route: EffectiveRoute) -> RouteRef:
 
 
 def decide_without_handler(
-    config: Config, route: EffectiveRoute | None, event: Event
+    config: Config, route: EffectiveRoute | None, event: Event | EventIn
 ) -> tuple[Decision, RouteRef | None] | None:
     """The decision when the first match needs no handler: no match (unmatched) or a drop route.
 

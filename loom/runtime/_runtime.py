@@ -106,7 +106,8 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
 
     async def publish(self, event: EventIn) -> Event:
         """Durably accept an external root Event; a duplicate returns the original, marked."""
-        return await self._p.ingress.publish(event)
+        router = self._p.router
+        return await self._p.ingress.publish(event, routing=router.at_acceptance if router else None)
 
     async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
         """Durably accept external root Events in the order given, with one commit: the answers, in
