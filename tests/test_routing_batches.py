@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 import trio
 
+import loom.actors.timers
 import loom.kernel.unrouted
-from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.config import effective_routes
 from loom.kernel.admission import AdmitRequest
 from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx
@@ -298,3 +299,48 @@ async def test_an_event_is_routed_in_its_own_acceptance_commit(loom_store: str) 
         await rt.wait_idle()
         assert started == [work.current_execution_id]
         release.set()
+
+
+async def test_a_due_timer_is_fired_routed_and_its_work_started_in_one_commit(
+    loom_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the router running on a store of its own, the timer actor's firing pass routes the Events
+    it accepts and starts their Works in its own commit (`chains.fire_then_route_in_tx`). Wrong
+    implementation caught: fired Events left to the router's reading of the firing notice (the pass
+    would start nothing)."""
+    passes: list[int] = []
+    real = loom.actors.timers.fire_then_route_in_tx
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        done, started = real(*args, **kwargs)
+        passes.append(len(started))
+        return done, started
+
+    monkeypatch.setattr(loom.actors.timers, "fire_then_route_in_tx", counted)
+    release = trio.Event()
+    executor = PythonExecutor()
+
+    @executor.function("run")
+    async def run(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        await release.wait()
+        return Completed()
+
+    clock = ManualClock(start_ms=T0_MS)
+    async with open_runtime(
+        loom_store, clock=clock, config=CONFIG, plugins=[executor], load_entry_points=False
+    ) as rt:
+        await rt.arm(
+            TimerSpec(
+                id="t-1", fire_at_ms=T0_MS + 1_000, source="shop", type="order.due", scope=SCOPE, key="k"
+            )
+        )
+        await rt.wait_idle()
+        clock.advance(1_000)
+        await rt.wait_idle()
+        work = await rt.work_for_key("k")
+        release.set()
+        if storage_of(rt).shared:
+            assert passes == [], "a shared database's firing commit routes nothing (the order lock)"
+            return
+        assert sum(passes) == 1, f"the firing pass started the attempt, got {passes}"
+        assert work.current_execution_id is not None

@@ -38,6 +38,17 @@ class RouteAtAcceptance:
     launch: Callable[[Lease, str], object]
 
 
+@attrs.frozen
+class RouteAtFiring:
+    """What the router hands the timer actor to route the Events a firing pass accepts in its commit:
+    the plan of each (`lanes.Planner`), how an attempt that commit starts is claimed, and where it is
+    launched."""
+
+    planner: Callable[[Event], RoutePlan | None]
+    admit: AdmitRequest
+    launch: Callable[[Lease, str], object]
+
+
 class IngressActor:
     def __init__(
         self,

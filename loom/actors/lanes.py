@@ -12,8 +12,9 @@ from __future__ import annotations
 import heapq
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Any
 
 import attrs
 
@@ -60,6 +61,32 @@ class _Lane:
     """Queued event ids, with the Event itself when a notice carried it (saves a read)."""
 
 
+@attrs.frozen
+class Planner:
+    """How an Event routes outside its lane under one configuration (`RoutingLanes.plan`): a pure
+    function of the configuration and the registered handlers."""
+
+    config: Config
+    handlers: Mapping[str, Any]
+
+    def __call__(self, event: Event | EventIn) -> RoutePlan | None:
+        config = self.config
+        match = first_match(effective_routes(config, event.scope), event.type)
+        decided = decide_without_handler(config, match, event)
+        if decided is not None:
+            decision, ref = decided
+            return RoutePlan(decision=decision, route=ref, generation=config.generation)
+        assert match is not None
+        handler = self.handlers.get(match.route.handler)
+        if handler is None or not is_pure_handler(handler):
+            return None
+        return RoutePlan(
+            decide=partial(_decide, handler, match),
+            route=route_ref(config, match),
+            generation=config.generation,
+        )
+
+
 class RoutingLanes:
     def __init__(self, shared: Shared, launch: LaunchHook | None = None) -> None:
         """``launch``: the runtime's starter runs here, so an Event that makes its Work able to start
@@ -101,20 +128,12 @@ class RoutingLanes:
 
     def _plan(self, config: Config, event: Event | EventIn) -> RoutePlan | None:
         """`plan`, made (it depends on the Event's scope and type only)."""
-        match = first_match(self._routes(config, event.scope), event.type)
-        decided = decide_without_handler(config, match, event)
-        if decided is not None:
-            decision, ref = decided
-            return RoutePlan(decision=decision, route=ref, generation=config.generation)
-        assert match is not None
-        handler = self._s.extensions.handlers.get(match.route.handler)
-        if handler is None or not is_pure_handler(handler):
-            return None
-        return RoutePlan(
-            decide=partial(_decide, handler, match),
-            route=route_ref(config, match),
-            generation=config.generation,
-        )
+        return Planner(config, self._s.extensions.handlers)(event)
+
+    def planner(self) -> Planner:
+        """`plan` as a value of its own, over the configuration in force now: safe to call inside a
+        storage procedure (it keeps nothing between calls)."""
+        return Planner(self._s.config(), self._s.extensions.handlers)
 
     def quick(self, event: Event) -> RouteRequest | DeferredRoute | None:
         """The routing request of an accepted Event that routes in a batch (`plan`), or ``None``."""

@@ -31,7 +31,7 @@ from ..records.notices import (
 )
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
-from .ingress import RouteAtAcceptance
+from .ingress import RouteAtAcceptance, RouteAtFiring
 from .lanes import RoutingLanes
 from .shared import Shared
 from .starter import Starter, admit_request
@@ -60,6 +60,16 @@ class RouterPool:
             return None
         admit = admit_request(self._s) if plan.decide is not None else None
         return RouteAtAcceptance(plan=plan, admit=admit, launch=self.attempts.start)
+
+    def at_firing(self) -> RouteAtFiring | None:
+        """How a firing pass routes the Events it accepts in its own commit
+        (`chains.fire_then_route_in_tx`), when it can (as `at_acceptance`); ``None``: they are routed
+        from their notices."""
+        if not self._accepting or self._s.storage.shared:
+            return None
+        return RouteAtFiring(
+            planner=self.lanes.planner(), admit=admit_request(self._s), launch=self.attempts.start
+        )
 
     @property
     def idle(self) -> bool:

@@ -20,13 +20,16 @@ from collections.abc import Callable, Mapping
 import trio
 
 from ..config import CausalLimits
+from ..kernel.chains import fire_then_route_in_tx
 from ..kernel.firing import FirePass, fire_due_in_tx, next_due_in_tx
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Lagged, StoreChanged, TimerArmed
 from ..records.timers import RecurrencePolicy
+from ..records.work import Lease
 from ..store import NoticeFeed, StorageActor
 from .activity import Progress
+from .ingress import RouteAtFiring
 
 log = logging.getLogger("loom.timers")
 
@@ -44,8 +47,12 @@ class TimerActor:
         limits: Callable[[], CausalLimits],
         policies: Mapping[str, RecurrencePolicy],
         retry_ms: int = DEFAULT_RETRY_MS,
+        routing: Callable[[], RouteAtFiring | None] | None = None,
     ) -> None:
+        """``routing``: asked at each firing pass (the router's `at_firing`); with an answer, the Events
+        the pass accepts are routed, and their Works started, in its commit."""
         self._storage = storage
+        self._routing = routing
         self._clock = clock
         self._limits = limits
         self.policies = dict(policies)
@@ -137,10 +144,23 @@ class TimerActor:
             now = self._clock.now_ms()
             for timer_id in [t for t, at in self._retrying.items() if at <= now]:
                 del self._retrying[timer_id]
+            routing = self._routing() if self._routing is not None else None
+            started: tuple[Lease, ...] = ()
             try:
-                done: FirePass = await self._storage.submit(
-                    fire_due_in_tx, PAGE, self._limits(), self.policies, frozenset(self._retrying)
-                )
+                if routing is None:
+                    done: FirePass = await self._storage.submit(
+                        fire_due_in_tx, PAGE, self._limits(), self.policies, frozenset(self._retrying)
+                    )
+                else:
+                    done, started = await self._storage.submit(
+                        fire_then_route_in_tx,
+                        PAGE,
+                        self._limits(),
+                        self.policies,
+                        frozenset(self._retrying),
+                        routing.planner,
+                        routing.admit,
+                    )
             except (StorageClosed, StorageUnavailable):
                 raise  # stopping, or a lost connection: the actor starts again from the store
             except StorageError as exc:
@@ -148,6 +168,9 @@ class TimerActor:
                 self.next_due_ms = self._clock.now_ms() + self._retry_ms
                 log.error("timers: a firing pass failed (%s); looking again at %d", exc, self.next_due_ms)
                 return
+            if routing is not None:
+                for lease in started:
+                    routing.launch(lease, lease.request.executor or "")
             now = self._clock.now_ms()
             for request, result in zip(done.requests, done.results, strict=True):
                 if isinstance(result, str):

@@ -9,12 +9,13 @@ Work waits in the ready queue as usual. One commit and one round trip fewer per 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
 from ..config import Budget, CausalLimits
 from ..records.events import Event, EventIn
+from ..records.timers import Firing, FiringResult, RecurrencePolicy
 from ..records.waits import Waiting
 from ..records.work import Execution, Lease, Outcome
 from ..store import Tx
@@ -22,6 +23,7 @@ from .accept import accept_in_tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
 from .executions import KindPolicy, complete_in_tx
+from .firing import FirePass, fire_due_in_tx
 from .recovery import adopt_in_tx
 from .resolve import DeferredRoute, RoutePlan, RouteRequest
 from .route_records import RouteResult
@@ -174,3 +176,35 @@ def accept_then_route_in_tx(
             raise
         return accepted, ()  # the Work stays queued: the admission pass meets it and diagnoses it
     return accepted, (lease,) if lease is not None else ()
+
+
+def fire_then_route_in_tx(
+    tx: Tx,
+    now_ms: int,
+    limit: int,
+    limits: CausalLimits,
+    policies: Mapping[str, RecurrencePolicy],
+    exclude: frozenset[str],
+    planner: Callable[[Event], RoutePlan | None],
+    admit: AdmitRequest,
+) -> tuple[FirePass, tuple[Lease, ...]]:
+    """A firing pass (`firing.fire_due_in_tx`), then the routing of the Events it accepted as a batch
+    (`route_batch_then_start_in_tx`), each that routes outside its lane (``planner``: the router's plan
+    for it, a pure function of the configuration), starting the Works they reach: one commit from a due
+    timer to a started attempt. What the batch cannot route is routed from its notice."""
+    done = fire_due_in_tx(tx, now_ms, limit, limits, policies, exclude)
+    events = [
+        result.event_id
+        for result in done.results
+        if isinstance(result, Firing) and result.result is FiringResult.ACCEPTED and result.event_id
+    ]
+    requests: list[RouteRequest | DeferredRoute] = []
+    for event_id in events:
+        event = tx.event(event_id)
+        plan = planner(event) if event is not None else None
+        if plan is not None:
+            requests.append(plan.request(event_id))
+    if not requests:
+        return done, ()
+    batch = route_batch_then_start_in_tx(tx, now_ms, requests, limits, admit)
+    return done, batch.started

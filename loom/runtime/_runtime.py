@@ -216,6 +216,7 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
                 p.clock,
                 limits=lambda: p.config().causal,
                 policies=p.extensions.recurrence_policies,
+                routing=lambda: p.router.at_firing() if p.router is not None else None,
             )
         elif name == "recovery":
             return LeaseRecoverer(self._shared(p.actor_reader))
