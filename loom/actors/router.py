@@ -29,6 +29,7 @@ from ..records.notices import (
     WorkChanged,
     WorkReady,
 )
+from ..records.work import Lease
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
 from .ingress import RouteAtAcceptance, RouteAtFiring
@@ -59,7 +60,7 @@ class RouterPool:
         if plan is None:
             return None
         admit = admit_request(self._s) if plan.decide is not None else None
-        return RouteAtAcceptance(plan=plan, admit=admit, launch=self.attempts.start)
+        return RouteAtAcceptance(plan=plan, admit=admit, launch=self._launch_routed)
 
     def at_firing(self) -> RouteAtFiring | None:
         """How a firing pass routes the Events it accepts in its own commit
@@ -68,8 +69,15 @@ class RouterPool:
         if not self._accepting or self._s.storage.shared:
             return None
         return RouteAtFiring(
-            planner=self.lanes.planner(), admit=admit_request(self._s), launch=self.attempts.start
+            planner=self.lanes.planner(), admit=admit_request(self._s), launch=self._launch_routed
         )
+
+    def _launch_routed(self, lease: Lease, executor: str) -> None:
+        """Launch an attempt an acceptance or firing commit started, unless this router has stopped
+        meanwhile (the runtime is closing): then its lease is left to expire, and recovery relaunches
+        it as never handed to its executor."""
+        if self._accepting:
+            self.attempts.start(lease, executor)
 
     @property
     def idle(self) -> bool:

@@ -1,5 +1,7 @@
-"""Steps that commit together on the hot path: a routed Event starts its Work's attempt, and a completed
-attempt starts the next, each in the same transaction (docs/architecture.md, "Admission").
+"""Steps that commit together on the hot path (docs/architecture.md, "Admission"): an accepted or fired
+Event is routed in its acceptance or firing commit, a batch of Events is routed in one commit, a routed
+Event starts its Work's attempt, a completed attempt starts the next, and a recovered attempt's finished
+result is adopted and recorded, each in the same transaction.
 
 Starting at once is only a shortcut past the admission pass, never around its rules: it is taken only
 when the pass, made right then, would start this very Work first (it can start, no scope capacity
@@ -148,9 +150,10 @@ def accept_then_route_in_tx(
 ) -> tuple[Event, tuple[Lease, ...]]:
     """Accept an Event (`accept_in_tx`) and route it in the same commit as a batch of one would
     (`route_batch_then_start_in_tx`), starting its Work at once if the admission pass would (with
-    ``admit``: a plan that can deliver): one commit from publish to a started attempt. Routing is the router's to retry: an Event this cannot route
-    (an earlier Event of its Work unrouted, a conflict, a failing pure handler) is accepted unrouted,
-    as any other, and its lane routes it. A duplicate is answered as it is."""
+    ``admit``: a plan that can deliver): one commit from publish to a started attempt. Routing is the
+    router's to retry: an Event this cannot route (an earlier Event of its Work unrouted, a conflict, a
+    failing pure handler) is accepted unrouted, as any other, and its lane routes it. A duplicate is
+    answered as it is."""
     accepted = accept_in_tx(tx, now_ms, event, limits, trusted=trusted, checked=checked)
     if accepted.duplicate:
         return accepted, ()
