@@ -10,6 +10,7 @@ Procedures are submitted to a runtime with no actors (`actors=()`), so nothing e
 from __future__ import annotations
 
 import secrets
+import sqlite3
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -164,6 +165,22 @@ async def test_an_event_whose_handler_fails_goes_back_to_its_lane_with_every_lat
         assert await storage_of(rt).submit(_watermark) == events[1].seq - 1, (
             "the watermark stops below the first unrouted Event"
         )
+
+
+async def test_a_pure_handler_raising_a_database_error_fails_only_its_event(rt: Runtime) -> None:
+    """Wrong implementation caught: a handler's own exception that looks like a storage failure (a
+    sqlite3 error) taken for one, failing the whole storage batch (and stopping the runtime) instead of
+    sending that one Event to its lane."""
+    events = [await rt.publish(order(n, f"k{n}")) for n in range(2)]
+
+    def broken(event: Event, scope: str, work: Work | None, route: Any) -> Any:
+        if event.id == events[0].id:
+            raise sqlite3.OperationalError("disk I/O error (the handler's own database)")
+        return correlate(event, scope, work, route)
+
+    batch = await route_batch(rt, [deferred(e, broken) for e in events])
+    assert batch.retry == (events[0].id,)
+    assert await rt.checkpoint(events[1].id) is not None
 
 
 async def test_the_watermark_is_raised_to_just_below_the_first_unrouted_event_and_no_further(

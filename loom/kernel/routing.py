@@ -54,6 +54,11 @@ class OutOfOrder(Conflict):
         self.event_id = event_id
 
 
+class HandlerFailed(Conflict):
+    """A pure handler raised inside the routing transaction: its lane asks it again outside, where the
+    failure is recorded as any handler's."""
+
+
 def successor_key(key: str, n: int) -> str:
     return f"{key}/generation/reopen-{n}"
 
@@ -84,7 +89,8 @@ def route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits) ->
 def decide_in_tx(tx: Tx, req: DeferredRoute) -> RouteRequest | None:
     """The decision of a pure handler over the Work as it is in this transaction, as a handler's request
     at that Work's revision (``None``: the Event already has its checkpoint). Whatever the handler
-    raises or answers badly propagates: the caller asks it again outside, where its error is recorded."""
+    raises (as `HandlerFailed`) or answers badly propagates: the caller asks it again outside, where its
+    error is recorded."""
     found = tx.event_to_route(req.event_id)
     if found is None:
         raise NotFound(f"no event with id {req.event_id!r}")
@@ -92,9 +98,15 @@ def decide_in_tx(tx: Tx, req: DeferredRoute) -> RouteRequest | None:
     if existing is not None:
         return None
     work = resolved_work(tx, event)
+    try:
+        answer = req.decide(event, work)
+    except Exception as exc:
+        # plugin code: whatever it raises (a database error of its own included) fails this Event's
+        # batch routing only, never the storage batch it runs in
+        raise HandlerFailed(f"event {event.id}: its pure handler raised {type(exc).__name__}: {exc}") from exc
     return RouteRequest(
         event_id=event.id,
-        decision=check_decision(req.decide(event, work)),
+        decision=check_decision(answer),
         route=req.route,
         expected_revision=work.revision if work else None,
         generation=req.generation,
