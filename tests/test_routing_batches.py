@@ -275,27 +275,34 @@ def test_an_app_says_which_of_its_handlers_are_pure() -> None:
     assert not is_pure_handler(looks_outside)
 
 
+class Held:
+    """A python executor whose ``run`` attempts stay running until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.release = trio.Event()
+        self.executor = PythonExecutor()
+        self.executor.register("run", self.run)
+
+    async def run(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+        self.started.append(request.execution_id)
+        await self.release.wait()  # the attempt stays running while the test looks
+        return Completed()
+
+
 async def test_an_event_is_routed_in_its_own_acceptance_commit(loom_store: str) -> None:
     """With the router running on a store of its own, an Event whose handler is pure (or that needs
     none) is routed, and its Work started, by the commit that accepts it: when ``publish`` returns, the
     checkpoint and the attempt are there, with no wait for the router. Wrong implementation caught:
     routing left to the router's reading of the acceptance notice (a commit later). On a shared database
     routing stays out of the acceptance commit (its order lock), so there it is only eventually routed."""
-    started: list[str] = []
-    release = trio.Event()
-    executor = PythonExecutor()
-
-    @executor.function("run")
-    async def run(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
-        started.append(request.execution_id)
-        await release.wait()  # the attempt stays running while the test looks
-        return Completed()
-
+    held = Held()
+    release, started = held.release, held.started
     async with open_runtime(
         loom_store,
         clock=ManualClock(start_ms=T0_MS),
         config=CONFIG,
-        plugins=[executor],
+        plugins=[held.executor],
         load_entry_points=False,
     ) as rt:
         await rt.wait_idle()
@@ -334,17 +341,11 @@ async def test_a_due_timer_is_fired_routed_and_its_work_started_in_one_commit(
         return done, started
 
     monkeypatch.setattr(loom.actors.timers, "fire_then_route_in_tx", counted)
-    release = trio.Event()
-    executor = PythonExecutor()
-
-    @executor.function("run")
-    async def run(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
-        await release.wait()
-        return Completed()
-
+    held = Held()
+    release = held.release
     clock = ManualClock(start_ms=T0_MS)
     async with open_runtime(
-        loom_store, clock=clock, config=CONFIG, plugins=[executor], load_entry_points=False
+        loom_store, clock=clock, config=CONFIG, plugins=[held.executor], load_entry_points=False
     ) as rt:
         await rt.arm(
             TimerSpec(

@@ -174,19 +174,10 @@ class AttemptRunner:
         while True:
             try:
                 config = self._s.config()
-                if recovered and not toolbelt.adopted:
+                adopting = recovered and not toolbelt.adopted
+                if adopting or not self._chain:
                     await storage.submit(
-                        adopt_then_complete_in_tx,
-                        Authority.of(toolbelt.lease),
-                        outcome,
-                        kind,
-                        config.causal,
-                        config.budgets,
-                    )
-                    return
-                if not self._chain:
-                    await storage.submit(
-                        complete_in_tx,
+                        adopt_then_complete_in_tx if adopting else complete_in_tx,
                         Authority.of(toolbelt.lease),
                         outcome,
                         kind,

@@ -204,7 +204,10 @@ def fire_then_route_in_tx(
     requests: list[RouteRequest | DeferredRoute] = []
     for event_id in events:
         event = tx.event(event_id)
-        plan = planner(event) if event is not None else None
+        try:
+            plan = planner(event) if event is not None else None
+        except Exception:  # the plan reads plugin handlers' declarations: the notice way decides then
+            plan = None
         if plan is not None:
             requests.append(plan.request(event_id))
     if not requests:
