@@ -41,10 +41,10 @@ from loom.kernel.recovery import (
     Expired,
     adopt_in_tx,
     expired_in_tx,
-    mark_handed_in_tx,
     not_adoptable_in_tx,
     pin_metadata_in_tx,
     recover_claim_in_tx,
+    release_leases_in_tx,
 )
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
@@ -236,12 +236,41 @@ def test_a_launch_never_handed_is_relaunched_as_the_same_attempt_spending_no_ret
     assert kernel.execution(lease.execution_id).state is ExecutionState.RUNNING
     work = kernel.work(lease.work_id)
     assert (work.attempts, work.failures, work.retry) == (1, 0, None)
-    # handed this time: a second loss is recovered through the executor, never relaunched blindly
-    kernel.run(mark_handed_in_tx, Authority.of(recovery.lease))
+    # the relaunch is handed to its executor at once, so its commit marked it: a second loss is
+    # recovered through the executor, never relaunched blindly
+    assert kernel.execution(lease.execution_id).handed_at_ms == kernel.now
     kernel.now = recovery.lease.expires_at_ms
     again = kernel.recover(kernel.run(expired_in_tx, 10)[0], executors=frozenset({"fake"}))
     assert not again.relaunch
     assert kernel.execution(lease.execution_id).state is ExecutionState.RECOVERING
+
+
+def test_a_clean_close_unmarks_only_the_attempts_it_never_launched(kernel: Kernel) -> None:
+    """A runtime's claim marks its attempt handed in its own commit (it launches it at once); a clean
+    close names the attempts it claimed and never launched, and only those, still under the lease it
+    claimed, are unmarked, so the next open relaunches them. Catches: a close that unmarks every lease
+    it holds (an attempt whose executor ran would be relaunched beside its process), one that unmarks
+    a lease it no longer holds (another epoch), and a claim that is not marked at its commit."""
+    never = kernel.claim("never")
+    launched = kernel.claim("launched")
+    moved_on = kernel.claim("moved-on")
+    for lease in (never, launched, moved_on):
+        assert kernel.execution(lease.execution_id).handed_at_ms == kernel.now, "a claim left unmarked"
+    released = kernel.run(
+        release_leases_in_tx,
+        "node-1",
+        {never.execution_id: never.epoch, moved_on.execution_id: moved_on.epoch + 1},
+    )
+    assert released == 3
+    assert kernel.execution(never.execution_id).handed_at_ms is None
+    assert kernel.execution(launched.execution_id).handed_at_ms is not None
+    assert kernel.execution(moved_on.execution_id).handed_at_ms is not None
+    seen = {e.execution_id: e for e in kernel.run(expired_in_tx, 10)}
+    assert set(seen) == {never.execution_id, launched.execution_id, moved_on.execution_id}
+    fake = frozenset({"fake"})
+    assert kernel.recover(seen[never.execution_id], executors=fake).relaunch
+    assert not kernel.recover(seen[launched.execution_id], executors=fake).relaunch
+    assert not kernel.recover(seen[moved_on.execution_id], executors=fake).relaunch
 
 
 def test_the_relaunched_request_keeps_its_binding_configuration(kernel: Kernel) -> None:
@@ -478,6 +507,30 @@ async def test_a_clean_close_releases_leases_so_the_next_open_recovers_at_once(t
         driver.fake.finish(work_id, Completed())
         await driver.settle()
         assert (await driver.runtime.work(work_id)).state is WorkState.COMPLETED
+
+
+async def test_an_attempt_claimed_and_never_launched_before_a_clean_close_is_relaunched(
+    tmp_path: Any,
+) -> None:
+    """The publish's own commit starts the attempt, and the runtime closes before its runner hands it to
+    the executor: the claim marked it handed, the close unmarks it, and the next open relaunches it as
+    the same attempt, spending no retry. Catches: a close that leaves it marked (the next open would
+    ask the executor to verify what it never had: the fake cannot, so the attempt would fail into
+    retry; seen failing so), and a runner that launches after the close began."""
+    store = str(tmp_path / "loom.db")
+    async with RuntimeDriver.open(store, config=config(), lease_ms=60_000) as driver:
+        await driver.runtime.publish(start("a"))
+        # no checkpoint in between: the attempt's runner has not run yet when the close begins
+        await driver.reopen()
+        work_id = work_id_for_key(SCOPE, "a")
+        first = await launched(driver, work_id)
+        assert len(driver.fake.launches_of(work_id)) == 1
+        assert not first.recovered, "the attempt never launched was given to recover, not relaunched"
+        assert (first.request.attempt, first.lease.epoch) == (1, 2)
+        driver.fake.finish(work_id, Completed())
+        await driver.settle()
+        work = await driver.runtime.work(work_id)
+        assert (work.state, work.attempts, work.failures) == (WorkState.COMPLETED, 1, 0)
 
 
 async def test_an_executor_not_installed_fails_the_attempt_as_not_adoptable(tmp_path: Any) -> None:

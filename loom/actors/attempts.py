@@ -21,7 +21,7 @@ from ..config import Config
 from ..kernel.authority import Authority
 from ..kernel.chains import adopt_then_complete_in_tx, complete_then_start_in_tx
 from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
-from ..kernel.recovery import mark_handed_in_tx, not_adoptable_in_tx
+from ..kernel.recovery import not_adoptable_in_tx
 from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
 from ..records.events import DiagnosticKind
 from ..records.executor import Executor
@@ -46,7 +46,16 @@ class AttemptRunner:
         """Run the attempt ``lease`` holds, in a task of its own. With ``metadata`` (a recovery that
         found the attempt handed to its executor), the executor's ``recover`` adopts it instead."""
         executor = self._s.extensions.executors[executor_name]
+        if metadata is None and not lease.request.resumed:
+            # its claim marked it handed: until its executor has it, a clean close unmarks it
+            self._s.unlaunched[lease.execution_id] = lease.epoch
         self._s.activity.spawn(self._run, lease, executor_name, executor, self._s.config(), metadata)
+
+    def unlaunched(self, lease: Lease) -> None:
+        """``lease``'s attempt was claimed and will not be launched here (the runtime is closing): a
+        clean close unmarks it, so the next open relaunches it as never handed."""
+        if not lease.request.resumed:
+            self._s.unlaunched[lease.execution_id] = lease.epoch
 
     async def _run(
         self, lease: Lease, name: str, executor: Executor, config: Config, metadata: Mapping[str, Any] | None
@@ -71,23 +80,17 @@ class AttemptRunner:
                 nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
                 if metadata is not None:
                     outcome = await self._recover(lease, name, executor, toolbelt, metadata)
-                elif await self._hand(toolbelt):
+                else:
                     outcome = await self._launch(lease, name, executor, toolbelt)
             if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
                 await self._commit(toolbelt, outcome, kind, recovered=metadata is not None)
             nursery.cancel_scope.cancel()
+        # ended without a close: launched, or its lease was lost before (it is another's to recover)
+        self._launched(lease)
 
-    async def _hand(self, toolbelt: RuntimeToolbelt) -> bool:
-        """Record that the segment is handed to the executor (before it is): a lease lost before this
-        commits is relaunched by recovery, one lost after it is adopted or failed. A resumed attempt
-        was handed when its first segment was (the mark is the attempt's, set once): nothing to record."""
-        if toolbelt.lease.request.resumed:
-            return True
-        try:
-            await self._s.storage.submit(mark_handed_in_tx, Authority.of(toolbelt.lease))
-        except StaleAuthority:
-            return False
-        return True
+    def _launched(self, lease: Lease) -> None:
+        if self._s.unlaunched.get(lease.execution_id) == lease.epoch:
+            del self._s.unlaunched[lease.execution_id]
 
     async def _recover(
         self,
@@ -141,6 +144,9 @@ class AttemptRunner:
     ) -> Outcome:
         """The executor's outcome, or a `Failed` naming what went wrong at the boundary."""
         resume = getattr(executor, "resume", None) if lease.request.resumed else None
+        # a closing runtime hands nothing more out: what it claimed and never launched stays unlaunched
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._launched(lease)  # handed from here on: a close no longer unmarks it
         try:
             # a running execution is not work in flight: it steps out of the activity count
             if resume is not None:

@@ -74,10 +74,12 @@ class RouterPool:
 
     def _launch_routed(self, lease: Lease, executor: str) -> None:
         """Launch an attempt an acceptance or firing commit started, unless this router has stopped
-        meanwhile (the runtime is closing): then its lease is left to expire, and recovery relaunches
-        it as never handed to its executor."""
+        meanwhile (the runtime is closing): then the close unmarks it, and the next open relaunches it
+        as never handed to its executor."""
         if self._accepting:
             self.attempts.start(lease, executor)
+        else:
+            self.attempts.unlaunched(lease)
 
     @property
     def idle(self) -> bool:

@@ -25,3 +25,8 @@ class Shared:
     owner: str
     """This runtime's name on the leases it holds."""
     lease_ms: int
+    unlaunched: dict[str, int] = attrs.Factory(dict)
+    """The attempts this runtime claimed and has not handed to their executor yet (execution id: the
+    epoch of its lease). A claim marks its attempt handed in its own commit (it is launched at once);
+    a clean close unmarks those still here (`recovery.release_leases_in_tx`), so the next open
+    relaunches them as never handed. Shared by the runtime's actors (one dict, kept by the runtime)."""

@@ -363,7 +363,9 @@ def _claim(
         token=token,
         lease_ms=req.lease_ms,
         binding=binding,
-        handed=req.executors is None,
+        # handed from this commit: the host runs it itself, a runtime hands it to its executor at once
+        # (a clean close unmarks what it never handed: `recovery.release_leases_in_tx`)
+        handed=True,
     )
     try:
         with tx.savepoint():

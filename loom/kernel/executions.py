@@ -80,8 +80,11 @@ class ClaimRequest:
     timeout_ms: int | None = None
     """The execution timeout (active time); ``None``: no deadline."""
     handed: bool = False
-    """The claimer runs the attempt itself (a host's claim): it counts as handed to its executor at once,
-    so a lost lease is recovered through the executor (adopted or failed), never relaunched."""
+    """The attempt counts as handed to its executor from this commit on: the claimer runs it itself (a
+    host's claim) or hands it over at once (a runtime's), so a lost lease is recovered through the
+    executor (adopted or failed), never relaunched. A runtime's clean close unmarks the attempts it
+    claimed and never handed (`recovery.release_leases_in_tx`), and a claim that is not handed (a
+    test's, or a tool's that launches later) is relaunched when its lease is lost."""
     budgets: tuple[Budget, ...] = ()
     """The budgets in force: a turn is admitted against them, and counted in ``turns`` and ``attempts``."""
     limits: CausalLimits = attrs.field(factory=CausalLimits)

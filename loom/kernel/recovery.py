@@ -6,8 +6,10 @@ new token and persists recovery-in-progress authority (``recovering``), then ask
 any transaction, to verify the process or finished handle from the attempt's pinned metadata. Adoption
 moves it back to ``running`` under the recoverer's lease (the old token stays stale whatever owner names
 or process ids are reused); an executor that cannot verify answers `NotAdoptable`, and the attempt fails
-under the new fence, with the retry policy applied. A launch that lost its lease before anything was
-handed to its executor is relaunched as the same attempt under the new epoch, spending no retry.
+under the new fence, with the retry policy applied. An attempt never handed to its executor is
+relaunched as the same attempt under the new epoch, spending no retry: a runtime's claim counts as
+handed from its commit (it launches the attempt at once), so these are the attempts a clean close
+claimed and never launched (`release_leases_in_tx` unmarks them) and claims made as not handed.
 
 Competing recoverers cannot both win: each claim is a compare-and-set on the epoch it read. A recovery
 that itself loses its lease is recovered again, at yet another epoch.
@@ -125,7 +127,9 @@ def recover_claim_in_tx(
     epoch = execution.epoch + 1
     expires = now_ms + lease_ms
     state = ExecutionState.RUNNING if relaunch else ExecutionState.RECOVERING
-    fence = {"epoch": epoch, "token": token, "owner": owner, "expires_at_ms": expires}
+    fence: dict[str, Any] = {"epoch": epoch, "token": token, "owner": owner, "expires_at_ms": expires}
+    if relaunch:
+        fence["handed_at_ms"] = now_ms  # the claimer launches it at once, as a claim's
     if state is execution.state:
         tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
     else:
@@ -272,14 +276,6 @@ def next_expiry_in_tx(tx: Tx, now_ms: int) -> int | None:
     return tx.next_lease_expiry()
 
 
-def mark_handed_in_tx(tx: Tx, now_ms: int, auth: Authority) -> None:
-    """The attempt's segment is about to be handed to its executor: from now on a lost lease is
-    recovered through the executor (adopted or failed), never relaunched blindly."""
-    execution = authorize(tx, now_ms, auth)
-    if execution.handed_at_ms is None:
-        tx.update_execution(execution.id, handed_at_ms=now_ms)
-
-
 def pin_metadata_in_tx(tx: Tx, now_ms: int, auth: Authority, metadata: Mapping[str, Any]) -> None:
     """The executor pins opaque metadata with the segment (a process id and start time, a handle):
     recovery hands it back to `recover`."""
@@ -288,9 +284,22 @@ def pin_metadata_in_tx(tx: Tx, now_ms: int, auth: Authority, metadata: Mapping[s
     tx.update_execution(execution.id, metadata=json.dumps(dict(metadata), sort_keys=True))
 
 
-def release_leases_in_tx(tx: Tx, now_ms: int, owner: str) -> int:
+def release_leases_in_tx(tx: Tx, now_ms: int, owner: str, unlaunched: Mapping[str, int] | None = None) -> int:
     """A clean close: every lease ``owner`` holds expires now, so the next open recovers its attempts
-    at once rather than after a lease length."""
+    at once rather than after a lease length. ``unlaunched`` names the attempts (execution id: the
+    epoch of the lease) it claimed and never handed to their executor: their claims marked them
+    handed, and they are unmarked, so the next open relaunches them as never handed (no retry spent)."""
+    for execution_id, epoch in sorted((unlaunched or {}).items()):
+        execution = tx.execution(execution_id)
+        if (
+            execution is not None
+            and execution.epoch == epoch
+            and execution.owner == owner
+            and execution.state is ExecutionState.RUNNING
+            and execution.handed_at_ms is not None
+            and not execution.metadata
+        ):
+            tx.update_execution(execution.id, handed_at_ms=None)
     return tx.release_leases(owner, now_ms)
 
 

@@ -49,6 +49,9 @@ class Parts:
     waiters: Any = None
     """The `_results.Waiters` of the tasks waiting for an outcome (made at the first wait)."""
     compaction: Compactor | None = None
+    unlaunched: dict[str, int] = attrs.Factory(dict)
+    """The attempts claimed here and not yet handed to their executor (`Shared.unlaunched`): a clean
+    close unmarks them."""
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

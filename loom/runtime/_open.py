@@ -163,6 +163,7 @@ async def open_runtime(
             reader = open_reader(opened, storage)
             await reader.open()
             readers.append(reader)
+            unlaunched: dict[str, int] = {}
             try:
                 parts = Parts(
                     storage=storage,
@@ -175,6 +176,7 @@ async def open_runtime(
                     ingress=IngressActor(storage, lambda: holder.current.causal),
                     owner=owner,
                     lease_ms=lease_ms,
+                    unlaunched=unlaunched,
                 )
                 runtime = Runtime(parts)
                 async with trio.open_nursery() as actors_nursery:
@@ -188,7 +190,7 @@ async def open_runtime(
                             parts.waiters.close()
             finally:
                 # every actor (and the attempts it ran) has stopped: nothing renews these leases now
-                await _release_leases(storage, owner)
+                await _release_leases(storage, owner, unlaunched)
                 storage_scope.cancel()
                 nursery.cancel_scope.cancel()
     finally:
@@ -241,12 +243,13 @@ async def _shielded(
         await run(task_status=task_status)
 
 
-async def _release_leases(storage: StorageActor, owner: str) -> None:
+async def _release_leases(storage: StorageActor, owner: str, unlaunched: dict[str, int]) -> None:
     """Closing releases the leases this runtime holds: the attempts it was running are recovered at
-    once (through their executors: adopted, relaunched or failed into retry) by the next open, not a
-    lease length later. After a storage failure the store is gone, and the leases expire by themselves."""
+    once (through their executors: adopted or failed into retry) by the next open, not a lease length
+    later, and those it claimed and never handed to their executor (``unlaunched``) are relaunched
+    as never handed. After a storage failure the store is gone, and the leases expire by themselves."""
     with trio.move_on_after(5), trio.CancelScope(shield=True):
         try:
-            await storage.submit(release_leases_in_tx, owner)
+            await storage.submit(release_leases_in_tx, owner, dict(unlaunched))
         except StorageError:
             pass  # the store is gone: the leases expire by themselves

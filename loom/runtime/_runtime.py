@@ -235,4 +235,5 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             activity=Activity(),
             owner=p.owner,
             lease_ms=p.lease_ms,
+            unlaunched=p.unlaunched,
         )
