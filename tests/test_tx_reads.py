@@ -1,9 +1,12 @@
 """A transaction answers a repeated read of a Work, an attempt or an Event with its routing from what it read,
 only while it has changed no row since (`TxBase.recall`); on PostgreSQL it always reads again.
 
+Events, whose rows never change, are kept from their insert or first read for the whole transaction.
+
 Wrong implementations caught: a cache that survives a write (a Work read before its update answered
 after it), and one that survives a savepoint rolled back (a Work read inside the savepoint, after its
-update there, answered once the update is undone).
+update there, answered once the update is undone; an Event inserted there); an Event answered after
+its removal.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from loom import CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom.kernel.accept import accept_in_tx
 from loom.kernel.resolve import RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.records.work import Unmatched
@@ -105,3 +109,41 @@ async def test_an_events_routing_is_read_anew_once_it_is_routed(rt: Runtime) -> 
     unrouted_before, routed_after = await storage_of(rt).submit(route_between_reads)
     assert unrouted_before
     assert routed_after, "the Event's routing read after its checkpoint answered it unrouted"
+
+
+async def test_an_event_accepted_inside_a_savepoint_rolled_back_is_not_answered(rt: Runtime) -> None:
+    """Events are kept for the whole transaction from their insert (an Event row never changes).
+    Catches: the kept Event surviving the rollback that undid its insert (a later request of the
+    batch would route an Event that does not exist)."""
+    offered = EventIn(source="shop", delivery_id="d-3", type="order.placed", scope=SCOPE, key="k3")
+
+    def undone(tx: Tx, now_ms: int) -> tuple[bool, bool]:
+        inside = False
+        try:
+            with tx.savepoint():
+                event = accept_in_tx(tx, now_ms, offered, CausalLimits())
+                inside = tx.event(event.id) == event
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        return inside, tx.event(event.id) is None
+
+    inside, gone = await storage_of(rt).submit(undone)
+    assert inside
+    assert gone, "an Event whose insert was rolled back was still answered"
+
+
+async def test_an_event_removed_is_not_answered(rt: Runtime) -> None:
+    """Catches: an Event read earlier in the transaction answered after its removal (compaction)."""
+    accepted = await rt.publish(EventIn(source="shop", delivery_id="d-4", type="other", scope="elsewhere"))
+    await rt.poll()
+
+    def read_remove_read(tx: Tx, now_ms: int) -> tuple[bool, bool]:
+        before = tx.event(accepted.id)
+        (row,) = [r for r in tx.routed_events(0, accepted.seq, 10) if r.id == accepted.id]
+        tx.remove_event(row, tombstone=True)
+        return before == accepted, tx.event(accepted.id) is None
+
+    read, gone = await storage_of(rt).submit(read_remove_read)
+    assert read
+    assert gone, "a removed Event was still answered"

@@ -227,6 +227,7 @@ def _insert(
         depth=depth,
         accepted_at_ms=now_ms,
     )
+    tx.accepted(accepted)
     tx.notify(EventAccepted(event=accepted))
     return accepted
 

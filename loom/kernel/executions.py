@@ -286,17 +286,14 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
         pool=pool,
-    )
-    tx.update_execution(
-        execution_id,
         retry_policy=json.dumps(pin_retry(req.kind)),
         binding_config=json.dumps(dict(req.binding.config)) if req.binding.config else None,
         handed_at_ms=now_ms if req.handed else None,
+        budget_ms=req.timeout_ms,
     )
     if req.timeout_ms is not None:
         # the first active segment: its deadline is a durable timer armed in this same commit
         assert authority is not None
-        tx.update_execution(execution_id, budget_ms=req.timeout_ms)
         start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
     tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
     tx.notify(WorkChanged(work_id=work.id))

@@ -263,8 +263,7 @@ def _settle(
 ) -> Firing:
     """Delete (tombstone) a one-shot timer, or move a recurring one to its replacement."""
     if replacement is None:
-        tx.set_timer_state(timer, TimerState.FIRED, None, now_ms)
-        tx.count_firing(timer.id, now_ms)
+        tx.set_timer_state(timer, TimerState.FIRED, None, now_ms, fired=True)
     else:
         tx.rearm_timer(timer, replacement.fire_at_ms, now_ms)
         tx.notify(TimerArmed(timer_id=timer.id, revision=timer.revision, fire_at_ms=replacement.fire_at_ms))

@@ -110,8 +110,21 @@ class Tx(
         return int(row[0])
 
     def event(self, event_id: str) -> Event | None:
+        known: Event | None = self._events.get(event_id)
+        if known is not None:
+            return known
         row = self._one(_sql.EVENT_BY_ID, (event_id,))
-        return _sql.event_from_row(row) if row else None
+        if row is None:
+            return None
+        event = _sql.event_from_row(row)
+        if self._caching:
+            self._events[event_id] = event
+        return event
+
+    def accepted(self, event: Event) -> None:
+        """``event`` was inserted by this transaction: a read of it is answered from here."""
+        if self._caching:
+            self._events[event.id] = event
 
     def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
@@ -238,12 +251,11 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
-        self._conn.execute(
-            f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ?",
+        row = self._one(
+            f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ? RETURNING revision",
             (*fields.values(), now_ms, work_id),
         )
         self.touch(work_id)
-        row = self._one("SELECT revision FROM works WHERE id = ?", (work_id,))
         assert row is not None
         return int(row[0])
 
@@ -254,16 +266,15 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"set_work_state: unknown fields {unknown}"
         sets = "".join(f"{name} = ?, " for name in fields)
-        cur = self._conn.execute(
+        row = self._one(
             f"UPDATE works SET state = ?, {sets}revision = revision + 1, updated_at_ms = ?"
-            " WHERE id = ? AND state = ?",
+            " WHERE id = ? AND state = ? RETURNING revision",
             (new.value, *fields.values(), now_ms, work.id, work.state.value),
         )
-        self._written(cur, f"work {work.id}", work.state, new)
+        self._written(0 if row is None else 1, f"work {work.id}", work.state, new)
         self.touch(work.id)
         if new.terminal:
             self.notify(WorkSettled(work_id=work.id))
-        row = self._one("SELECT revision FROM works WHERE id = ?", (work.id,))
         assert row is not None
         return int(row[0])
 

@@ -38,6 +38,9 @@ class TxBase:
         """Records this transaction read since it last changed a row (`recall`)."""
         self._reads_at = -1
         self._caching = dialect.caches_reads
+        self._events: dict[str, Any] = {}
+        """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
+        stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
 
     def savepoint(self) -> _Savepoint:
         """Run a block atomically inside the transaction: an exception undoes only its effects
@@ -60,11 +63,12 @@ class TxBase:
             self._conn.execute(self.dialect.order_lock)
             self._ordered_at = self._savepoints
 
-    def _written(self, cursor: Cursor, what: str, old: object, new: object) -> None:
-        """A compare-and-set wrote nothing: the record was not in the state it was read in. Alone
-        on the database that is a stale read; on a shared one another node changed the row since
-        this transaction read it, and the batch runs again."""
-        if cursor.rowcount != 1:
+    def _written(self, cursor: Cursor | int, what: str, old: object, new: object) -> None:
+        """A compare-and-set wrote nothing (``cursor``: the statement's, or the count of rows it
+        wrote): the record was not in the state it was read in. Alone on the database that is a
+        stale read; on a shared one another node changed the row since this transaction read it, and
+        the batch runs again."""
+        if (cursor if isinstance(cursor, int) else cursor.rowcount) != 1:
             if self.dialect.shared:
                 raise RowConflict(f"{what}: {old} -> {new} raced another writer")
             raise IllegalTransition(f"{what}: {old} -> {new} found it no longer {old} (a stale read)")
@@ -136,6 +140,7 @@ class _Savepoint:
                 tx._conn.execute(f"ROLLBACK TO {self._name}")
                 tx._conn.execute(f"RELEASE {self._name}")
                 tx._reads.clear()  # what it read may have been its own writes, now undone
+                tx._events.clear()
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -424,6 +424,7 @@ class CompactionTx(TxBase):
         )
         conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (event.id,))
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
+        self._events.pop(event.id, None)
         if tombstone:
             conn.execute(
                 "INSERT INTO event_tombstones (seq, source, delivery_id, accepted_at_ms) VALUES (?, ?, ?, ?)"

@@ -188,11 +188,16 @@ class ExecutionsTx(TxBase):
         watermark: int = 0,
         authority_id: str | None = None,
         pool: str | None = None,
+        retry_policy: str | None = None,
+        binding_config: str | None = None,
+        handed_at_ms: int | None = None,
+        budget_ms: int | None = None,
     ) -> None:
         self._conn.execute(
             "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
-            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id, pool)"
-            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id, pool,"
+            " retry_policy, binding_config, handed_at_ms, budget_ms)"
+            " VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 id,
                 work_id,
@@ -211,6 +216,10 @@ class ExecutionsTx(TxBase):
                 watermark,
                 authority_id,
                 pool,
+                retry_policy,
+                binding_config,
+                handed_at_ms,
+                budget_ms,
             ),
         )
         self.touch(work_id)

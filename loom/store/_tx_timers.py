@@ -57,12 +57,16 @@ class TimersTx(TxBase):
             ),
         )
 
-    def set_timer_state(self, timer: Timer, new: TimerState, reason: str | None, now_ms: int) -> None:
-        """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+    def set_timer_state(
+        self, timer: Timer, new: TimerState, reason: str | None, now_ms: int, *, fired: bool = False
+    ) -> None:
+        """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle);
+        ``fired``: the move is an occurrence's firing, counted in ``occurrences`` by the same statement."""
         TIMER_LIFECYCLE.check(timer.id, timer.state, new)
         cur = self._conn.execute(
-            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ? WHERE id = ? AND state = ? AND revision = ?",
-            (new.value, reason, now_ms, timer.id, timer.state.value, timer.revision),
+            "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ?, occurrences = occurrences + ?"
+            " WHERE id = ? AND state = ? AND revision = ?",
+            (new.value, reason, now_ms, int(fired), timer.id, timer.state.value, timer.revision),
         )
         self._written(cur, f"timer {timer.id}", timer.state, new)
 
@@ -72,12 +76,6 @@ class TimersTx(TxBase):
         self._conn.execute(
             "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
             (fire_at_ms, now_ms, timer.id),
-        )
-
-    def count_firing(self, timer_id: str, now_ms: int) -> None:
-        self._conn.execute(
-            "UPDATE timers SET occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
-            (now_ms, timer_id),
         )
 
     def armed_timers(self, after_id: str, limit: int) -> list[tuple[str, int, int]]:
