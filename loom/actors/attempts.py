@@ -191,7 +191,7 @@ class AttemptRunner:
                         config.budgets,
                     )
                     return
-                _, following = await storage.submit(
+                following = await storage.submit(
                     complete_then_start_in_tx,
                     Authority.of(toolbelt.lease),
                     outcome,

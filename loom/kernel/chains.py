@@ -24,7 +24,7 @@ from ..store import Tx
 from .accept import accept_in_tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
-from .executions import KindPolicy, complete_in_tx
+from .executions import KindPolicy, complete_in_tx, record_outcome_in_tx
 from .firing import FirePass, fire_due_in_tx
 from .recovery import adopt_in_tx
 from .resolve import DeferredRoute, RoutePlan, RouteRequest
@@ -108,13 +108,13 @@ def complete_then_start_in_tx(
     limits: CausalLimits,
     budgets: Sequence[Budget],
     admit: AdmitRequest,
-) -> tuple[Execution, Lease | None]:
+) -> Lease | None:
     """Commit an attempt's outcome (`complete_in_tx`), then start the Work's next attempt if input is
-    waiting for it and it can start at once (a standing Work's queue, a retry due now)."""
-    execution = complete_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
-    if isinstance(outcome, Waiting):
-        return execution, None  # a wait's wake, not this commit, decides what comes next
-    return execution, start_at_once_in_tx(tx, now_ms, execution.work_id, admit)
+    waiting for it and it can start at once (a standing Work's queue, a retry due now): its lease."""
+    ended = record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
+    if isinstance(outcome, Waiting) or isinstance(ended, Execution):
+        return None  # a wait's wake, not this commit, decides what comes next
+    return start_at_once_in_tx(tx, now_ms, ended, admit)
 
 
 def adopt_then_complete_in_tx(

@@ -375,6 +375,25 @@ def complete_in_tx(
     A `Waiting` outcome parks or ends the attempt on its wait (see `continuation.park_in_tx`): its proof
     is applied before the wait's registration scan, so it is never woken by what it already took in.
     """
+    ended = record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
+    if isinstance(ended, Execution):
+        return ended
+    result = tx.execution(auth.execution_id)
+    assert result is not None
+    return result
+
+
+def record_outcome_in_tx(
+    tx: Tx,
+    now_ms: int,
+    auth: Authority,
+    outcome: Outcome,
+    kind: KindPolicy,
+    limits: CausalLimits | None = None,
+    budgets: Sequence[Budget] = (),
+) -> Execution | str:
+    """`complete_in_tx` for a caller that needs only the Work: the parked attempt of a `Waiting`
+    outcome, else the id of the attempt's Work (the ended attempt is not read back)."""
     validate_outcome(outcome)
     execution = authorize(tx, now_ms, auth)
     work = require_work(tx, execution.work_id)
@@ -424,9 +443,7 @@ def complete_in_tx(
             hint_ms=outcome.retry_after_ms,
             rate_limited=outcome.rate_limited,
         )
-    result = tx.execution(execution.id)
-    assert result is not None
-    return result
+    return work.id
 
 
 def _apply_proofs(tx: Tx, now_ms: int, execution: Execution, consumed: Sequence[str]) -> None:
