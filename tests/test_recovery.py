@@ -410,6 +410,42 @@ async def test_a_lost_lease_stops_observing_the_launch_without_interrupting_its_
         assert (execution.state, execution.epoch, execution.attempt) == (ExecutionState.COMPLETED, 2, 1)
 
 
+async def test_running_attempts_keep_their_leases_renewed_until_they_end(loom_drivers: Any) -> None:
+    """Two attempts claimed at different moments run across several of their renewals (two thirds of
+    the way through each lease): each lease is renewed each time, neither is recovered, and both
+    complete under their first epoch. Catches: a renewal made once only (the second round's lease runs
+    out and recovery takes the attempt), renewals in the wrong order (the later attempt's renewal
+    holding back the earlier's), and an ended attempt still renewed."""
+    async with loom_drivers(config=config(), lease_ms=LEASE) as driver:
+        clock = driver.clock
+        await driver.runtime.publish(start("a"))
+        a = await launched(driver, work_id_for_key(SCOPE, "a"))
+        clock.advance(LEASE // 4)
+        await driver.runtime.publish(start("b"))
+        b = await launched(driver, work_id_for_key(SCOPE, "b"))
+        renewed = {a.lease.execution_id: a.lease.expires_at_ms, b.lease.execution_id: b.lease.expires_at_ms}
+        for _ in range(3):
+            due = min(expires - LEASE * 2 // 3 for expires in renewed.values())
+            clock.set(due)
+            (execution_id,) = [e for e, expires in renewed.items() if expires - LEASE * 2 // 3 == due]
+            before = renewed[execution_id]
+
+            async def moved(execution_id: str = execution_id, before: int = before) -> bool:
+                execution = await driver.runtime.execution(execution_id)
+                return execution.expires_at_ms is not None and execution.expires_at_ms > before
+
+            await driver.until(moved, f"the lease of {execution_id} to be renewed")
+            renewed[execution_id] = (await driver.runtime.execution(execution_id)).expires_at_ms
+        assert all(expires > clock.now_ms() for expires in renewed.values())
+        driver.fake.finish(a.request.work_id, Completed())
+        driver.fake.finish(b.request.work_id, Completed())
+        await driver.settle()
+        for launch in (a, b):
+            execution = await driver.runtime.execution(launch.lease.execution_id)
+            assert (execution.state, execution.epoch) == (ExecutionState.COMPLETED, 1)
+        assert len(driver.fake.launches) == 2, "an attempt was recovered while its runner renewed it"
+
+
 async def test_a_finished_detached_result_commits_under_the_recovered_lease(
     loom_drivers: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

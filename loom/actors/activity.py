@@ -93,6 +93,11 @@ class Activity:
         finally:
             self.enter()
 
+    def start_uncounted(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Start a task that never counts as busy (it sleeps on the clock, as a lease renewal does)."""
+        assert self._nursery is not None, "Activity.bind() was not called"
+        self._nursery.start_soon(fn, *args)
+
     def spawn(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Start a task that counts as busy until it returns."""
         assert self._nursery is not None, "Activity.bind() was not called"

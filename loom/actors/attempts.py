@@ -10,6 +10,8 @@ the while, however long that takes.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 from collections.abc import Mapping
 from functools import partial
@@ -35,12 +37,116 @@ from .toolbelt import RuntimeToolbelt
 log = logging.getLogger("loom.attempts")
 
 
+class _Renewal:
+    """One attempt's place in `Renewals`: its toolbelt (holding the current lease) and the scope that
+    observes its launch."""
+
+    __slots__ = ("ended", "observing", "queued", "toolbelt")
+
+    def __init__(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> None:
+        self.toolbelt = toolbelt
+        self.observing = observing
+        self.ended = False
+        self.queued = False
+        """In the heap (not being renewed right now)."""
+
+
+class Renewals:
+    """The leases of the attempts one runner holds, renewed two thirds of the way through each, from
+    one task that sleeps on the clock until the earliest is due (a task and a clock sleep per attempt
+    cost more than most attempts take). Each renewal runs in a task of its own, so a slow store
+    delays no other; a lost lease cancels the attempt's observing scope. An attempt that ends is
+    dropped when its turn comes (or when ended ones outnumber the rest)."""
+
+    COMPACT_AT = 1024
+    """Ended entries past which the heap is rebuilt without them (when they are most of it)."""
+
+    def __init__(self, shared: Shared) -> None:
+        self._s = shared
+        self._heap: list[tuple[int, int, _Renewal]] = []
+        self._order = itertools.count()
+        self._ended = 0
+        self._earlier = trio.Event()
+        self._running = False
+
+    def add(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> _Renewal:
+        renewal = _Renewal(toolbelt, observing)
+        self._push(renewal)
+        if not self._running:
+            self._running = True
+            self._s.activity.start_uncounted(self._run)  # it sleeps on the clock: never busy
+        return renewal
+
+    def end(self, renewal: _Renewal) -> None:
+        if renewal.ended:
+            return
+        renewal.ended = True
+        if not renewal.queued:
+            return  # being renewed now: it does not go back
+        self._ended += 1
+        if self._ended > self.COMPACT_AT and 2 * self._ended > len(self._heap):
+            for entry in self._heap:
+                entry[2].queued = not entry[2].ended
+            self._heap = [entry for entry in self._heap if entry[2].queued]
+            heapq.heapify(self._heap)
+            self._ended = 0
+
+    def _push(self, renewal: _Renewal) -> None:
+        lease = renewal.toolbelt.lease
+        due = lease.expires_at_ms - self._s.lease_ms * 2 // 3
+        if not self._heap or due < self._heap[0][0]:
+            self._earlier.set()  # the task sleeps until a later moment: it looks again
+        heapq.heappush(self._heap, (due, next(self._order), renewal))
+        renewal.queued = True
+
+    async def _run(self) -> None:
+        clock = self._s.clock
+        while True:
+            while self._heap and self._heap[0][2].ended:
+                heapq.heappop(self._heap)[2].queued = False
+                self._ended -= 1
+            self._earlier = earlier = trio.Event()
+            if not self._heap:
+                await earlier.wait()
+                continue
+            due, _, renewal = self._heap[0]
+            if due > clock.now_ms():
+                async with trio.open_nursery() as nursery:
+
+                    async def on_clock(due: int = due) -> None:
+                        await clock.sleep_until(due)
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(on_clock)
+                    await earlier.wait()
+                    nursery.cancel_scope.cancel()
+                continue
+            heapq.heappop(self._heap)
+            renewal.queued = False
+            self._s.activity.start_uncounted(self._renew, renewal)
+
+    async def _renew(self, renewal: _Renewal) -> None:
+        """Renew one lease; losing it stops the launch (this runner stops observing the attempt and
+        commits nothing). The process itself is left alone: whoever recovers the attempt asks its
+        executor to verify and adopt it, and a control that fenced it (a cancel) interrupts it."""
+        try:
+            await renewal.toolbelt.heartbeat()
+        except StaleAuthority as exc:
+            log.info("execution %s lost its lease: %s", renewal.toolbelt.lease.execution_id, exc)
+            renewal.observing.cancel()
+            self.end(renewal)
+            return
+        if not renewal.ended:
+            self._push(renewal)
+
+
 class AttemptRunner:
     def __init__(self, shared: Shared, *, chain: bool = False) -> None:
         """``chain``: the runtime's starter runs, so a completion that leaves input waiting starts the
         next attempt in the same commit (`chains.complete_then_start_in_tx`), run here as well."""
         self._s = shared
         self._chain = chain
+        self._renewals = Renewals(shared)
 
     def start(self, lease: Lease, executor_name: str, *, metadata: Mapping[str, Any] | None = None) -> None:
         """Run the attempt ``lease`` holds, in a task of its own. With ``metadata`` (a recovery that
@@ -74,17 +180,19 @@ class AttemptRunner:
         )
         kind = kind_policy(config, lease.request.kind)
         outcome: Outcome | None = None
-        async with trio.open_nursery() as nursery:
-            with trio.CancelScope() as observing:
-                toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
-                nursery.start_soon(self._renew, toolbelt, observing)  # not counted: it sleeps on the clock
+        observing = trio.CancelScope()
+        toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
+        renewal = self._renewals.add(toolbelt, observing)  # renewed until the outcome commits
+        try:
+            with observing:
                 if metadata is not None:
                     outcome = await self._recover(lease, name, executor, toolbelt, metadata)
                 else:
                     outcome = await self._launch(lease, name, executor, toolbelt)
             if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
                 await self._commit(toolbelt, outcome, kind, recovered=metadata is not None)
-            nursery.cancel_scope.cancel()
+        finally:
+            self._renewals.end(renewal)
         # ended without a close: launched, or its lease was lost before (it is another's to recover)
         self._launched(lease)
 
@@ -225,22 +333,6 @@ class AttemptRunner:
 
     async def _is_routed(self, event_id: str) -> bool:
         return await self._s.reader.checkpoint(event_id) is not None
-
-    async def _renew(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> None:
-        """Renew the lease two thirds of the way through; losing it stops the launch (this runner stops
-        observing the attempt and commits nothing). The process itself is left alone: whoever recovers
-        the attempt asks its executor to verify and adopt it, and a control that fenced it (a cancel)
-        interrupts it."""
-        lease_ms = self._s.lease_ms
-        while True:
-            lease = toolbelt.lease
-            await self._s.clock.sleep_until(lease.expires_at_ms - lease_ms * 2 // 3)
-            try:
-                await toolbelt.heartbeat()
-            except StaleAuthority as exc:
-                log.info("execution %s lost its lease: %s", lease.execution_id, exc)
-                observing.cancel()
-                return
 
     async def _contain(
         self,
