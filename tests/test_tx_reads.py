@@ -147,3 +147,23 @@ async def test_an_event_removed_is_not_answered(rt: Runtime) -> None:
     read, gone = await storage_of(rt).submit(read_remove_read)
     assert read
     assert gone, "a removed Event was still answered"
+
+
+async def test_a_new_work_is_answered_as_a_read_of_it_would_be(rt: Runtime) -> None:
+    """`Tx.insert_work` builds the new Work from what it inserted and the schema's defaults instead of
+    reading it back. Catches: a column whose default it gets wrong (a schema change it missed)."""
+
+    def insert_then_read(tx: Tx, now_ms: int) -> tuple[object, object]:
+        made = tx.insert_work(
+            id="wk_new",
+            scope=SCOPE,
+            kind="k",
+            parent_id=None,
+            predecessor_id=None,
+            generation=3,
+            now_ms=now_ms,
+        )
+        return made, tx.work("wk_new")
+
+    made, read = await storage_of(rt).submit(insert_then_read)
+    assert made == read

@@ -183,7 +183,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: C
         if owner is None and key not in new_keys:
             new_keys.append(key)
     if work is None:
-        tx.insert_work(
+        work = tx.insert_work(
             id=owner_work_id,
             scope=event.scope,
             kind=decision.kind,
@@ -192,8 +192,6 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: C
             generation=req.generation,
             now_ms=now_ms,
         )
-        work = tx.work(owner_work_id)
-        assert work is not None
     return _deliver(tx, now_ms, event, req, work, new_keys)
 
 

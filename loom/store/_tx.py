@@ -238,13 +238,17 @@ class Tx(
         predecessor_id: str | None,
         generation: int,
         now_ms: int,
-    ) -> None:
+    ) -> Work:
+        """Insert a new Work, ready, with no key, input or attempt yet; return it as a read would."""
         self._conn.execute(
             "INSERT INTO works (id, scope, kind, state, revision, parent_id, predecessor_id, generation,"
             " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
             (id, scope, kind, parent_id, predecessor_id, generation, now_ms, now_ms),
         )
         self.touch(id)
+        # every other column takes its default (the schema's), as `work_from_row` would read them
+        row = (id, scope, kind, WorkState.READY.value, 1, 0, None, parent_id, predecessor_id, generation)
+        return _sql.work_from_row((*row, 0, 0, now_ms, 0, 0, None, None, now_ms), (), (), None, None)
 
     def update_work(self, work_id: str, now_ms: int, **fields: Any) -> int:
         """Set non-state ``fields`` on a Work and bump its revision; return the new revision."""
