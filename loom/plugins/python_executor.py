@@ -22,12 +22,22 @@ from ._manager import hookimpl
 Function = Callable[[RunRequest, Toolbelt], Awaitable[Outcome]]
 
 
+INBOX_SIZE = 1000
+"""Injected inputs a running call may leave unread before `inject` answers `NotAccepting`."""
+
+
 @attrs.define(eq=False)
 class _Running:
     scope: trio.CancelScope
-    send: trio.MemorySendChannel[Event]
-    receive: trio.MemoryReceiveChannel[Event]
     finished: trio.Event = attrs.Factory(trio.Event)
+    send: trio.MemorySendChannel[Event] | None = None
+    receive: trio.MemoryReceiveChannel[Event] | None = None
+
+    def inbox(self) -> tuple[trio.MemorySendChannel[Event], trio.MemoryReceiveChannel[Event]]:
+        """The call's inbox, made at its first use (most calls never have one)."""
+        if self.send is None or self.receive is None:
+            self.send, self.receive = trio.open_memory_channel[Event](INBOX_SIZE)
+        return self.send, self.receive
 
 
 class PythonExecutor:
@@ -63,15 +73,14 @@ class PythonExecutor:
         running = self._running.get(execution_id)
         if running is None:
             raise NotAccepting(f"execution {execution_id} is not running in this executor")
-        return running.receive
+        return running.inbox()[1]
 
     async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
         name = request.config.get("function")
         function = self._functions.get(name) if isinstance(name, str) else None
         if function is None:
             return Failed(error=f"python executor: no function registered as {name!r}")
-        send, receive = trio.open_memory_channel[Event](1000)
-        running = _Running(trio.CancelScope(), send, receive)
+        running = _Running(trio.CancelScope())
         self._running[request.execution_id] = running
         try:
             with running.scope:
@@ -79,7 +88,8 @@ class PythonExecutor:
             return Failed(error="interrupted")
         finally:
             del self._running[request.execution_id]
-            send.close()
+            if running.send is not None:
+                running.send.close()
             running.finished.set()
 
     async def inject(self, execution_id: str, event: Event) -> None:
@@ -87,7 +97,7 @@ class PythonExecutor:
         if running is None:
             raise NotAccepting(f"execution {execution_id} is not running in this executor")
         try:
-            running.send.send_nowait(event)
+            running.inbox()[0].send_nowait(event)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             raise NotAccepting(f"execution {execution_id} does not accept input now") from None
 
