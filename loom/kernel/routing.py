@@ -182,6 +182,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: C
             )
         if owner is None and key not in new_keys:
             new_keys.append(key)
+    created = work is None
     if work is None:
         work = tx.insert_work(
             id=owner_work_id,
@@ -192,7 +193,7 @@ def _route_in_tx(tx: Tx, now_ms: int, req: RouteRequest, event: Event, limits: C
             generation=req.generation,
             now_ms=now_ms,
         )
-    return _deliver(tx, now_ms, event, req, work, new_keys)
+    return _deliver(tx, now_ms, event, req, work, new_keys, created=created)
 
 
 def _own_budget_event(event: Event, work_id: str) -> bool:
@@ -248,8 +249,9 @@ def _target(tx: Tx, event: Event, decision: Decision) -> Work | tuple[Diagnostic
 
 
 def _deliver(
-    tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, new_keys: list[str]
+    tx: Tx, now_ms: int, event: Event, req: RouteRequest, work: Work, new_keys: list[str], *, created: bool
 ) -> RouteResult:
+    """``created``: the Work was inserted by this routing, at the revision its first input counts in."""
     policy = req.route.declared if req.route else Policy.QUEUE
     # the Work was read in this transaction, nothing written since: its live attempt's state is current,
     # and the attempt itself is read only when a control policy needs its capabilities
@@ -334,7 +336,8 @@ def _deliver(
         effective=effective,
         fallback_reason=fallback_reason,
     )
-    tx.update_work(work.id, now_ms)
+    if not created:
+        tx.update_work(work.id, now_ms)
     tx.notify(WorkChanged(work_id=work.id))
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
 
@@ -402,7 +405,7 @@ def _terminal(
     if not last.state.terminal:
         # the successor's own order holds: an earlier unrouted Event of it goes first
         _check_order(tx, event, last.id, last.keys)
-        return _deliver(tx, now_ms, event, req, last, [])
+        return _deliver(tx, now_ms, event, req, last, [], created=False)
     new_id = new_work_id(tx, stable_id("wk", first.id, "reopen", str(n + 1)))
     new_key = successor_key(_base_key(event.key), n + 1)
     _check_order(tx, event, new_id, [new_key])
@@ -433,4 +436,4 @@ def _terminal(
     control_checkpoint(tx, now_ms, created, new_id, "records the successor of a terminal work")
     successor = tx.work(new_id)
     assert successor is not None
-    return _deliver(tx, now_ms, event, req, successor, [new_key])
+    return _deliver(tx, now_ms, event, req, successor, [new_key], created=False)
