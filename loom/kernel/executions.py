@@ -356,8 +356,7 @@ def renew_in_tx(tx: Tx, now_ms: int, auth: Authority, lease_ms: int) -> int:
 def consume_claimed_inputs_in_tx(tx: Tx, execution: Execution) -> None:
     """An ended attempt took in every input it was handed: they are consumed by it."""
     for event_id in execution.inputs:
-        if tx.input_state(execution.work_id, event_id) is InputState.PENDING:
-            tx.consume_input(execution.work_id, event_id, execution.id)
+        tx.consume_if_pending(execution.work_id, event_id, execution.id)
 
 
 def complete_in_tx(

@@ -376,6 +376,18 @@ class Tx(
         )
         return InputState(row[0]) if row else None
 
+    def consume_if_pending(self, work_id: str, event_id: str, execution_id: str) -> bool:
+        """Mark an input consumed by ``execution_id`` if it is pending (the one move out of pending
+        its lifecycle allows here), in one statement; whether it was."""
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.CONSUMED.value, execution_id, work_id, event_id, InputState.PENDING.value),
+        )
+        if cur.rowcount != 1:
+            return False
+        self.touch(work_id)
+        return True
+
     def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
         """Mark a pending input consumed by ``execution_id`` (checked against the input lifecycle)."""
         state = self.input_state(work_id, event_id)
