@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-import anyio
 import attrs
 import trio
 
@@ -119,7 +118,9 @@ class StorageActor:
         """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
-        self._limiter = anyio.CapacityLimiter(1)
+        # trio's own thread hop: anyio's wrapper around it costs the worker thread more than most
+        # batches' procedures (bench/README.md)
+        self._limiter = trio.CapacityLimiter(1)
         self._feeds: list[NoticeFeed] = []
         self._listeners: list[CommitListener] = []
         self._running = False
@@ -221,9 +222,9 @@ class StorageActor:
     # -- the actor --------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
-        self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+        self._conn = await trio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
         if self._on_open is not None:
-            await anyio.to_thread.run_sync(self._open_with, self._on_open, limiter=self._limiter)
+            await trio.to_thread.run_sync(self._open_with, self._on_open, limiter=self._limiter)
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
@@ -280,7 +281,7 @@ class StorageActor:
         attempt = 0
         while True:
             try:
-                self._conn = await anyio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+                self._conn = await trio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
             except StorageError as exc:
                 delay = delays[min(attempt, len(delays) - 1)]
                 log.warning(
@@ -296,7 +297,7 @@ class StorageActor:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
-            notices = await anyio.to_thread.run_sync(
+            notices = await trio.to_thread.run_sync(
                 self._execute_until_settled, batch, now_ms, batch_no, limiter=self._limiter
             )
         except _StorageFailure as failure:
@@ -463,7 +464,7 @@ class StorageActor:
         """A clean close (the backend folds in what it must first: SQLite's write-ahead log)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            await anyio.to_thread.run_sync(self.store.close_writer, conn, limiter=self._limiter)
+            await trio.to_thread.run_sync(self.store.close_writer, conn, limiter=self._limiter)
 
 
 class _StorageFailure(Exception):
