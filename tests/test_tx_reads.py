@@ -167,3 +167,43 @@ async def test_a_new_work_is_answered_as_a_read_of_it_would_be(rt: Runtime) -> N
 
     made, read = await storage_of(rt).submit(insert_then_read)
     assert made == read
+
+
+async def test_an_event_accepted_then_routed_in_one_transaction_answers_its_checkpoint(rt: Runtime) -> None:
+    """An Event this transaction accepted is answered unrouted without a query until its checkpoint is
+    written. Catches: the routing answered from the acceptance after the checkpoint (a second route of
+    it in the same batch would route it twice), and an Event accepted in a savepoint rolled back still
+    answered."""
+    offered = EventIn(source="shop", delivery_id="d-5", type="other", scope="elsewhere")
+    undone = EventIn(source="shop", delivery_id="d-6", type="other", scope="elsewhere")
+
+    def request(event_id: str) -> RouteRequest:
+        return RouteRequest(
+            event_id=event_id,
+            decision=Unmatched(reason="nothing"),
+            route=None,
+            expected_revision=None,
+            generation=1,
+            from_handler=False,
+        )
+
+    def accept_route_read(tx: Tx, now_ms: int) -> tuple[bool, bool, bool]:
+        event = accept_in_tx(tx, now_ms, offered, CausalLimits())
+        first = tx.event_to_route(event.id)
+        route_in_tx(tx, now_ms, request(event.id), CausalLimits())
+        routed = tx.event_to_route(event.id)
+        assert first is not None
+        assert routed is not None
+        gone_id = ""
+        try:
+            with tx.savepoint():
+                gone_id = accept_in_tx(tx, now_ms, undone, CausalLimits()).id
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        return first[1] is None, routed[1] is not None, tx.event_to_route(gone_id) is None
+
+    unrouted, routed, gone = await storage_of(rt).submit(accept_route_read)
+    assert unrouted
+    assert routed, "the Event's checkpoint written in this transaction was not answered"
+    assert gone, "an Event whose acceptance was rolled back was answered"

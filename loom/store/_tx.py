@@ -122,9 +122,11 @@ class Tx(
         return event
 
     def accepted(self, event: Event) -> None:
-        """``event`` was inserted by this transaction: a read of it is answered from here."""
+        """``event`` was inserted by this transaction: a read of it, and of its routing (none until
+        `insert_checkpoint` writes it), is answered from here."""
         if self._caching:
             self._events[event.id] = event
+            self._unrouted.add(event.id)
 
     def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
@@ -309,6 +311,8 @@ class Tx(
     def event_to_route(self, event_id: str) -> tuple[Event, Checkpoint | None] | None:
         """An Event and its routing checkpoint (``None`` while unrouted), in one query; ``None``
         without such an Event."""
+        if event_id in self._unrouted:
+            return self._events[event_id], None  # accepted here, routed nowhere yet
         known = self.recall("event_to_route", event_id)
         if known is not MISSING:
             return known  # type: ignore[no-any-return]
@@ -321,6 +325,7 @@ class Tx(
 
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
+        self._unrouted.discard(cp.event_id)
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
             " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"

@@ -41,6 +41,8 @@ class TxBase:
         self._events: dict[str, Any] = {}
         """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
         stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
+        self._unrouted: set[str] = set()
+        """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
 
     def savepoint(self) -> _Savepoint:
         """Run a block atomically inside the transaction: an exception undoes only its effects
@@ -141,6 +143,7 @@ class _Savepoint:
                 tx._conn.execute(f"RELEASE {self._name}")
                 tx._reads.clear()  # what it read may have been its own writes, now undone
                 tx._events.clear()
+                tx._unrouted.clear()
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -425,6 +425,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (event.id,))
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
         self._events.pop(event.id, None)
+        self._unrouted.discard(event.id)
         if tombstone:
             conn.execute(
                 "INSERT INTO event_tombstones (seq, source, delivery_id, accepted_at_ms) VALUES (?, ?, ?, ?)"
