@@ -207,3 +207,34 @@ async def test_an_event_accepted_then_routed_in_one_transaction_answers_its_chec
     assert unrouted
     assert routed, "the Event's checkpoint written in this transaction was not answered"
     assert gone, "an Event whose acceptance was rolled back was answered"
+
+
+async def test_a_kv_entry_is_read_anew_after_it_is_written_or_rolled_back(rt: Runtime) -> None:
+    """A KV entry read once is answered again from that read (the routing watermark is read several
+    times per routed Event). Catches: a read after a write answered with the value before it, a read
+    after a rolled-back write answered with the undone value, a deleted entry still answered."""
+
+    def read_write_read(tx: Tx, now_ms: int) -> list[object]:
+        seen: list[object] = []
+        tx.kv_put("test", "k", {"n": 1}, now_ms)
+
+        def value() -> object:
+            entry = tx.kv_get("test", "k")
+            return None if entry is None else entry.value["n"]
+
+        seen += [value(), value()]
+        tx.kv_put("test", "k", {"n": 2}, now_ms)
+        seen.append(value())
+        try:
+            with tx.savepoint():
+                tx.kv_put("test", "k", {"n": 3}, now_ms)
+                seen.append(value())
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        seen.append(value())
+        tx.kv_delete("test", ["k"])
+        seen.append(value())
+        return seen
+
+    assert await storage_of(rt).submit(read_write_read) == [1, 1, 2, 3, 2, None]

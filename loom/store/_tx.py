@@ -186,6 +186,7 @@ class Tx(
     # -- namespaced KV ----------------------------------------------------
 
     def kv_put(self, namespace: str, key: str, value: dict[str, Any], now_ms: int) -> None:
+        self._kv.pop((namespace, key), None)
         self._conn.execute(
             "INSERT INTO kv (namespace, key, value, updated_at_ms) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
@@ -194,9 +195,15 @@ class Tx(
         )
 
     def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> KVEntry | None:
-        """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits)."""
+        """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits).
+        A repeated read is answered from the first until the entry is written (SQLite only)."""
+        if (namespace, key) in self._kv:
+            return self._kv[namespace, key]  # type: ignore[no-any-return]
         row = self._one(_sql.KV_GET + (self.dialect.for_update if for_update else ""), (namespace, key))
-        return _sql.kv_from_row(row) if row else None
+        entry = _sql.kv_from_row(row) if row else None
+        if self._caching:
+            self._kv[namespace, key] = entry
+        return entry
 
     def kv_list(self, namespace: str, limit: int = 1000) -> list[KVEntry]:
         return [_sql.kv_from_row(r) for r in self._all(_sql.KV_LIST, (namespace, limit))]

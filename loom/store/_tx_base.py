@@ -42,6 +42,8 @@ class TxBase:
         """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
         stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
         self._unrouted: set[str] = set()
+        self._kv: dict[tuple[str, str], Any] = {}
+        """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
 
     def savepoint(self) -> _Savepoint:
@@ -144,6 +146,7 @@ class _Savepoint:
                 tx._reads.clear()  # what it read may have been its own writes, now undone
                 tx._events.clear()
                 tx._unrouted.clear()
+                tx._kv.clear()
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -52,6 +52,8 @@ class TombstonesTx(TxBase):
         return [(r[0], r[1]) for r in rows]
 
     def kv_delete(self, namespace: str, keys: list[str]) -> None:
+        for key in keys:
+            self._kv.pop((namespace, key), None)
         self._conn.executemany(
             "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
         )
