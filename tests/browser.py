@@ -210,9 +210,18 @@ class _Browser:
             )
 
 
+GONE = "Invalid InterceptionId"
+"""Chromium's answer to continuing a paused request the page has given up meanwhile (it navigated away,
+or the fetch was aborted): there is nothing left to continue."""
+
+
 def partial_command(tab: Tab, method: str, **params: Any) -> Any:
     async def run() -> None:
-        await tab.command(method, **params)
+        try:
+            await tab.command(method, **params)
+        except BrowserError as exc:
+            if GONE not in str(exc):
+                raise
 
     return run
 
