@@ -199,7 +199,7 @@ async def open_runtime(
             for reader in readers:
                 await reader.aclose()
             for connection in held:  # the node name goes with its runtime
-                await trio.to_thread.run_sync(connection.close)
+                await trio.to_thread.run_sync(opened.release_node, connection, node)  # type: ignore[attr-defined]
 
 
 def _dead_leases(store: Store, node: str | None, owner: str) -> Callable[[Any, int], object] | None:

@@ -288,6 +288,17 @@ class PostgresStore:
             )
         return raw
 
+    def release_node(self, raw: psycopg.Connection[tuple[Any, ...]], name: str) -> None:
+        """Let the node name `take_node` took go, then close its connection. The server frees a closed
+        session's locks only once it has seen the close, so without the unlock a runtime opened under
+        the name right after this one closed could find it still held."""
+        try:
+            raw.execute(f"SELECT pg_advisory_unlock({LOCK_CLASS}, hashtext(%s))", ("node:" + name,))
+        except psycopg.Error:
+            pass  # the connection is gone already, and its session's locks with it
+        finally:
+            raw.close()
+
     def _listening(self) -> psycopg.Connection[tuple[Any, ...]]:
         raw = self.connect(application_name="loom listener")
         try:
