@@ -48,6 +48,7 @@ from ..records.notices import Committed, Notice, StoreChanged
 from ._dialect import RowConflict, Store
 from ._feed import CommitListener, NoticeFeed
 from ._notify import parse, summarize
+from ._thread import WorkerThread
 from ._tx import Tx
 
 log = logging.getLogger("loom.storage")
@@ -118,9 +119,8 @@ class StorageActor:
         """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
-        # trio's own thread hop: anyio's wrapper around it costs the worker thread more than most
-        # batches' procedures (bench/README.md)
-        self._limiter = trio.CapacityLimiter(1)
+        # one thread of the actor's own for every blocking call (`WorkerThread`: a hand-off each way)
+        self._thread = WorkerThread("loom storage")
         self._feeds: list[NoticeFeed] = []
         self._listeners: list[CommitListener] = []
         self._running = False
@@ -222,9 +222,15 @@ class StorageActor:
     # -- the actor --------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[StorageActor] = trio.TASK_STATUS_IGNORED) -> None:
-        self._conn = await trio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+        try:
+            await self._run(task_status)
+        finally:
+            self._thread.stop()  # its last call is over: nothing of the actor runs there any more
+
+    async def _run(self, task_status: trio.TaskStatus[StorageActor]) -> None:
+        self._conn = await self._thread.run_sync(self.store.open_writer)
         if self._on_open is not None:
-            await trio.to_thread.run_sync(self._open_with, self._on_open, limiter=self._limiter)
+            await self._thread.run_sync(self._open_with, self._on_open)
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
@@ -281,7 +287,7 @@ class StorageActor:
         attempt = 0
         while True:
             try:
-                self._conn = await trio.to_thread.run_sync(self.store.open_writer, limiter=self._limiter)
+                self._conn = await self._thread.run_sync(self.store.open_writer)
             except StorageError as exc:
                 delay = delays[min(attempt, len(delays) - 1)]
                 log.warning(
@@ -297,9 +303,7 @@ class StorageActor:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
-            notices = await trio.to_thread.run_sync(
-                self._execute_until_settled, batch, now_ms, batch_no, limiter=self._limiter
-            )
+            notices = await self._thread.run_sync(self._execute_until_settled, batch, now_ms, batch_no)
         except _StorageFailure as failure:
             self.stats.failed_batches += 1
             others = f"this request and {len(batch) - 1} others in its batch"
@@ -464,7 +468,7 @@ class StorageActor:
         """A clean close (the backend folds in what it must first: SQLite's write-ahead log)."""
         conn, self._conn = self._conn, None
         if conn is not None:
-            await trio.to_thread.run_sync(self.store.close_writer, conn, limiter=self._limiter)
+            await self._thread.run_sync(self.store.close_writer, conn)
 
 
 class _StorageFailure(Exception):
