@@ -217,11 +217,12 @@ async def test_a_firing_whose_commit_fails_is_rearmed_and_fires_once_later(
     real = fire_timer_in_tx
     calls: list[str] = []
     failed = trio.Event()
+    token = trio.lowlevel.current_trio_token()  # the procedure runs in the storage actor's thread
 
     def disk_full_once(tx: Tx, now_ms: int, request: FireRequest, *args: Any) -> Firing:
         calls.append(request.timer_id)
         if len(calls) == 1:
-            trio.from_thread.run_sync(failed.set)
+            trio.from_thread.run_sync(failed.set, trio_token=token)
             raise storage_failure(loom_store, "database or disk is full")
         return real(tx, now_ms, request, *args)
 
