@@ -1,7 +1,8 @@
 """A transaction answers a repeated read of a Work, an attempt or an Event with its routing from what it read,
 only while it has changed no row since (`TxBase.recall`); on PostgreSQL it always reads again.
 
-Events, whose rows never change, are kept from their insert or first read for the whole transaction.
+Events, whose rows never change, are kept from their insert or first read for the whole transaction;
+KV entries and key owners until the transaction writes them, rolls them back or removes them.
 
 Wrong implementations caught: a cache that survives a write (a Work read before its update answered
 after it), and one that survives a savepoint rolled back (a Work read inside the savepoint, after its
@@ -238,3 +239,29 @@ async def test_a_kv_entry_is_read_anew_after_it_is_written_or_rolled_back(rt: Ru
         return seen
 
     assert await storage_of(rt).submit(read_write_read) == [1, 1, 2, 3, 2, None]
+
+
+async def test_a_keys_owner_is_read_anew_after_an_attach_a_rollback_or_a_removal(rt: Runtime) -> None:
+    """A key's owner read once is answered again from that read (routing asks it several times per
+    Event). Catches: an unowned key still answered unowned after it is attached, a key attached in a
+    rolled-back savepoint still answered as attached, a removed Work's key still answered as its."""
+    work_id = await a_work(rt)
+
+    def reads(tx: Tx, now_ms: int) -> list[str | None]:
+        seen = [tx.key_owner("k2"), tx.key_owner("k2")]
+        try:
+            with tx.savepoint():
+                tx.attach_key("k2", work_id, 1, now_ms)
+                seen.append(tx.key_owner("k2"))
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        seen.append(tx.key_owner("k2"))
+        tx.attach_key("k2", work_id, 1, now_ms)
+        seen += [tx.key_owner("k2"), tx.key_owner("k")]
+        tx.remove_work(work_id, now_ms)
+        seen += [tx.key_owner("k"), tx.key_owner("k2")]
+        return seen
+
+    seen = await storage_of(rt).submit(reads)
+    assert seen == [None, None, work_id, None, work_id, work_id, None, None]

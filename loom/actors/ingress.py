@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import attrs
-import trio
 
 from ..config import CausalLimits
 from ..kernel.accept import accept_batch_in_tx, accept_derived_in_tx, accept_in_tx
@@ -50,16 +49,10 @@ class RouteAtFiring:
 
 
 class IngressActor:
-    def __init__(
-        self,
-        storage: StorageActor,
-        limits: Callable[[], CausalLimits],
-        *,
-        max_in_flight: int = 4096,
-    ) -> None:
+    def __init__(self, storage: StorageActor, limits: Callable[[], CausalLimits]) -> None:
+        # what bounds the requests in flight is the storage actor's mailbox: a publish waits there
         self._storage = storage
         self._limits = limits
-        self._in_flight = trio.CapacityLimiter(max_in_flight)
 
     async def publish(
         self,
@@ -80,20 +73,19 @@ class IngressActor:
         """
         payload = validated_payload(event, allow_core=trusted)
         plan = routing(event) if routing is not None else None
-        async with self._in_flight:
-            if plan is None:
-                return await self._storage.submit(
-                    accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
-                )
-            accepted, started = await self._storage.submit(
-                accept_then_route_in_tx,
-                event,
-                self._limits(),
-                plan.plan,
-                plan.admit,
-                trusted=trusted,
-                checked=payload,
+        if plan is None:
+            return await self._storage.submit(
+                accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
             )
+        accepted, started = await self._storage.submit(
+            accept_then_route_in_tx,
+            event,
+            self._limits(),
+            plan.plan,
+            plan.admit,
+            trusted=trusted,
+            checked=payload,
+        )
         for lease in started:
             plan.launch(lease, lease.request.executor or "")
         return accepted
@@ -113,8 +105,7 @@ class IngressActor:
                 answers.append(None)
                 valid.append(event)
         if valid:
-            async with self._in_flight:
-                accepted = iter(await self._storage.submit(accept_batch_in_tx, valid, self._limits()))
+            accepted = iter(await self._storage.submit(accept_batch_in_tx, valid, self._limits()))
             answers = [next(accepted) if answer is None else answer for answer in answers]
         return [answer for answer in answers if answer is not None]
 

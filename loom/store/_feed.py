@@ -28,18 +28,22 @@ class NoticeFeed:
     _receive: trio.MemoryReceiveChannel[list[Notice]]
     commits: bool = False
     lagged: bool = False
+    _buffered: int = 0
+    """Batches offered and not yet read (what the channel holds; cheaper than asking it)."""
 
     async def next_batch(self) -> list[Notice]:
         """The notices of the next committed batch (``[Lagged()]``: you missed some, rescan)."""
         if self.lagged:
             self.lagged = False
             return [Lagged()]
-        return await self._receive.receive()
+        notices = await self._receive.receive()
+        self._buffered -= 1
+        return notices
 
     @property
     def pending(self) -> bool:
         """Whether committed notices wait to be read."""
-        return self.lagged or self._receive.statistics().current_buffer_used > 0
+        return self.lagged or self._buffered > 0
 
     def _offer(self, notices: list[Notice]) -> None:
         try:
@@ -48,6 +52,8 @@ class NoticeFeed:
             self.lagged = True
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
+        else:
+            self._buffered += 1
 
     def close(self) -> None:
         self._send.close()

@@ -300,14 +300,22 @@ class Tx(
     # -- keys ---------------------------------------------------------------
 
     def key_owner(self, key: str) -> str | None:
+        """The Work ``key`` is attached to; a repeated read is answered from the first (SQLite only)."""
+        if key in self._key_owners:
+            return self._key_owners[key]
         row = self._one("SELECT work_id FROM work_keys WHERE key = ?", (key,))
-        return str(row[0]) if row else None
+        owner = str(row[0]) if row else None
+        if self._caching:
+            self._key_owners[key] = owner
+        return owner
 
     def attach_key(self, key: str, work_id: str, seq: int, now_ms: int) -> None:
         self._conn.execute(
             "INSERT INTO work_keys (key, work_id, attached_seq, attached_at_ms) VALUES (?, ?, ?, ?)",
             (key, work_id, seq, now_ms),
         )
+        if self._caching:
+            self._key_owners[key] = work_id
 
     # -- routing checkpoints --------------------------------------------------
 

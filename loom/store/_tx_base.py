@@ -42,9 +42,12 @@ class TxBase:
         """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
         stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
         self._unrouted: set[str] = set()
+        """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
         self._kv: dict[tuple[str, str], Any] = {}
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
-        """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
+        self._key_owners: dict[str, str | None] = {}
+        """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
+        and detached only when compaction removes its Work, which forgets them all."""
 
     def savepoint(self) -> _Savepoint:
         """Run a block atomically inside the transaction: an exception undoes only its effects
@@ -147,6 +150,7 @@ class _Savepoint:
                 tx._events.clear()
                 tx._unrouted.clear()
                 tx._kv.clear()
+                tx._key_owners.clear()
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -387,6 +387,7 @@ class CompactionTx(TxBase):
         attempts = conn.execute("DELETE FROM executions WHERE work_id = ?", (work_id,)).rowcount
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
         conn.execute("DELETE FROM work_keys WHERE work_id = ?", (work_id,))
+        self._key_owners.clear()
         conn.execute("DELETE FROM works WHERE id = ?", (work_id,))
         conn.execute(
             "INSERT INTO removed_works (id, removed_at_ms) VALUES (?, ?)"
