@@ -16,14 +16,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from loom import CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom import CausalLimits, Config, EventIn, ExecutionState, ManualClock, Runtime, open_runtime
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.resolve import RouteRequest
 from loom.kernel.routing import route_in_tx
+from loom.plugins.handlers import work_id_for_key
 from loom.records.work import Unmatched
 from loom.store import Tx
 from loom.testing import T0_MS
 from loom.testing.internals import storage_of
+from loom.testing.pytest_plugin import DriverFactory
 
 SCOPE = "shop"
 CONFIG = Config.from_dict({"scopes": {SCOPE: {"routes": [{"name": "orders", "create_work": True}]}}})
@@ -265,3 +267,42 @@ async def test_a_keys_owner_is_read_anew_after_an_attach_a_rollback_or_a_removal
 
     seen = await storage_of(rt).submit(reads)
     assert seen == [None, None, work_id, None, work_id, work_id, None, None]
+
+
+RUN = Config.from_dict({
+    "scopes": {"acme": {
+        "bindings": {"fake": {"executor": "fake"}},
+        "routes": [{"name": "w", "create_work": True, "binding": "fake"}],
+    }},
+})  # fmt: skip
+
+
+async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_drivers: DriverFactory) -> None:
+    """An attempt's read also keeps its lease token and its segment's clock for the fenced call that
+    asks for them next. Catches: a token answered from that read after the attempt was written (a
+    stale token would pass a fenced call the store refuses)."""
+    async with loom_drivers(config=RUN) as driver:
+        await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k")
+        )
+        work_id = work_id_for_key("acme", "k")
+
+        async def launched() -> bool:
+            return bool(driver.fake.launches_of(work_id))
+
+        await driver.until(launched, "the attempt's launch")
+        lease = driver.fake.launches_of(work_id)[0].lease
+        seen: list[object] = []
+
+        def reads(tx: Tx, now_ms: int) -> None:
+            execution = tx.execution(lease.execution_id)
+            assert execution is not None
+            seen.extend([tx.execution_token(execution.id), tx.execution_segment_clock(execution.id)[0]])
+            tx.set_execution_state(execution, ExecutionState.STOPPING, token=None)
+            seen.append(tx.execution_token(execution.id))
+            raise LookupError("change nothing")
+
+        with pytest.raises(LookupError, match="change nothing"):
+            await storage_of(driver.runtime).submit(reads)
+        assert seen[0] == lease.token
+        assert seen[2] is None, "a token was answered after the attempt's token was cleared"

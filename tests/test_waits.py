@@ -27,7 +27,9 @@ from loom import (
 )
 from loom.plugins.handlers import work_id_for_key
 from loom.records.validation import MAX_TIME_MS
+from loom.store import Tx
 from loom.testing import RuntimeDriver, wait_routed
+from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
 
 SCOPE = "acme"
@@ -506,3 +508,41 @@ async def test_a_twice_resumed_attempt_is_presented_with_its_latest_winner(
             assert presented.request.trigger is not None
             assert presented.request.trigger.id == winners[-1].id, f"{key}: the first wake's winner"
             driver.fake.finish(work_id, Completed())
+
+
+async def test_a_transaction_reads_the_open_waits_on_a_key_anew_after_it_writes_a_wait(
+    loom_drivers: DriverFactory,
+) -> None:
+    """Routing reads the open waits on an Event's key before and after it routes it, and the second
+    read is answered from the first while no wait was written. Catches: a wait cancelled, or one
+    inserted, still answered as before; a cancel rolled back with its savepoint still answered."""
+    async with loom_drivers(config=config()) as driver:
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.done",))))
+        wait = await wait_state(driver, work_id, WaitState.ACTIVE)
+        seen: list[list[str]] = []
+
+        def reads(tx: Tx, now_ms: int) -> None:
+            def look() -> None:
+                seen.append([w.id for w in tx.open_waits_on_key("k")])
+
+            look()
+            look()
+            try:
+                with tx.savepoint():
+                    tx.set_wait_state(wait, WaitState.CANCELLED, reason="undone")
+                    look()
+                    raise LookupError("undo it")
+            except LookupError:
+                pass
+            look()
+            tx.set_wait_state(wait, WaitState.CANCELLED, reason="cancelled")
+            look()
+            tx.insert_wait(attrs.evolve(wait, id="another"))
+            look()
+            raise LookupError("change nothing")  # the request's own error undoes all of it
+
+        with pytest.raises(LookupError, match="change nothing"):
+            await storage_of(driver.runtime).submit(reads)
+        assert seen == [[wait.id], [wait.id], [], [wait.id], [], ["another"]]
+        assert (await driver.runtime.waits(work_id))[-1].state is WaitState.ACTIVE

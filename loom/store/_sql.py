@@ -145,6 +145,12 @@ EXECUTION_COLUMNS = (
 )
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
+EXECUTION_WIDTH = EXECUTION_COLUMNS.count(",") + 1
+EXECUTION_AND_CLOCK_BY_ID = (
+    f"SELECT {EXECUTION_COLUMNS}, token, segment_started_ms, deadline_timer_id FROM executions WHERE id = ?"
+)
+"""An attempt with its lease token and its active segment's clock, which a transaction asks for right
+after (`ExecutionsTx.execution`)."""
 INTENT_SELECT = (
     "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms, error_fallback"
     " FROM intents"

@@ -45,6 +45,9 @@ class TxBase:
         """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
         self._kv: dict[tuple[str, str], Any] = {}
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
+        self._waits_on_key: dict[str, tuple[Any, ...]] = {}
+        """Open waits watching a key, as this transaction read them, until it writes a wait
+        (`WaitsTx.open_waits_on_key`)."""
         self._key_owners: dict[str, str | None] = {}
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
@@ -151,6 +154,7 @@ class _Savepoint:
                 tx._unrouted.clear()
                 tx._kv.clear()
                 tx._key_owners.clear()
+                tx._waits_on_key.clear()
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -365,6 +365,7 @@ class CompactionTx(TxBase):
         declared) and its intents."""
         waits = "SELECT id FROM waits WHERE execution_id = ?"
         self._conn.execute(f"DELETE FROM subscriptions WHERE wait_id IN ({waits})", (execution_id,))
+        self._waits_on_key.clear()
         self._conn.execute(f"DELETE FROM wait_keys WHERE wait_id IN ({waits})", (execution_id,))
         self._conn.execute("DELETE FROM waits WHERE execution_id = ?", (execution_id,))
         self._conn.execute("DELETE FROM intents WHERE execution_id = ?", (execution_id,))
@@ -379,6 +380,7 @@ class CompactionTx(TxBase):
         conn = self._conn
         conn.execute("DELETE FROM subscriptions WHERE work_id = ?", (work_id,))
         conn.execute(f"DELETE FROM subscriptions WHERE wait_id IN ({waits})", (work_id,))
+        self._waits_on_key.clear()
         conn.execute(f"DELETE FROM wait_keys WHERE wait_id IN ({waits})", (work_id,))
         conn.execute("DELETE FROM waits WHERE work_id = ?", (work_id,))
         conn.execute("DELETE FROM intents WHERE work_id = ?", (work_id,))

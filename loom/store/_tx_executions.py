@@ -84,11 +84,20 @@ class ExecutionsTx(TxBase):
         known = self.recall("execution", execution_id)
         if known is not MISSING:
             return known  # type: ignore[no-any-return]
-        row = self._one(_sql.EXECUTION_BY_ID, (execution_id,))
-        return self.keep("execution", execution_id, _sql.execution_from_row(row) if row else None)  # type: ignore[no-any-return]
+        row = self._one(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,))
+        if row is None:
+            return self.keep("execution", execution_id, None)  # type: ignore[no-any-return]
+        width = _sql.EXECUTION_WIDTH
+        # the token and the segment's clock ride along: a fenced call reads them next (one query fewer each)
+        self.keep("execution_token", execution_id, row[width])
+        self.keep("segment_clock", execution_id, (row[width + 1], row[width + 2]))
+        return self.keep("execution", execution_id, _sql.execution_from_row(row))  # type: ignore[no-any-return]
 
     def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
         """When the active segment started, and its deadline timer."""
+        known = self.recall("segment_clock", execution_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(
             "SELECT segment_started_ms, deadline_timer_id FROM executions WHERE id = ?", (execution_id,)
         )
@@ -157,6 +166,9 @@ class ExecutionsTx(TxBase):
         return int(cur.rowcount)
 
     def execution_token(self, execution_id: str) -> str | None:
+        known = self.recall("execution_token", execution_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one("SELECT token FROM executions WHERE id = ?", (execution_id,))
         return row[0] if row else None
 

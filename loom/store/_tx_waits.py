@@ -73,12 +73,19 @@ class WaitsTx(TxBase):
         return wait_from_row(row) if row else None
 
     def open_waits_on_key(self, key: str) -> list[Wait]:
-        """Active or blocked waits watching ``key``."""
+        """Active or blocked waits watching ``key``. A repeated read is answered from the first until the
+        transaction writes a wait (routing reads them before and after it routes an Event; SQLite only)."""
+        known = self._waits_on_key.get(key)
+        if known is not None:
+            return list(known)
         rows = self._all(
             f"{WAIT_SELECT} w WHERE w.state IN {_OPEN} AND w.id IN (SELECT wait_id FROM wait_keys WHERE key = ?)",
             (key,),
         )
-        return [wait_from_row(r) for r in rows]
+        waits = [wait_from_row(r) for r in rows]
+        if self._caching:
+            self._waits_on_key[key] = tuple(waits)
+        return waits
 
     def untaken_wake(self, work_id: str) -> Wait | None:
         """The Work's woken wait whose continuation has not started yet."""
@@ -102,6 +109,7 @@ class WaitsTx(TxBase):
         ]
 
     def insert_wait(self, wait: Wait) -> None:
+        self._waits_on_key.clear()
         self._conn.execute(
             f"INSERT INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -145,6 +153,7 @@ class WaitsTx(TxBase):
         assert not unknown, f"wait: unknown fields {unknown}"
         values = [json.dumps(v, sort_keys=True) if k == "detail" else v for k, v in fields.items()]
         sets = "".join(f", {name} = ?" for name in fields)
+        self._waits_on_key.clear()
         cur = self._conn.execute(
             f"UPDATE waits SET state = ?{sets} WHERE id = ? AND state = ?",
             (state, *values, wait.id, wait.state.value),
