@@ -65,6 +65,8 @@ class Dialect:
     pool_lock: str | None = None
     """SQL (one text parameter: the pool's name) that serialises one capacity pool's claims and freed
     slots until the transaction ends (``None``: writers are serial)."""
+    json_pairs = "json_group_array(json_array({a}, {b}))"
+    """An aggregate of the ``({a}, {b})`` pairs of a group into one JSON array."""
     caches_reads = True
     """A transaction may answer a read of a record again from what it read, while it has changed no row
     since (SQLite's ``total_changes`` tells; a savepoint rolled back forgets them)."""

@@ -78,6 +78,7 @@ class PostgresDialect(Dialect):
     notify = f"SELECT pg_notify('{CHANNEL}', ?)"
     pool_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, hashtext(?))"
     size_sql = "SELECT pg_database_size(current_database()), 0"
+    json_pairs = "json_agg(json_build_array({a}, {b}))"
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError | psycopg.InternalError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from typing import Any
 
@@ -85,13 +86,6 @@ WORK_COLUMNS = (
 WORK_SELECT = f"SELECT {WORK_COLUMNS} FROM works"
 WORK_BY_ID = f"{WORK_SELECT} WHERE id = ?"
 WORK_KEYS = "SELECT key FROM work_keys WHERE work_id = ? ORDER BY attached_seq, key"
-WORK_KEYS_UNSORTED = "SELECT key, attached_seq FROM work_keys WHERE work_id = ?"
-"""A Work's keys in no order (sorted by `key_order`, in Python: a Work has a key or two, and an ORDER BY
-here costs SQLite a temporary sort per read)."""
-
-
-def key_order(row: tuple[Any, ...]) -> tuple[int, str]:
-    return row[1], row[0]
 
 
 def _sql_set(states: tuple[enum.Enum, ...]) -> str:
@@ -155,6 +149,41 @@ INTENT_SELECT = (
     "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms, error_fallback"
     " FROM intents"
 )
+
+
+@functools.lru_cache(maxsize=4)
+def work_with_parts(json_pairs: str) -> str:
+    """A Work's row with its keys, its live attempt and its open wait, in one query: ``json_pairs`` is
+    the backend's aggregate of ``({a}, {b})`` pairs into a JSON array (`Dialect`). The keys come back in
+    no order (`work_from_parts` sorts them: a Work has a key or two); at most one attempt is live
+    (``executions_one_live``). Its pending inputs are read apart (`WORK_PENDING`, in the index's
+    order): a Work may hold many, and one aggregate of them all costs more than the rows."""
+    columns = ", ".join(f"w.{name.strip()}" for name in WORK_COLUMNS.split(","))
+    keys = json_pairs.format(a="k.key", b="k.attached_seq")
+    return (
+        f"SELECT {columns}, x.id, x.state,"
+        f" (SELECT {keys} FROM work_keys k WHERE k.work_id = w.id),"
+        " (SELECT o.id FROM waits o WHERE o.work_id = w.id AND o.state IN ('active', 'blocked') LIMIT 1)"
+        f" FROM works w LEFT JOIN executions x ON x.work_id = w.id AND x.state IN {LIVE} WHERE w.id = ?"
+    )
+
+
+_WORK_WIDTH = WORK_COLUMNS.count(",") + 1
+
+
+def _pairs(value: Any) -> list[Any]:
+    """An aggregate of pairs as read: JSON text (SQLite), a list already (PostgreSQL), or none at all."""
+    if value is None:
+        return []
+    return json.loads(value) if isinstance(value, str) else list(value)
+
+
+def work_from_parts(row: Row, pending: tuple[str, ...]) -> Work:
+    """A Work read by `work_with_parts`, with its pending inputs."""
+    width = _WORK_WIDTH
+    keys = tuple(key for key, _ in sorted(_pairs(row[width + 2]), key=lambda pair: (pair[1], pair[0])))
+    live = row[width : width + 2] if row[width] is not None else None
+    return work_from_row(row, keys, pending, live, row[width + 3])
 
 
 def work_from_row(

@@ -226,16 +226,11 @@ class Tx(
         known = self.recall("work", work_id)
         if known is not MISSING:
             return known  # type: ignore[no-any-return]
-        row = self._one(_sql.WORK_BY_ID, (work_id,))
-        return self.keep("work", work_id, self._work_from_row(row) if row else None)  # type: ignore[no-any-return]
-
-    def _work_from_row(self, row: tuple[Any, ...]) -> Work:
-        work_id = row[0]
-        keys = tuple(r[0] for r in sorted(self._all(_sql.WORK_KEYS_UNSORTED, (work_id,)), key=_sql.key_order))
+        row = self._one(_sql.work_with_parts(self.dialect.json_pairs), (work_id,))
+        if row is None:
+            return self.keep("work", work_id, None)  # type: ignore[no-any-return]
         pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
-        live = self._one(_sql.WORK_LIVE_EXECUTION, (work_id,))
-        wait = self._one(_sql.WORK_OPEN_WAIT, (work_id,))
-        return _sql.work_from_row(row, keys, pending, live, wait[0] if wait else None)
+        return self.keep("work", work_id, _sql.work_from_parts(row, pending))  # type: ignore[no-any-return]
 
     def insert_work(
         self,
