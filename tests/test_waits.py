@@ -546,3 +546,31 @@ async def test_a_transaction_reads_the_open_waits_on_a_key_anew_after_it_writes_
             await storage_of(driver.runtime).submit(reads)
         assert seen == [[wait.id], [wait.id], [], [wait.id], [], ["another"]]
         assert (await driver.runtime.waits(work_id))[-1].state is WaitState.ACTIVE
+
+
+async def test_a_transactions_work_read_answers_what_the_readers_does(loom_drivers: DriverFactory) -> None:
+    """The transaction reads a Work's row, keys, live attempt and open wait in one query; the host's
+    reader reads them one by one. Both answer the same Work: one running (its live attempt) and one
+    waiting (its open wait), each with a second key attached later that sorts before its first.
+    Catches: keys in name order instead of attachment order, a live attempt or open wait missed."""
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        waiting = await started(driver)
+        driver.fake.finish(waiting, Waiting(wait=WaitSpec(types=("w.done",))))
+        await wait_state(driver, waiting, WaitState.ACTIVE)
+        running = await started(driver, key="r")
+
+        def attach_and_read(tx: Tx, now_ms: int) -> list[loom.Work | None]:
+            tx.attach_key("a-later", waiting, 10**6, now_ms)
+            tx.attach_key("a-later-too", running, 10**6, now_ms)
+            return [tx.work(waiting), tx.work(running)]
+
+        in_tx = await storage_of(rt).submit(attach_and_read)
+        assert in_tx == [await rt.work(waiting), await rt.work(running)]
+        w, r = in_tx
+        assert w is not None
+        assert r is not None
+        assert (w.keys, w.wait_id is not None, w.current_execution_id) == (("k", "a-later"), True, None)
+        assert r.keys == ("r", "a-later-too")
+        assert r.current_execution_id is not None
+        assert r.execution_state is ExecutionState.RUNNING
