@@ -47,7 +47,7 @@ FLOORS = (
         ("--events", "3000", "--serial-events", "200", "--rounds", "1"),
         r"ratio loom-100/raw-commit-per-row: ([\d.]+)",
         1.2,
-        reached="2.3-4.3",
+        reached="2.3-6.0",
     ),
     Floor(
         "acceptance, 1 producer / raw commit-per-row",
@@ -55,7 +55,7 @@ FLOORS = (
         ("--events", "3000", "--serial-events", "200", "--rounds", "1"),
         r"ratio loom-1/raw-commit-per-row: ([\d.]+)",
         0.12,
-        reached="0.38-0.51",
+        reached="0.38-0.75",
     ),
     Floor(
         "route, claim, run and complete, 100 Works / acceptance",
@@ -79,7 +79,7 @@ FLOORS = (
         ("--fire", "2000", "--poll", "1000", "--armed", "100000", "--serial", "300"),
         r"ratio actor/raw-one-per-commit: ([\d.]+)",
         0.8,
-        reached="1.6-2.3",
+        reached="1.6-2.8",
     ),
     Floor(
         "timers fired by rt.poll / raw one firing per commit",
@@ -104,7 +104,7 @@ FLOORS = (
         ("--waiting", "500", "--samples", "50", "--wakes", "300", "--timers", "50"),
         r"wakes to started continuations.*= ([\d.]+)x acceptance",
         0.04,
-        reached="0.14-0.16",
+        reached="0.14-0.25",
     ),
     Floor(
         "recovered attempts / acceptance",
