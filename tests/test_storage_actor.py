@@ -76,14 +76,15 @@ class Calls:
         self.errors: dict[str, BaseException] = {}
         self.scopes: dict[str, trio.CancelScope] = {}
 
-    def start(self, name: str, proc: Any, *args: Any) -> None:
+    def start(self, name: str, proc: Any, *args: Any, how: str = "submit") -> None:
         scope = trio.CancelScope()
         self.scopes[name] = scope
+        submit = getattr(self.actor, how)
 
         async def call() -> None:
             with scope:
                 try:
-                    self.results[name] = await self.actor.submit(proc, *args)
+                    self.results[name] = await submit(proc, *args)
                 except Exception as exc:
                     self.errors[name] = exc
 
@@ -187,6 +188,86 @@ async def test_batch_size_is_bounded_by_max_batch(store: Store, nursery: trio.Nu
         await trio.lowlevel.checkpoint()
     assert actor.stats.largest_batch == 4
     assert actor.stats.batches == 1 + 3  # gate, then 4 + 4 + 2
+
+
+# -- relaxed commits --------------------------------------------------------
+
+
+def put_seeing_level(tx: Tx, now_ms: int, key: str, touch: str | None = None) -> str:
+    """Write ``key`` (and, with ``touch``, say a Work changed) and answer how this transaction's commit
+    will wait: "relaxed" (SQLite synchronous NORMAL, PostgreSQL synchronous_commit off) or "full"."""
+    put(tx, now_ms, key)
+    if touch is not None:
+        tx.touch(touch)
+    if tx.dialect.name == "sqlite":
+        (level,) = tx._conn.execute("PRAGMA synchronous").fetchone()
+        return "relaxed" if level == 1 else "full"
+    (setting,) = tx._conn.execute("SHOW synchronous_commit").fetchone()
+    return "relaxed" if setting == "off" else "full"
+
+
+async def test_a_relaxed_batch_alone_commits_without_waiting_for_the_disk_and_the_next_waits_again(
+    durable_store: Store, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, durable_store)
+    assert await actor.submit_relaxed(put_seeing_level, "a") == "relaxed"
+    assert await actor.submit(put_seeing_level, "b") == "full", "the configured level came back"
+    assert await actor.submit_relaxed(put_seeing_level, "c") == "relaxed"
+    assert actor.stats.relaxed_batches == 2
+    assert raw_keys(durable_store) == ["a", "b", "c"], "a relaxed commit is a commit"
+
+
+async def test_a_relaxed_request_batched_with_any_other_write_waits_for_the_disk(
+    durable_store: Store, nursery: trio.Nursery
+) -> None:
+    actor = await start_actor(nursery, durable_store)
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    calls.start("relaxed", put_seeing_level, "r", how="submit_relaxed")
+    calls.start("read", keys, how="read")
+    calls.start("write", put_seeing_level, "w")
+    await wait_all_tasks_blocked()
+    gate.open()
+    while len(calls.finished) < 4:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+    assert calls.results["relaxed"] == calls.results["write"] == "full"
+    assert actor.stats.relaxed_batches == 0
+
+    # with reads only beside it, it is relaxed
+    calls.start("gate2", gate.proc)  # the gate is open: this batch passes at once
+    await wait_all_tasks_blocked()
+    calls.start("relaxed2", put_seeing_level, "r2", how="submit_relaxed")
+    calls.start("read2", keys, how="read")
+    while len(calls.finished) < 7:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+    assert calls.results["relaxed2"] == "relaxed"
+    assert calls.results["read2"] in (["r", "w"], ["r", "r2", "w"])
+
+
+async def test_a_relaxed_request_that_leaves_anything_to_settle_runs_again_waiting_for_the_disk(
+    durable_store: Store, nursery: trio.Nursery
+) -> None:
+    settled: list[list[str]] = []
+    seen: list[str] = []
+
+    def settle(tx: Tx, now_ms: int) -> None:
+        settled.append(list(tx.touched))
+        tx.touched.clear()
+
+    def proc(tx: Tx, now_ms: int) -> str:
+        seen.append(put_seeing_level(tx, now_ms, "k", touch="w-1"))
+        return seen[-1]
+
+    actor = await start_actor(nursery, durable_store, settle=settle)
+    assert await actor.submit_relaxed(proc) == "full"
+    assert seen == ["relaxed", "full"], "the relaxed run was undone and run again in full"
+    assert settled == [["w-1"]], "the settle hook ran once, in the full run"
+    assert actor.stats.relaxed_batches == 0
+    assert raw_keys(durable_store) == ["k"]
 
 
 # -- a request's own error --------------------------------------------------

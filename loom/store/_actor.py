@@ -80,6 +80,8 @@ class _Request:
     error: BaseException | None = None
     read: bool = False
     """A read (`StorageActor.read`): it changes nothing, so a batch of reads alone publishes nothing."""
+    relaxed: bool = False
+    """Its writes need not outlive a power loss (`StorageActor.submit_relaxed`)."""
 
 
 @attrs.define(kw_only=True)
@@ -90,6 +92,8 @@ class StorageStats:
     failed_batches: int = 0
     reads: int = 0
     """Reads served alone, apart from any batch (`StorageActor.read`)."""
+    relaxed_batches: int = 0
+    """Batches committed without waiting for the disk (`StorageActor.submit_relaxed`)."""
 
 
 class StorageActor:
@@ -137,6 +141,15 @@ class StorageActor:
         publishes no notice (not even `Committed`): a watcher that reads the store at each notice
         (through a ``:memory:`` runtime's reader) waits for the next change instead of waking itself."""
         return await self._submit(_Request(proc, args, kwargs, read=True))  # type: ignore[no-any-return]
+
+    async def submit_relaxed(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`submit` for a procedure whose writes nobody loses anything by if a power loss takes them
+        back (a fairness cursor: a lost move only makes the next call start where an earlier one
+        did). A batch made of such requests (and reads) alone commits without waiting for the disk:
+        its commit survives a process kill, not a power loss, and the next full commit makes it
+        durable with everything before it. A batch holding any other write waits for the disk as
+        always; so does one whose ``settle`` hook finds anything to settle (it runs again, in full)."""
+        return await self._submit(_Request(proc, args, kwargs, relaxed=True))  # type: ignore[no-any-return]
 
     async def _submit(self, request: _Request) -> Any:
         if not self._running:
@@ -303,7 +316,9 @@ class StorageActor:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
-            notices = await self._thread.run_sync(self._execute_until_settled, batch, now_ms, batch_no)
+            notices, relaxed = await self._thread.run_sync(
+                self._execute_until_settled, batch, now_ms, batch_no
+            )
         except _StorageFailure as failure:
             self.stats.failed_batches += 1
             others = f"this request and {len(batch) - 1} others in its batch"
@@ -339,6 +354,8 @@ class StorageActor:
         if batch_no is None:
             self.stats.reads += len(batch)
             return  # reads alone: nothing was committed, nothing to tell
+        if relaxed:
+            self.stats.relaxed_batches += 1
         self.stats.batches += 1
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
@@ -357,20 +374,50 @@ class StorageActor:
 
     def _execute_until_settled(
         self, batch: list[_Request], now_ms: int, batch_no: int | None
-    ) -> list[Notice]:
-        """Run the batch; one that raced another node runs again (after a short random pause)."""
-        for attempt in range(CONFLICT_RETRIES + 1):
+    ) -> tuple[list[Notice], bool]:
+        """Run the batch; one that raced another node runs again (after a short random pause), and a
+        relaxed one that turned out to settle something runs again in full. Also says whether the
+        batch committed relaxed."""
+        relaxed = batch_no is not None and all(request.read or request.relaxed for request in batch)
+        attempt = 0
+        while True:
             try:
-                return self._execute(batch, now_ms, batch_no)
+                return self._execute(batch, now_ms, batch_no, relaxed), relaxed
+            except _Resync:
+                relaxed = False
             except _Conflict as conflict:
                 if attempt == CONFLICT_RETRIES:
                     raise _StorageFailure(conflict.cause) from conflict.cause
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
-        raise AssertionError("unreachable")
+                attempt += 1
 
-    def _execute(self, batch: list[_Request], now_ms: int, batch_no: int | None) -> list[Notice]:
+    def _execute(
+        self, batch: list[_Request], now_ms: int, batch_no: int | None, relaxed: bool
+    ) -> list[Notice]:
         conn = self._conn
         assert conn is not None
+        if not relaxed:
+            return self._transact(conn, batch, now_ms, batch_no, relaxed)
+        try:
+            self.store.relax(conn, True)
+        except Exception as exc:
+            if self._dialect.is_storage_failure(exc):
+                raise self._failure(exc, in_commit=False) from exc
+            raise
+        try:
+            return self._transact(conn, batch, now_ms, batch_no, relaxed)
+        finally:
+            if self._conn is conn:
+                try:
+                    self.store.relax(conn, False)
+                except BaseException:
+                    # every later commit would skip the disk: stop rather than run on so
+                    self._abandon()
+                    raise
+
+    def _transact(
+        self, conn: Any, batch: list[_Request], now_ms: int, batch_no: int | None, relaxed: bool
+    ) -> list[Notice]:
         dialect = self._dialect
         tx = Tx(conn, dialect)
         try:
@@ -386,6 +433,8 @@ class StorageActor:
                 try:
                     with tx.savepoint():
                         request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
+                        if relaxed and (tx.touched or tx.freed_pools):
+                            raise _Resync  # the settle hook would write what must reach the disk
                         if self._settle is not None:
                             self._settle(tx, now_ms)
                     request.ok = True
@@ -477,6 +526,10 @@ class _StorageFailure(Exception):
         self.cause = cause
         self.lost = lost
         self.in_commit = in_commit
+
+
+class _Resync(BaseException):
+    """A relaxed batch found something to settle: it runs again, waiting for the disk."""
 
 
 class _Conflict(Exception):

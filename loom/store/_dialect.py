@@ -120,6 +120,13 @@ class Store(Protocol):
 
     def close_writer(self, conn: Any) -> None: ...
 
+    def relax(self, conn: Any, relaxed: bool) -> None:
+        """Between transactions: let the next COMMIT return before its writes reach the disk
+        (``relaxed``), or make every COMMIT wait for the disk again, as configured. A relaxed commit
+        survives a process kill, not a power loss: the storage actor relaxes a batch only when every
+        write in it is one nobody loses anything by (`StorageActor.submit_relaxed`)."""
+        ...
+
     def reconnect_delays(self) -> tuple[float, ...]:
         """Seconds between reconnection attempts after a lost connection, the last repeating; empty
         when a lost connection cannot come back (the runtime stops instead)."""

@@ -228,6 +228,12 @@ class PostgresStore:
     def close_writer(self, conn: PostgresConnection) -> None:
         conn.close()
 
+    def relax(self, conn: PostgresConnection, relaxed: bool) -> None:
+        """``synchronous_commit = off`` for the next commit (the server answers before its log reaches
+        the disk: a server crash may take it back, never a commit before it), then the server's own
+        setting again."""
+        conn.execute("SET synchronous_commit = off" if relaxed else "RESET synchronous_commit")
+
     async def listen(
         self,
         deliver: Callable[[str | None], None],

@@ -73,6 +73,15 @@ class SQLiteStore:
         finally:
             conn.close()
 
+    def relax(self, conn: sqlite3.Connection, relaxed: bool) -> None:
+        """``synchronous = NORMAL`` for the next commit (in WAL mode a commit then waits for no fsync:
+        a process kill keeps it, a power loss may take it back, never a commit before it), then the
+        configured level again. A file configured NORMAL, and memory, have nothing to relax."""
+        level = self.synchronous.upper()
+        if self.in_memory or level == "NORMAL":
+            return
+        conn.execute(f"PRAGMA synchronous = {'NORMAL' if relaxed else level}")
+
     def open_writer(self) -> sqlite3.Connection:
         """Open the write connection, refusing a file another process writes, and a newer schema,
         before writing anything."""
