@@ -22,7 +22,7 @@ import trio
 from ..config import Config
 from ..kernel.authority import Authority
 from ..kernel.chains import adopt_then_complete_in_tx, complete_then_start_in_tx
-from ..kernel.executions import CompletionBlocked, KindPolicy, complete_in_tx, kind_policy
+from ..kernel.executions import CompletionBlocked, KindPolicy, kind_policy, record_outcome_in_tx
 from ..kernel.recovery import not_adoptable_in_tx
 from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
 from ..records.events import DiagnosticKind
@@ -291,7 +291,7 @@ class AttemptRunner:
                 adopting = recovered and not toolbelt.adopted
                 if adopting or not self._chain:
                     await storage.submit(
-                        adopt_then_complete_in_tx if adopting else complete_in_tx,
+                        adopt_then_complete_in_tx if adopting else record_outcome_in_tx,
                         Authority.of(toolbelt.lease),
                         outcome,
                         kind,

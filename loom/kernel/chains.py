@@ -24,9 +24,9 @@ from ..store import Tx
 from .accept import accept_in_tx
 from .admission import AdmitRequest, start_at_once_in_tx
 from .authority import Authority
-from .executions import KindPolicy, complete_in_tx, record_outcome_in_tx
+from .executions import KindPolicy, record_outcome_in_tx
 from .firing import FirePass, fire_due_in_tx
-from .recovery import adopt_in_tx
+from .recovery import adopt_fence_in_tx
 from .resolve import DeferredRoute, RoutePlan, RouteRequest
 from .route_records import RouteResult
 from .routing import decide_in_tx, route_in_tx
@@ -125,12 +125,13 @@ def adopt_then_complete_in_tx(
     kind: KindPolicy,
     limits: CausalLimits,
     budgets: Sequence[Budget],
-) -> Execution:
+) -> None:
     """A recovered attempt's executor verified it and answered its finished outcome without adopting it
-    first: adopt it under the recoverer's lease (`recovery.adopt_in_tx`) and commit the outcome under that
-    fence, in one transaction (docs/recovery.md: a finished result still commits under the new fence)."""
-    adopt_in_tx(tx, now_ms, auth)
-    return complete_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
+    first: adopt it under the recoverer's lease (`recovery.adopt_fence_in_tx`) and commit the outcome under
+    that fence, in one transaction (docs/recovery.md: a finished result still commits under the new
+    fence). Nothing is read back: the runner that asks goes on to its next attempt."""
+    adopt_fence_in_tx(tx, now_ms, auth)
+    record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
 
 
 WATERMARK_EVERY = 32

@@ -55,12 +55,12 @@ def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
     cursor = (int(entry.value["expires_at_ms"]), str(entry.value["id"])) if entry else (-1, "")
     found = tx.expired_leases(now_ms, cursor, limit)
     if len(found) < limit and entry is not None:
-        seen = {x.id for x in found}
-        found += [x for x in tx.expired_leases(now_ms, (-1, ""), limit - len(found)) if x.id not in seen]
+        seen = {x[0] for x in found}
+        found += [x for x in tx.expired_leases(now_ms, (-1, ""), limit - len(found)) if x[0] not in seen]
     if found:
-        last = found[-1]
-        tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last.expires_at_ms, "id": last.id}, now_ms)
-    return [Expired(execution_id=x.id, epoch=x.epoch) for x in found]
+        last_id, _, last_expiry = found[-1]
+        tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last_expiry, "id": last_id}, now_ms)
+    return [Expired(execution_id=execution_id, epoch=epoch) for execution_id, epoch, _ in found]
 
 
 @attrs.frozen(kw_only=True)
@@ -225,19 +225,27 @@ def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     """The executor verified the process (or its finished result): the attempt runs again under the
     recoverer's lease, with the new token only. Idempotent: the same adoption already committed (the
     attempt runs at this epoch under this token) answers it again."""
+    if not adopt_fence_in_tx(tx, now_ms, auth):
+        return authorize(tx, now_ms, auth)
+    adopted = tx.execution(auth.execution_id)
+    assert adopted is not None
+    return adopted
+
+
+def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> bool:
+    """`adopt_in_tx` for a caller that goes on under the fence at once (the attempt is not read back):
+    ``False`` when the same adoption was already committed."""
     current = tx.execution(auth.execution_id)
     if (
         current is not None
         and current.state is ExecutionState.RUNNING
         and (current.epoch, current.attempt) == (auth.epoch, auth.attempt)
     ):
-        return authorize(tx, now_ms, auth)
+        return False
     execution = authorize_recovery(tx, now_ms, auth)
     tx.set_execution_state(execution, ExecutionState.RUNNING)
     tx.notify(WorkChanged(work_id=execution.work_id))
-    adopted = tx.execution(execution.id)
-    assert adopted is not None
-    return adopted
+    return True
 
 
 def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Execution:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import enum
 import functools
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from ..records.events import Diagnostic, Event, KVEntry
+from ..records.frozen import freeze
 from ..records.timers import Firing, FiringResult, Timer, TimerState
 from ..records.work import (
     LIVE_EXECUTION_STATES,
@@ -53,6 +54,40 @@ KV_LIST = "SELECT namespace, key, value, updated_at_ms FROM kv WHERE namespace =
 BUCKET_COUNT = "SELECT count FROM causal_buckets WHERE root_id = ? AND minute = ?"
 
 Row = tuple[Any, ...]
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+class _Members(dict[Any, E]):
+    """An enum's members by value: a dict lookup where calling the enum takes a Python-level call (a
+    row decodes several). A value no member has is refused as the enum refuses it."""
+
+    def __init__(self, cls: type[E]) -> None:
+        super().__init__((member.value, member) for member in cls)
+        self._cls = cls
+
+    def __missing__(self, value: Any) -> E:
+        return self._cls(value)
+
+
+_EXECUTION_STATES = _Members(ExecutionState)
+_WORK_STATES = _Members(WorkState)
+_RETRY_STATES = _Members(RetryState)
+_TIMER_STATES = _Members(TimerState)
+_CHECKPOINT_STATUSES = _Members(CheckpointStatus)
+_POLICIES = _Members(Policy)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shared_json(text: str) -> Any:
+    """A JSON column whose texts repeat across rows (an attempt's pinned retry policy, its binding's
+    configuration, its capabilities), decoded once and frozen: immutable, so every row may share it."""
+    return freeze(json.loads(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _capabilities(text: str) -> frozenset[str]:
+    return frozenset(json.loads(text))
 
 
 def event_from_row(row: Row) -> Event:
@@ -193,7 +228,7 @@ def work_from_row(
         id=row[0],
         scope=row[1],
         kind=row[2],
-        state=WorkState(row[3]),
+        state=_WORK_STATES[row[3]],
         revision=row[4],
         held=bool(row[5]),
         hold_reason=row[6],
@@ -205,13 +240,13 @@ def work_from_row(
         created_at_ms=row[12],
         released=bool(row[13]),
         failures=row[14],
-        retry=RetryState(row[15]) if row[15] else None,
+        retry=_RETRY_STATES[row[15]] if row[15] else None,
         blocked=row[16],
         updated_at_ms=row[17],
         keys=keys,
         pending_inputs=pending,
         current_execution_id=live[0] if live else None,
-        execution_state=ExecutionState(live[1]) if live else None,
+        execution_state=_EXECUTION_STATES[live[1]] if live else None,
         wait_id=wait_id,
     )
 
@@ -220,12 +255,12 @@ def checkpoint_from_row(row: Row) -> Checkpoint:
     return Checkpoint(
         event_id=row[0],
         seq=row[1],
-        status=CheckpointStatus(row[2]),
+        status=_CHECKPOINT_STATUSES[row[2]],
         work_id=row[3],
         route=row[4],
         route_scope=row[5],
-        policy=Policy(row[6]) if row[6] else None,
-        effective_policy=Policy(row[7]) if row[7] else None,
+        policy=_POLICIES[row[6]] if row[6] else None,
+        effective_policy=_POLICIES[row[7]] if row[7] else None,
         fallback_reason=row[8],
         reason=row[9],
         generation=row[10],
@@ -238,7 +273,7 @@ def execution_from_row(row: Row) -> Execution:
         id=row[0],
         work_id=row[1],
         attempt=row[2],
-        state=ExecutionState(row[3]),
+        state=_EXECUTION_STATES[row[3]],
         epoch=row[4],
         owner=row[5],
         expires_at_ms=row[6],
@@ -246,7 +281,7 @@ def execution_from_row(row: Row) -> Execution:
         inputs=tuple(json.loads(row[8])),
         binding=row[9],
         executor=row[10],
-        capabilities=frozenset(json.loads(row[11])),
+        capabilities=_capabilities(row[11]),
         generation=row[12],
         outcome=json.loads(row[13]) if row[13] else None,
         interrupt_event_id=row[14],
@@ -259,8 +294,8 @@ def execution_from_row(row: Row) -> Execution:
         authority_id=row[21],
         handed_at_ms=row[22],
         metadata=json.loads(row[23]) if row[23] else None,
-        retry_policy=json.loads(row[24]) if row[24] else None,
-        binding_config=json.loads(row[25]) if row[25] else None,
+        retry_policy=_shared_json(row[24]) if row[24] else None,
+        binding_config=_shared_json(row[25]) if row[25] else None,
         pool=row[26],
     )
 
@@ -323,7 +358,7 @@ def timer_from_row(row: Row) -> Timer:
     return Timer(
         id=row[0],
         revision=row[1],
-        state=TimerState(row[2]),
+        state=_TIMER_STATES[row[2]],
         fire_at_ms=row[3],
         source=row[4],
         type=row[5],

@@ -103,12 +103,14 @@ class ExecutionsTx(TxBase):
         )
         return (row[0], row[1]) if row else (None, None)
 
-    def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[Execution]:
-        """Running or recovering attempts whose lease has expired (``now >= expires_at``: expiry is
-        exclusive), in (expiry, id) order after ``after``: a bounded, fair page. On a shared database
-        the rows are locked until the transaction ends, skipping those another node's pass holds."""
+    def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[tuple[str, int, int]]:
+        """(id, epoch, expires_at_ms) of running or recovering attempts whose lease has expired (``now >=
+        expires_at``: expiry is exclusive), in (expiry, id) order after ``after``: a bounded, fair page.
+        On a shared database the rows are locked until the transaction ends, skipping those another
+        node's pass holds."""
         rows = self._all(
-            f"{_sql.EXECUTION_SELECT} WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
+            "SELECT id, epoch, expires_at_ms FROM executions"
+            " WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
             f" ORDER BY expires_at_ms, id LIMIT ?{self.dialect.skip_locked}",
             (
                 ExecutionState.RUNNING.value,
@@ -119,7 +121,7 @@ class ExecutionsTx(TxBase):
                 limit,
             ),
         )
-        return [_sql.execution_from_row(r) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def next_lease_expiry(self) -> int | None:
         """The earliest expiry among running and recovering attempts (``None``: there are none)."""
