@@ -1,8 +1,8 @@
 """The store: schema, migrations, `Tx` (the only place SQL lives) and the storage actor."""
 
-from ._actor import CrashPoint as CrashPoint
-from ._actor import FaultHook as FaultHook
 from ._actor import StorageActor as StorageActor
+from ._batch import CrashPoint as CrashPoint
+from ._batch import FaultHook as FaultHook
 from ._dialect import Dialect as Dialect
 from ._dialect import Store as Store
 from ._feed import NoticeFeed as NoticeFeed

@@ -37,14 +37,24 @@ import random
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-import attrs
 import trio
 
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Committed, Notice, StoreChanged
+from ._batch import (
+    CONFLICT_RETRIES,
+    Conflict,
+    CrashPoint,
+    FaultHook,
+    Procedure,
+    Request,
+    Resync,
+    StorageFailure,
+    StorageStats,
+)
 from ._dialect import RowConflict, Store
 from ._feed import CommitListener, NoticeFeed
 from ._notify import parse, summarize
@@ -53,47 +63,8 @@ from ._tx import Tx
 
 log = logging.getLogger("loom.storage")
 
-CONFLICT_RETRIES = 12
-"""How many times a batch that raced another node runs again before it fails as a storage error."""
-
-
 P = ParamSpec("P")
 R = TypeVar("R")
-
-Procedure = Callable[Concatenate[Tx, int, P], R]
-FaultHook = Callable[[str, int], None]
-"""Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
-
-
-class CrashPoint(BaseException):
-    """Raised by a fault hook to stop the storage actor as a process kill would."""
-
-
-@attrs.define(eq=False)
-class _Request:
-    proc: Callable[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    done: trio.Event = attrs.field(factory=trio.Event)
-    ok: bool = False
-    value: Any = None
-    error: BaseException | None = None
-    read: bool = False
-    """A read (`StorageActor.read`): it changes nothing, so a batch of reads alone publishes nothing."""
-    relaxed: bool = False
-    """Its writes need not outlive a power loss (`StorageActor.submit_relaxed`)."""
-
-
-@attrs.define(kw_only=True)
-class StorageStats:
-    batches: int = 0
-    requests: int = 0
-    largest_batch: int = 0
-    failed_batches: int = 0
-    reads: int = 0
-    """Reads served alone, apart from any batch (`StorageActor.read`)."""
-    relaxed_batches: int = 0
-    """Batches committed without waiting for the disk (`StorageActor.submit_relaxed`)."""
 
 
 class StorageActor:
@@ -112,7 +83,7 @@ class StorageActor:
         self.store = store
         self._clock = clock
         self._max_batch = max_batch
-        self._send, self._receive = trio.open_memory_channel[_Request](mailbox_size)
+        self._send, self._receive = trio.open_memory_channel[Request](mailbox_size)
         self._fault = fault
         self._settle = settle
         self._check_ms = check_ms
@@ -134,13 +105,13 @@ class StorageActor:
 
     async def submit(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run ``proc(tx, now_ms, *args, **kwargs)`` in the next batch; return its result after COMMIT."""
-        return await self._submit(_Request(proc, args, kwargs))  # type: ignore[no-any-return]
+        return await self._submit(Request(proc, args, kwargs))  # type: ignore[no-any-return]
 
     async def read(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`submit` for a procedure that only reads: a batch made of reads alone commits nothing, so it
         publishes no notice (not even `Committed`): a watcher that reads the store at each notice
         (through a ``:memory:`` runtime's reader) waits for the next change instead of waking itself."""
-        return await self._submit(_Request(proc, args, kwargs, read=True))  # type: ignore[no-any-return]
+        return await self._submit(Request(proc, args, kwargs, read=True))  # type: ignore[no-any-return]
 
     async def submit_relaxed(self, proc: Procedure[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`submit` for a procedure whose writes nobody loses anything by if a power loss takes them
@@ -149,9 +120,9 @@ class StorageActor:
         its commit survives a process kill, not a power loss, and the next full commit makes it
         durable with everything before it. A batch holding any other write waits for the disk as
         always; so does one whose ``settle`` hook finds anything to settle (it runs again, in full)."""
-        return await self._submit(_Request(proc, args, kwargs, relaxed=True))  # type: ignore[no-any-return]
+        return await self._submit(Request(proc, args, kwargs, relaxed=True))  # type: ignore[no-any-return]
 
-    async def _submit(self, request: _Request) -> Any:
+    async def _submit(self, request: Request) -> Any:
         if not self._running:
             # a caller being cancelled at shutdown sees its cancellation, not a closed store
             await trio.lowlevel.checkpoint_if_cancelled()
@@ -312,14 +283,14 @@ class StorageActor:
                 log.warning("reconnected to %s", self.store.describe())
                 return
 
-    async def _run_batch(self, batch: list[_Request], batch_no: int | None) -> None:
+    async def _run_batch(self, batch: list[Request], batch_no: int | None) -> None:
         now_ms = self._clock.now_ms()
         started = trio.current_time()
         try:
             notices, relaxed = await self._thread.run_sync(
                 self._execute_until_settled, batch, now_ms, batch_no
             )
-        except _StorageFailure as failure:
+        except StorageFailure as failure:
             self.stats.failed_batches += 1
             others = f"this request and {len(batch) - 1} others in its batch"
             for request in batch:
@@ -373,7 +344,7 @@ class StorageActor:
                 feed._offer(notices)
 
     def _execute_until_settled(
-        self, batch: list[_Request], now_ms: int, batch_no: int | None
+        self, batch: list[Request], now_ms: int, batch_no: int | None
     ) -> tuple[list[Notice], bool]:
         """Run the batch; one that raced another node runs again (after a short random pause), and a
         relaxed one that turned out to settle something runs again in full. Also says whether the
@@ -383,16 +354,16 @@ class StorageActor:
         while True:
             try:
                 return self._execute(batch, now_ms, batch_no, relaxed), relaxed
-            except _Resync:
+            except Resync:
                 relaxed = False
-            except _Conflict as conflict:
+            except Conflict as conflict:
                 if attempt == CONFLICT_RETRIES:
-                    raise _StorageFailure(conflict.cause) from conflict.cause
+                    raise StorageFailure(conflict.cause) from conflict.cause
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
                 attempt += 1
 
     def _execute(
-        self, batch: list[_Request], now_ms: int, batch_no: int | None, relaxed: bool
+        self, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool
     ) -> list[Notice]:
         conn = self._conn
         assert conn is not None
@@ -416,7 +387,7 @@ class StorageActor:
                     raise
 
     def _transact(
-        self, conn: Any, batch: list[_Request], now_ms: int, batch_no: int | None, relaxed: bool
+        self, conn: Any, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool
     ) -> list[Notice]:
         dialect = self._dialect
         tx = Tx(conn, dialect)
@@ -434,7 +405,7 @@ class StorageActor:
                     with tx.savepoint():
                         request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
                         if relaxed and (tx.touched or tx.freed_pools):
-                            raise _Resync  # the settle hook would write what must reach the disk
+                            raise Resync  # the settle hook would write what must reach the disk
                         if self._settle is not None:
                             self._settle(tx, now_ms)
                     request.ok = True
@@ -457,7 +428,7 @@ class StorageActor:
             self._rollback()
             if tx.is_storage_failure(exc):
                 if (dialect.is_conflict(exc) and not in_commit) or isinstance(exc, RowConflict):
-                    raise _Conflict(exc) from exc
+                    raise Conflict(exc) from exc
                 raise self._failure(exc, in_commit=in_commit) from exc
             raise
         except BaseException:
@@ -471,12 +442,12 @@ class StorageActor:
                 raise
         return tx.notices
 
-    def _failure(self, exc: BaseException, *, in_commit: bool) -> _StorageFailure:
+    def _failure(self, exc: BaseException, *, in_commit: bool) -> StorageFailure:
         """A storage failure; one that lost the connection drops it, to be opened again."""
         lost = self._dialect.is_disconnect(exc) and bool(self.store.reconnect_delays())
         if lost:
             self._abandon()
-        return _StorageFailure(exc, lost=lost, in_commit=in_commit)
+        return StorageFailure(exc, lost=lost, in_commit=in_commit)
 
     def _rollback(self) -> None:
         if self._conn is None:
@@ -518,23 +489,3 @@ class StorageActor:
         conn, self._conn = self._conn, None
         if conn is not None:
             await self._thread.run_sync(self.store.close_writer, conn)
-
-
-class _StorageFailure(Exception):
-    def __init__(self, cause: BaseException, *, lost: bool = False, in_commit: bool = False) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-        self.lost = lost
-        self.in_commit = in_commit
-
-
-class _Resync(BaseException):
-    """A relaxed batch found something to settle: it runs again, waiting for the disk."""
-
-
-class _Conflict(Exception):
-    """The batch raced another writer and was rolled back whole: run it again."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause

@@ -1,0 +1,74 @@
+"""What the storage actor's batches are made of: a request, the actor's counts, and the
+exceptions a batch raises inside the worker thread (`_actor`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import attrs
+import trio
+
+from ._tx import Tx
+
+CONFLICT_RETRIES = 12
+"""How many times a batch that raced another node runs again before it fails as a storage error."""
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+Procedure = Callable[Concatenate[Tx, int, P], R]
+FaultHook = Callable[[str, int], None]
+"""Called in the worker thread at ``"before_commit"`` and ``"after_commit"`` with the batch number."""
+
+
+class CrashPoint(BaseException):
+    """Raised by a fault hook to stop the storage actor as a process kill would."""
+
+
+@attrs.define(eq=False)
+class Request:
+    proc: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    done: trio.Event = attrs.field(factory=trio.Event)
+    ok: bool = False
+    value: Any = None
+    error: BaseException | None = None
+    read: bool = False
+    """A read (`StorageActor.read`): it changes nothing, so a batch of reads alone publishes nothing."""
+    relaxed: bool = False
+    """Its writes need not outlive a power loss (`StorageActor.submit_relaxed`)."""
+
+
+@attrs.define(kw_only=True)
+class StorageStats:
+    batches: int = 0
+    requests: int = 0
+    largest_batch: int = 0
+    failed_batches: int = 0
+    reads: int = 0
+    """Reads served alone, apart from any batch (`StorageActor.read`)."""
+    relaxed_batches: int = 0
+    """Batches committed without waiting for the disk (`StorageActor.submit_relaxed`)."""
+
+
+class StorageFailure(Exception):
+    def __init__(self, cause: BaseException, *, lost: bool = False, in_commit: bool = False) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.lost = lost
+        self.in_commit = in_commit
+
+
+class Resync(BaseException):
+    """A relaxed batch found something to settle: it runs again, waiting for the disk."""
+
+
+class Conflict(Exception):
+    """The batch raced another writer and was rolled back whole: run it again."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
