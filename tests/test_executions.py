@@ -709,6 +709,32 @@ async def test_an_inject_route_commits_the_intent_before_calling_the_executor(op
         assert [e.id for e in following.inputs] == [queued.id]
 
 
+async def test_an_attempt_that_proves_it_took_its_injected_input_completes_its_work(
+    open_rt: OpenRuntime,
+) -> None:
+    # catches a completion that decides "nothing pending" from the inputs pending before the attempt
+    # less its claimed ones, forgetting what its proof consumed: the Work would run again for an input
+    # already taken in
+    box: list[Runtime] = []
+    recorder = Recorder()
+    executor = launching(recorder, RecordingInject(box), read_inbox=True)
+    async with open_rt(config(*INJECT_ROUTES, bindings=PY), executor) as rt:
+        box.append(rt)
+        work, [first] = await work_with_input(rt)
+        request = await recorder.wait_started(1)
+        [comment] = await publish(rt, ev("d-2", type="pr.comment"))
+        [settled] = await rt.intents(request.execution_id)
+        assert settled.status is IntentStatus.ACCEPTED
+        assert (await rt.work(work.id)).pending_inputs == (first.id, comment.id)
+
+        recorder.outcomes[1] = Completed(consumed_inputs=(comment.id,))
+        recorder.finish_event(1).set()
+        await until(rt, execution_ended(rt, request.execution_id))
+        done = await rt.work(work.id)
+        assert (done.state, done.pending_inputs) == (WorkState.COMPLETED, ())
+        assert len(recorder.requests) == 1
+
+
 async def test_a_proof_without_an_attempted_dispatch_consumes_nothing(open_rt: OpenRuntime) -> None:
     async with open_rt(config(MAIN)) as rt:
         work, _ = await work_with_input(rt)

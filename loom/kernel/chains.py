@@ -130,8 +130,8 @@ def adopt_then_complete_in_tx(
     first: adopt it under the recoverer's lease (`recovery.adopt_fence_in_tx`) and commit the outcome under
     that fence, in one transaction (docs/recovery.md: a finished result still commits under the new
     fence). Nothing is read back: the runner that asks goes on to its next attempt."""
-    adopt_fence_in_tx(tx, now_ms, auth)
-    record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets)
+    adopted = adopt_fence_in_tx(tx, now_ms, auth)
+    record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets, authorized=adopted)
 
 
 WATERMARK_EVERY = 32

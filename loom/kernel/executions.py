@@ -390,11 +390,24 @@ def record_outcome_in_tx(
     kind: KindPolicy,
     limits: CausalLimits | None = None,
     budgets: Sequence[Budget] = (),
+    *,
+    authorized: Execution | None = None,
 ) -> Execution | str:
     """`complete_in_tx` for a caller that needs only the Work: the parked attempt of a `Waiting`
-    outcome, else the id of the attempt's Work (the ended attempt is not read back)."""
+    outcome, else the id of the attempt's Work (the ended attempt is not read back).
+
+    ``authorized``: the attempt as `authorize` would answer it for ``auth`` now, when this transaction
+    itself just fenced it (`chains.adopt_then_complete_in_tx`): it is not read again."""
     validate_outcome(outcome)
-    execution = authorize(tx, now_ms, auth)
+    if authorized is None:
+        execution = authorize(tx, now_ms, auth)
+    else:
+        assert (authorized.id, authorized.epoch) == (auth.execution_id, auth.epoch), (
+            "not this fence's attempt"
+        )
+        execution = authorized
+    # the segment's clock was read with the attempt (no query): it is still true when the segment ends
+    clock = tx.execution_segment_clock(execution.id) if authorized is None else None
     work = require_work(tx, execution.work_id)
     if budgets and outcome.usage:
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
@@ -417,7 +430,11 @@ def record_outcome_in_tx(
     else:
         state = ExecutionState.FAILED
     next_state = WorkState.READY
-    if state is ExecutionState.COMPLETED and not tx.pending_inputs(work.id) and not kind.standing:
+    if (
+        state is ExecutionState.COMPLETED
+        and not _still_pending(tx, work, execution, outcome)
+        and not kind.standing
+    ):
         unrouted = earlier_unrouted(tx, work.id, work.keys, tx.max_seq() + 1)
         if unrouted:
             raise CompletionBlocked(
@@ -426,7 +443,7 @@ def record_outcome_in_tx(
                 event_id=unrouted[0].id,
             )
         next_state = WorkState.COMPLETED
-    end_segment_in_tx(tx, now_ms, execution)
+    end_segment_in_tx(tx, now_ms, execution, clock)
     tx.set_execution_state(
         execution, state, token=None, outcome=json.dumps(outcome_json(outcome)), ended_at_ms=now_ms
     )
@@ -443,6 +460,15 @@ def record_outcome_in_tx(
             rate_limited=outcome.rate_limited,
         )
     return work.id
+
+
+def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -> bool:
+    """Whether the Work has an input pending once ``execution``'s claimed inputs were consumed. Without
+    proofs to apply that is its pending inputs as read before, less the attempt's: no query."""
+    if outcome.consumed_inputs:
+        return bool(tx.pending_inputs(work.id))
+    claimed = execution.inputs
+    return any(event_id not in claimed for event_id in work.pending_inputs)
 
 
 def _apply_proofs(tx: Tx, now_ms: int, execution: Execution, consumed: Sequence[str]) -> None:

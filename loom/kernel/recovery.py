@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from ..records.errors import StaleAuthority
+from ..records.errors import NotFound, StaleAuthority
 from ..records.events import DiagnosticKind, Event
 from ..records.notices import LeaseRecovered, WorkChanged
 from ..records.validation import check_json_value
@@ -122,7 +122,10 @@ def recover_claim_in_tx(
         return None
     if execution.expires_at_ms is None or now_ms < execution.expires_at_ms:
         return None
-    work = require_work(tx, execution.work_id)
+    work = tx.work_scope_kind(execution.work_id)
+    if work is None:
+        raise NotFound(f"no work with id {execution.work_id!r}")
+    scope, kind = work
     relaunch = execution.handed_at_ms is None and not execution.metadata and execution.executor in executors
     epoch = execution.epoch + 1
     expires = now_ms + lease_ms
@@ -134,17 +137,19 @@ def recover_claim_in_tx(
         tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
     else:
         tx.set_execution_state(execution, state, **fence)
-    tx.notify(WorkChanged(work_id=work.id))
-    tx.notify(LeaseRecovered(execution_id=execution.id, work_id=work.id, epoch=epoch, relaunch=relaunch))
+    tx.notify(WorkChanged(work_id=execution.work_id))
+    tx.notify(
+        LeaseRecovered(execution_id=execution.id, work_id=execution.work_id, epoch=epoch, relaunch=relaunch)
+    )
     inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
     resumed = _resumed_winner(tx, execution)
     trigger = resumed or (require_event(tx, execution.trigger_id) if execution.trigger_id else None)
     request = RunRequest(
-        work_id=work.id,
+        work_id=execution.work_id,
         execution_id=execution.id,
         attempt=execution.attempt,
-        scope=work.scope,
-        kind=work.kind,
+        scope=scope,
+        kind=kind,
         trigger=trigger,
         inputs=inputs,
         binding=execution.binding,
@@ -154,7 +159,7 @@ def recover_claim_in_tx(
     )
     lease = Lease(
         execution_id=execution.id,
-        work_id=work.id,
+        work_id=execution.work_id,
         attempt=execution.attempt,
         epoch=epoch,
         token=token,
@@ -215,37 +220,37 @@ def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) ->
 
 def _resumed_winner(tx: Tx, execution: Execution) -> Event | None:
     """The winner a resumed attempt was continued with (``None``: it never resumed)."""
+    if execution.epoch <= 1:
+        return None  # a resume takes the next epoch: an attempt still at its first never resumed
     woken = [
         w for w in tx.waits_of_work(execution.work_id) if w.execution_id == execution.id and w.winner_event_id
     ]
-    return tx.event(woken[-1].winner_event_id or "") if woken and execution.epoch > 1 else None
+    return tx.event(woken[-1].winner_event_id or "") if woken else None
 
 
 def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     """The executor verified the process (or its finished result): the attempt runs again under the
     recoverer's lease, with the new token only. Idempotent: the same adoption already committed (the
     attempt runs at this epoch under this token) answers it again."""
-    if not adopt_fence_in_tx(tx, now_ms, auth):
-        return authorize(tx, now_ms, auth)
-    adopted = tx.execution(auth.execution_id)
-    assert adopted is not None
-    return adopted
+    adopted = adopt_fence_in_tx(tx, now_ms, auth)
+    return adopted if adopted is not None else authorize(tx, now_ms, auth)
 
 
-def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> bool:
-    """`adopt_in_tx` for a caller that goes on under the fence at once (the attempt is not read back):
-    ``False`` when the same adoption was already committed."""
+def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution | None:
+    """`adopt_in_tx` for a caller that goes on under the fence at once: the attempt as this adoption left
+    it (not read back: only its state moved, and ``auth`` holds it, as `authorize` would find in this
+    transaction), or ``None`` when the same adoption was already committed."""
     current = tx.execution(auth.execution_id)
     if (
         current is not None
         and current.state is ExecutionState.RUNNING
         and (current.epoch, current.attempt) == (auth.epoch, auth.attempt)
     ):
-        return False
+        return None
     execution = authorize_recovery(tx, now_ms, auth)
     tx.set_execution_state(execution, ExecutionState.RUNNING)
     tx.notify(WorkChanged(work_id=execution.work_id))
-    return True
+    return attrs.evolve(execution, state=ExecutionState.RUNNING)
 
 
 def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Execution:

@@ -45,9 +45,12 @@ def start_segment_in_tx(
     tx.update_execution(execution_id, segment=segment, segment_started_ms=now_ms, deadline_timer_id=timer_id)
 
 
-def end_segment_in_tx(tx: Tx, now_ms: int, execution: Execution) -> None:
-    """Close the active segment: count its active time and disarm its deadline."""
-    started, timer_id = tx.execution_segment_clock(execution.id)
+def end_segment_in_tx(
+    tx: Tx, now_ms: int, execution: Execution, clock: tuple[int | None, str | None] | None = None
+) -> None:
+    """Close the active segment: count its active time and disarm its deadline. ``clock``: the segment's
+    clock (`Tx.execution_segment_clock`) as the caller read it in this transaction, if it did."""
+    started, timer_id = clock if clock is not None else tx.execution_segment_clock(execution.id)
     if started is None:
         return
     tx.update_execution(

@@ -232,6 +232,14 @@ class Tx(
         pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
         return self.keep("work", work_id, _sql.work_from_parts(row, pending))  # type: ignore[no-any-return]
 
+    def work_scope_kind(self, work_id: str) -> tuple[str, str | None] | None:
+        """A Work's scope and kind alone (its whole row and its pending inputs are read only when needed)."""
+        known = self.recall("work", work_id)
+        if known is not MISSING:
+            return None if known is None else (known.scope, known.kind)
+        row = self._one("SELECT scope, kind FROM works WHERE id = ?", (work_id,))
+        return (row[0], row[1]) if row else None
+
     def insert_work(
         self,
         *,
@@ -364,6 +372,8 @@ class Tx(
         ``work_id`` (explicitly or by ``keys``). ``after_seq``: the routing watermark, at or below which
         every Event is routed, so the search reads the Work's Events not yet known routed, not its
         whole history."""
+        if after_seq + 1 >= before_seq:
+            return []  # nothing was accepted between them: every Event before is known routed
         # one indexed probe per key and one for the explicit id
         unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id)"
         found: dict[str, tuple[Any, ...]] = {}
