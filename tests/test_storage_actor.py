@@ -500,6 +500,8 @@ def test_the_writer_uses_wal_and_full_sync_by_default(file_store: SQLiteStore) -
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+        # a page cache that holds a working set past SQLite's default 2 MiB (negative: KiB)
+        assert conn.execute("PRAGMA cache_size").fetchone()[0] == -65_536
     finally:
         conn.close()
 

@@ -1,7 +1,7 @@
 """The SQLite backend: opening, pragmas, migrations, and read-only connections.
 
 WAL, ``synchronous=FULL`` by default (``NORMAL`` on request), foreign keys on, a busy
-timeout. ``:memory:`` keeps one connection (readers go through the storage actor).
+timeout, a 64 MiB page cache for the writer. ``:memory:`` keeps one connection (readers go through the storage actor).
 
 One process writes a file (docs/operations.md): opening the writer takes an OS lock on
 ``<file>.lock`` beside it, held while the process has the file open (the OS drops it when the
@@ -32,6 +32,11 @@ from ._dialect import SQLITE, Dialect
 from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
 
 SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+
+WRITER_CACHE_KIB = 65_536
+"""The write connection's page cache (``PRAGMA cache_size``), in KiB: SQLite's default of 2 MiB holds
+a few thousand Works' rows and indexes, so each write past that reads its pages back from the file
+system. Memory is taken as pages are read, up to this much (bench/README.md has the figures)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -120,6 +125,7 @@ class SQLiteStore:
                     raise StorageError(f"cannot put {self.path} in WAL mode (journal_mode={mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA cache_size = -{WRITER_CACHE_KIB}")
             migrate(conn, version)
         except BaseException:
             conn.close()
