@@ -33,7 +33,7 @@ async def test_wait_scenarios_fail_when_wakes_are_suppressed(
     def never(*args: Any, **kwargs: Any) -> None:
         return None
 
-    monkeypatch.setattr(loom.kernel.waits, "wake_in_tx", never)
+    monkeypatch.setattr(loom.kernel.waits, "wake_wait_in_tx", never)
     async with loom_drivers() as driver:
         with pytest.raises(ScenarioFailure, match=r"wake|woke|resume|winner|timed out waiting"):
             await scenario(driver)

@@ -216,7 +216,16 @@ def wake_in_tx(
     bridge's parent (an operator's release of a blocked wait); by default it is the winner.
     """
     wait = tx.wait(wait_id)
-    if wait is None or wait.state is not WaitState.ACTIVE:
+    if wait is None:
+        return None
+    return wake_wait_in_tx(tx, now_ms, wait, limits, parent_id)
+
+
+def wake_wait_in_tx(
+    tx: Tx, now_ms: int, wait: Wait, limits: CausalLimits, parent_id: str | None = None
+) -> Wait | None:
+    """`wake_in_tx` for the wait as this transaction read it (every wake goes through here)."""
+    if wait.state is not WaitState.ACTIVE:
         return None
     winner = arbitrate(candidates_in_tx(tx, wait))
     if winner is None:
@@ -250,9 +259,9 @@ def wake_in_tx(
     if work.state is WorkState.WAITING:
         tx.set_work_state(work, WorkState.READY, now_ms)
     tx.notify(WorkChanged(work_id=work.id))
-    woken = tx.wait(wait.id)
-    assert woken is not None
-    return woken
+    return attrs.evolve(
+        wait, state=WaitState.WOKEN, winner_event_id=event.id, bridge_event_id=bridge.id, woken_at_ms=now_ms
+    )
 
 
 def _disarm_timeout(tx: Tx, now_ms: int, wait: Wait, reason: str) -> None:
@@ -330,8 +339,8 @@ def wake_on_key_in_tx(tx: Tx, now_ms: int, key: str | None, limits: CausalLimits
     if key is None:
         return
     for wait in tx.open_waits_on_key(key):
-        if wait.state is WaitState.ACTIVE:
-            wake_in_tx(tx, now_ms, wait.id, limits)
+        # each is another Work's (one open wait per Work): waking one leaves the others as read
+        wake_wait_in_tx(tx, now_ms, wait, limits)
 
 
 def wait_won_by(tx: Tx, event: Event) -> Wait | None:
