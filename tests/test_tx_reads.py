@@ -20,6 +20,7 @@ from loom import CausalLimits, Config, EventIn, ExecutionState, ManualClock, Run
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.resolve import RouteRequest
 from loom.kernel.routing import route_in_tx
+from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
 from loom.records.work import Unmatched
 from loom.store import Tx
@@ -306,3 +307,90 @@ async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_driv
             await storage_of(driver.runtime).submit(reads)
         assert seen[0] == lease.token
         assert seen[2] is None, "a token was answered after the attempt's token was cleared"
+
+
+# -- what a transaction knows routed -------------------------------------------------------------
+# `Tx.routed_through`: the search for unrouted Events that an order check, a claim and a completion each
+# make starts past what this transaction knows routed (the routing watermark, then on through each
+# checkpoint it writes in order), so a batch of routed Events does not search the same ones again.
+
+
+def unmatched(event_id: str) -> RouteRequest:
+    return RouteRequest(
+        event_id=event_id,
+        decision=Unmatched(reason="nothing"),
+        route=None,
+        expected_revision=None,
+        generation=1,
+        from_handler=False,
+    )
+
+
+async def test_an_unrouted_event_below_a_later_routed_one_is_still_found(rt: Runtime) -> None:
+    # catches knowledge moved on by any checkpoint written: the one of a later Event would carry it past
+    # an Event still unrouted, and a completion would not see the Event it must wait for
+    work_id = await a_work(rt)
+    held = EventIn(source="shop", delivery_id="d-7", type="order.paid", scope=SCOPE, key="k")
+    later = EventIn(source="shop", delivery_id="d-8", type="other", scope="elsewhere")
+
+    def accept_two_route_the_later(tx: Tx, now_ms: int) -> tuple[list[str], list[str], list[str]]:
+        before = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        first = accept_in_tx(tx, now_ms, held, CausalLimits())
+        second = accept_in_tx(tx, now_ms, later, CausalLimits())
+        assert second.seq == first.seq + 1
+        route_in_tx(tx, now_ms, unmatched(second.id), CausalLimits())
+        after = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        route_in_tx(tx, now_ms, unmatched(first.id), CausalLimits())
+        routed = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        return before, [first.id, *after], routed
+
+    before, [held_id, *after], routed = await storage_of(rt).submit(accept_two_route_the_later)
+    assert before == []
+    assert after == [held_id], "an Event accepted unrouted was taken as routed"
+    assert routed == []
+
+
+async def test_a_search_reads_on_past_what_it_found_unrouted_once_that_is_routed(rt: Runtime) -> None:
+    # catches knowledge that stays stuck at the first unrouted Event found once that is routed (correct,
+    # but every later search would read the same Events again), and a search past an unrouted Event
+    await a_work(rt)
+    events = [
+        EventIn(source="shop", delivery_id=f"d-{i}", type="order.paid", scope=SCOPE, key="k") for i in (9, 10)
+    ]
+
+    def accept_then_route_out_of_order(tx: Tx, now_ms: int) -> tuple[int, int, int]:
+        first, second = (accept_in_tx(tx, now_ms, e, CausalLimits()) for e in events)
+        newest = tx.max_seq()
+        route_in_tx(tx, now_ms, unmatched(second.id), CausalLimits())
+        stuck = tx.routed_through(0, newest, 10)
+        route_in_tx(tx, now_ms, unmatched(first.id), CausalLimits())
+        return first.seq, stuck, tx.routed_through(0, newest, 10)
+
+    first_seq, stuck, moved = await storage_of(rt).submit(accept_then_route_out_of_order)
+    if storage_of(rt).shared:
+        # other nodes route meanwhile: a search starts at the watermark alone
+        assert (stuck, moved) == (0, 0)
+        return
+    assert stuck == first_seq - 1, "the search went past an unrouted Event"
+    assert moved == first_seq + 1, "routing the Event that stopped the search did not let it read on"
+
+
+async def test_a_rolled_back_checkpoint_is_forgotten(rt: Runtime) -> None:
+    # catches knowledge kept through a savepoint rolled back: the checkpoint it counted was undone
+    work_id = await a_work(rt)
+    offered = EventIn(source="shop", delivery_id="d-11", type="order.paid", scope=SCOPE, key="k")
+
+    def route_undo_search(tx: Tx, now_ms: int) -> tuple[str, list[str]]:
+        event = accept_in_tx(tx, now_ms, offered, CausalLimits())
+        assert earlier_unrouted(tx, work_id, ["k"], event.seq + 1) == [event]
+        try:
+            with tx.savepoint():
+                route_in_tx(tx, now_ms, unmatched(event.id), CausalLimits())
+                assert earlier_unrouted(tx, work_id, ["k"], event.seq + 1) == []
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        return event.id, [e.id for e in earlier_unrouted(tx, work_id, ["k"], event.seq + 1)]
+
+    event_id, found = await storage_of(rt).submit(route_undo_search)
+    assert found == [event_id], "an Event whose checkpoint was rolled back was taken as routed"

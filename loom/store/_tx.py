@@ -107,7 +107,10 @@ class Tx(
             ),
         ).fetchone()
         assert row is not None
-        return int(row[0])
+        seq = int(row[0])
+        if self._max_seq is not None:
+            self._max_seq = max(self._max_seq, seq)
+        return seq
 
     def event(self, event_id: str) -> Event | None:
         known: Event | None = self._events.get(event_id)
@@ -154,9 +157,34 @@ class Tx(
         return int(row[0]) if row else None
 
     def max_seq(self) -> int:
+        if self._max_seq is not None and self._caching and not self.dialect.shared:
+            return self._max_seq
         row = self._one("SELECT coalesce(max(seq), 0) FROM events")
         assert row is not None
-        return int(row[0])
+        self._max_seq = int(row[0])
+        return self._max_seq
+
+    def routed_through(self, watermark: int, wanted: int, window: int) -> int:
+        """A sequence at or above the routing ``watermark`` up to which every Event has its checkpoint,
+        found as far as ``wanted`` if it can be: this transaction reads on from what it knows routed, a
+        ``window`` of Events at a time, until it reaches ``wanted`` or finds an unrouted Event; each
+        checkpoint it writes right after what it knows moves that on, so a search for unrouted Events
+        starts there and each Event is read here at most once. A rollback, a replay or a removal forgets
+        it. On a shared database, where other nodes route meanwhile, the watermark alone."""
+        if not self._caching or self.dialect.shared:
+            return watermark
+        if self._routed_through is None or self._routed_through < watermark:
+            self._routed_through, self._unrouted_at = watermark, None
+        while self._routed_through < wanted and self._unrouted_at is None:
+            through = min(self.max_seq(), self._routed_through + window)
+            if through <= self._routed_through:
+                break
+            first = self.first_unrouted_seq(self._routed_through, through)
+            if first is None:
+                self._routed_through = through
+            else:
+                self._routed_through, self._unrouted_at = first - 1, first
+        return self._routed_through
 
     # -- causal bounds ----------------------------------------------------
 
@@ -344,6 +372,10 @@ class Tx(
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
         self._unrouted.discard(cp.event_id)
+        if self._routed_through is not None and cp.seq == self._routed_through + 1:
+            self._routed_through = cp.seq
+            if self._unrouted_at == cp.seq:
+                self._unrouted_at = None  # what stopped the search is routed now: it may read on
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
             " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"
@@ -458,6 +490,7 @@ class Tx(
             (cp.event_id, replay_id, cp.status.value, cp.work_id, cp.route, cp.reason, cp.at_ms, now_ms),
         )
         self._conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (cp.event_id,))
+        self._routed_through = None
 
     def pending_inputs(self, work_id: str) -> list[str]:
         return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]

@@ -48,6 +48,13 @@ class TxBase:
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
         """Open waits watching a key, as this transaction read them, until it writes a wait
         (`WaitsTx.open_waits_on_key`)."""
+        self._routed_through: int | None = None
+        """Every Event up to this sequence has its routing checkpoint, as this transaction knows
+        (`Tx.routed_through`; a database alone only): moved by the checkpoints it writes in order."""
+        self._unrouted_at: int | None = None
+        """The unrouted Event that stopped `Tx.routed_through`'s search, until it is routed."""
+        self._max_seq: int | None = None
+        """The newest Event's sequence, as this transaction read or wrote it (`Tx.max_seq`)."""
         self._key_owners: dict[str, str | None] = {}
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
@@ -155,6 +162,7 @@ class _Savepoint:
                 tx._kv.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
+                tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]
                 for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too

@@ -427,6 +427,7 @@ class CompactionTx(TxBase):
         )
         conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (event.id,))
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
+        self._routed_through = self._max_seq = None
         self._events.pop(event.id, None)
         self._unrouted.discard(event.id)
         if tombstone:
