@@ -52,6 +52,7 @@ from loom.records.work import (
     Work,
     WorkState,
 )
+from loom.store._tx_executions import ended_as
 from loom.testing import T0_MS
 
 T0 = T0_MS
@@ -875,3 +876,23 @@ async def test_an_operator_interrupt_records_its_event_and_ends_the_attempt_keep
         await publish(rt, ev("d-2", key="pr/2"))
         with pytest.raises(InvalidRequest, match="'op-1' was already used for work"):
             await rt.interrupt((await rt.work_for_key("pr/2")).id, request_id="op-1")
+
+
+@pytest.mark.parametrize(
+    ("state", "outcome", "told"),
+    [
+        (ExecutionState.COMPLETED, '{"kind":"completed"}', "completed"),
+        (ExecutionState.FAILED, '{"kind":"failed","error":"boom"}', "failed"),
+        (ExecutionState.FAILED, '{"kind":"failed","error":"gone","recovery":true}', "not_adoptable"),
+        (ExecutionState.FAILED, '{"kind":"failed","timeout_event_id":"ev_1"}', "timed_out"),
+        (ExecutionState.CANCELLED, '{"kind":"interrupted"}', "interrupted"),
+        (ExecutionState.CANCELLED, None, "cancelled"),
+        (ExecutionState.HANDOFF, None, "handoff"),
+    ],
+)
+def test_an_ended_attempt_is_told_apart_by_what_its_outcome_says(
+    state: ExecutionState, outcome: str | None, told: str
+) -> None:
+    # catches an `AttemptEnded` (and the metric counting it) that reads the outcome only for failures:
+    # an interrupted attempt would be counted as cancelled
+    assert ended_as(state, outcome) == told

@@ -40,6 +40,8 @@ def ended_as(state: ExecutionState, outcome: str | None) -> str:
     """How an attempt ended, for `AttemptEnded`: its state, told apart where the outcome says more
     (``not_adoptable``: failed because its executor could not verify it after its lease expired;
     ``timed_out``: failed at its execution deadline; ``interrupted``: stopped by an interrupt)."""
+    if state is not ExecutionState.FAILED and state is not ExecutionState.CANCELLED:
+        return state.value  # nothing in the outcome tells it apart: not read
     recorded = json.loads(outcome) if outcome else {}
     if state is ExecutionState.FAILED and recorded.get("recovery"):
         return "not_adoptable"
