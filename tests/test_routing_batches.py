@@ -19,6 +19,7 @@ import pytest
 import trio
 
 import loom.actors.timers
+import loom.kernel.chains
 import loom.kernel.unrouted
 from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.config import effective_routes
@@ -205,14 +206,35 @@ async def test_one_raise_reads_a_bounded_window(rt: Runtime, monkeypatch: pytest
     cost would follow the backlog, not the window)."""
     monkeypatch.setattr(loom.kernel.unrouted, "RAISE_WINDOW", 3)
     events = [await rt.publish(order(n, "k")) for n in range(7)]
-    await route_batch(rt, [deferred(e) for e in events])  # raises once, by one window
+    with monkeypatch.context() as routing_alone:  # routed, the watermark left behind
+        routing_alone.setattr(loom.kernel.chains, "raise_watermark_in_tx", lambda tx, now_ms: None)
+        await route_batch(rt, [deferred(e) for e in events])
     if not await watermark_moves(rt):
         return
+    assert await storage_of(rt).submit(_watermark) == 0
+    await storage_of(rt).submit(raise_watermark_in_tx)  # one window
     assert await storage_of(rt).submit(_watermark) == events[2].seq
     await storage_of(rt).submit(raise_watermark_in_tx)
     assert await storage_of(rt).submit(_watermark) == events[5].seq
     await storage_of(rt).submit(raise_watermark_in_tx)
     assert await storage_of(rt).submit(_watermark) == events[6].seq
+
+
+async def test_a_routing_commit_raises_the_watermark_through_what_it_routed_in_order(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoints a routing transaction writes in acceptance order prove those Events routed: its
+    raise takes the watermark past them all without reading them again, a window notwithstanding.
+    Wrong implementation caught: knowledge moved past an Event the batch did not route."""
+    monkeypatch.setattr(loom.kernel.unrouted, "RAISE_WINDOW", 3)
+    events = [await rt.publish(order(n, "k")) for n in range(6)] + [await rt.publish(order(6, "other"))]
+    await route_batch(rt, [deferred(e) for e in events[:5]])
+    if not await watermark_moves(rt):
+        return
+    assert await storage_of(rt).submit(_watermark) == events[4].seq
+    batch = await route_batch(rt, [deferred(events[6])])  # another key's: routed past events[5]
+    assert batch.retry == ()
+    assert await storage_of(rt).submit(_watermark) == events[4].seq, "raised past an unrouted Event"
 
 
 def test_loom_s_own_handlers_are_pure_and_a_coroutine_never_is() -> None:

@@ -30,7 +30,7 @@ from .recovery import adopt_fence_in_tx
 from .resolve import DeferredRoute, RoutePlan, RouteRequest
 from .route_records import RouteResult
 from .routing import decide_in_tx, route_in_tx
-from .unrouted import raise_watermark_in_tx
+from .unrouted import raise_watermark_in_tx, routing_watermark
 
 
 def route_then_start_in_tx(
@@ -135,7 +135,8 @@ def adopt_then_complete_in_tx(
 
 
 WATERMARK_EVERY = 32
-"""Acceptances that route their own Event raise the routing watermark once per this many sequences."""
+"""An acceptance that routes its own Event raises the routing watermark once it is this many sequences
+behind (a count of sequences would miss it when each acceptance also derives Events: a wake's bridge)."""
 
 
 def accept_then_route_in_tx(
@@ -167,7 +168,7 @@ def accept_then_route_in_tx(
         if tx.is_storage_failure(exc):
             raise
         return accepted, ()  # its lane routes it, and records what fails
-    if accepted.seq % WATERMARK_EVERY == 0:
+    if not tx.dialect.shared and accepted.seq - routing_watermark(tx) >= WATERMARK_EVERY:
         raise_watermark_in_tx(tx, now_ms)
     work_id = result.checkpoint.work_id if result is not None and not result.replay else None
     if admit is None or work_id is None:

@@ -44,7 +44,8 @@ RAISE_WINDOW = 2000
 def raise_watermark_in_tx(tx: Tx, now_ms: int) -> None:
     """Raise the watermark past the Events routed since it was last raised (a routing commit makes one,
     so the per-Work order checks read only Events not yet known routed, not a standing Work's whole
-    history). It reads at most `RAISE_WINDOW` Events. On a shared database it is left to the routing
+    history). It reads at most `RAISE_WINDOW` Events in a transaction, shared with the searches of
+    `earlier_unrouted` (`Tx.routed_through`). On a shared database it is left to the routing
     passes of `unrouted_in_tx` (its row would be one lock every node's routing commit waits on)."""
     if tx.dialect.shared:
         return
@@ -52,9 +53,7 @@ def raise_watermark_in_tx(tx: Tx, now_ms: int) -> None:
     newest = tx.max_seq()
     if newest <= watermark:
         return
-    through = min(newest, watermark + RAISE_WINDOW)
-    first = tx.first_unrouted_seq(watermark, through)
-    raised = through if first is None else first - 1
+    raised = tx.routed_through(watermark, newest, RAISE_WINDOW)
     if raised > watermark:
         tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
 

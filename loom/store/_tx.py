@@ -166,24 +166,28 @@ class Tx(
 
     def routed_through(self, watermark: int, wanted: int, window: int) -> int:
         """A sequence at or above the routing ``watermark`` up to which every Event has its checkpoint,
-        found as far as ``wanted`` if it can be: this transaction reads on from what it knows routed, a
-        ``window`` of Events at a time, until it reaches ``wanted`` or finds an unrouted Event; each
-        checkpoint it writes right after what it knows moves that on, so a search for unrouted Events
-        starts there and each Event is read here at most once. A rollback, a replay or a removal forgets
-        it. On a shared database, where other nodes route meanwhile, the watermark alone."""
+        found as far as ``wanted`` if it can be: this transaction reads on from what it knows routed
+        until it reaches ``wanted`` or finds an unrouted Event, at most ``window`` Events in all (a
+        watermark far behind costs a transaction a bounded read, as `unrouted.raise_watermark_in_tx`
+        does; the searches go on from what was found). Each checkpoint it writes right after what it
+        knows moves that on, so a search for unrouted Events starts there. A rollback, a replay or a
+        removal forgets it. On a shared database, where other nodes route meanwhile, the watermark
+        alone."""
         if not self._caching or self.dialect.shared:
             return watermark
         if self._routed_through is None or self._routed_through < watermark:
             self._routed_through, self._unrouted_at = watermark, None
-        while self._routed_through < wanted and self._unrouted_at is None:
-            through = min(self.max_seq(), self._routed_through + window)
-            if through <= self._routed_through:
-                break
-            first = self.first_unrouted_seq(self._routed_through, through)
-            if first is None:
-                self._routed_through = through
-            else:
-                self._routed_through, self._unrouted_at = first - 1, first
+        if self._scan_left is None:
+            self._scan_left = window
+        if self._routed_through < wanted and self._unrouted_at is None and self._scan_left > 0:
+            through = min(self.max_seq(), self._routed_through + self._scan_left)
+            if through > self._routed_through:
+                self._scan_left -= through - self._routed_through
+                first = self.first_unrouted_seq(self._routed_through, through)
+                if first is None:
+                    self._routed_through = through
+                else:
+                    self._routed_through, self._unrouted_at = first - 1, first
         return self._routed_through
 
     # -- causal bounds ----------------------------------------------------

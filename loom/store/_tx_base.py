@@ -51,6 +51,8 @@ class TxBase:
         self._routed_through: int | None = None
         """Every Event up to this sequence has its routing checkpoint, as this transaction knows
         (`Tx.routed_through`; a database alone only): moved by the checkpoints it writes in order."""
+        self._scan_left: int | None = None
+        """How many more Events `Tx.routed_through` may read in this transaction."""
         self._unrouted_at: int | None = None
         """The unrouted Event that stopped `Tx.routed_through`'s search, until it is routed."""
         self._max_seq: int | None = None
