@@ -1,7 +1,8 @@
 """The SQLite backend: opening, pragmas, migrations, and read-only connections.
 
 WAL, ``synchronous=FULL`` by default (``NORMAL`` on request), foreign keys on, a busy
-timeout, a 64 MiB page cache for the writer. ``:memory:`` keeps one connection (readers go through the storage actor).
+timeout, a 64 MiB page cache for the writer. ``:memory:`` keeps one connection (readers go through
+the storage actor).
 
 One process writes a file (docs/operations.md): opening the writer takes an OS lock on
 ``<file>.lock`` beside it, held while the process has the file open (the OS drops it when the

@@ -376,10 +376,6 @@ class Tx(
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
         self._unrouted.discard(cp.event_id)
-        if self._routed_through is not None and cp.seq == self._routed_through + 1:
-            self._routed_through = cp.seq
-            if self._unrouted_at == cp.seq:
-                self._unrouted_at = None  # what stopped the search is routed now: it may read on
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
             " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"
@@ -400,6 +396,10 @@ class Tx(
                 cp.at_ms,
             ),
         )
+        if self._routed_through is not None and cp.seq == self._routed_through + 1:
+            self._routed_through = cp.seq  # written: the Event is routed
+            if self._unrouted_at == cp.seq:
+                self._unrouted_at = None  # what stopped the search is routed now: it may read on
 
     def earlier_unrouted_for(
         self, work_id: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
