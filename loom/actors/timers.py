@@ -70,7 +70,12 @@ class TimerActor:
     def idle(self) -> bool:
         """No unread notice, no pass running, and nothing due at the clock's current time."""
         due = self._wake_at()
-        return not self._feed_pending and not self._firing and (due is None or due > self._clock.now_ms())
+        return (
+            not self._feed_pending
+            and not self._firing
+            and not self._changed.is_set()
+            and (due is None or due > self._clock.now_ms())
+        )
 
     async def wait_idle(self) -> None:
         """Return once `idle` (a host's quiescence check; timers due later do not count)."""
@@ -81,6 +86,10 @@ class TimerActor:
         return min(times) if times else None
 
     def _earlier(self, fire_at_ms: int) -> None:
+        if self._firing:
+            # a pass in flight may answer from before this commit (its deadline is what it read then):
+            # look again once it is over, or a timer armed meanwhile waits for the next commit
+            self._changed.set()
         if self.next_due_ms is None or fire_at_ms < self.next_due_ms:
             self.next_due_ms = fire_at_ms
             self._changed.set()
