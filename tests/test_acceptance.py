@@ -332,6 +332,24 @@ async def test_a_derived_event_takes_its_root_and_depth_from_its_parent(rt: Runt
     assert await bucket(rt, other.id) == 1
 
 
+async def test_the_events_of_a_root_are_the_root_and_what_derives_from_it_in_order(rt: Runtime) -> None:
+    # A root is found by its id and its descendants by the root's index: a read that searched only the
+    # index would miss the root, one that searched only ids would miss the descendants, and a limit or a
+    # filter applied to either half alone would answer too many or the wrong ones.
+    root = await rt.publish(ev("root"))
+    other = await rt.publish(ev("other-root"))
+    child = await rt.publish_derived(ev("child", type="pr.closed"), parent_id=root.id)
+    await rt.publish_derived(ev("from-other"), parent_id=other.id)
+    grandchild = await rt.publish_derived(ev("grandchild"), parent_id=child.id)
+    assert await rt.events(root_id=root.id) == [root, child, grandchild]
+    assert await rt.events(root_id=root.id, limit=2) == [root, child]
+    assert await rt.events(root_id=root.id, after_seq=root.seq) == [child, grandchild]
+    assert await rt.events(root_id=root.id, type="pr.opened") == [root, grandchild]
+    assert await rt.events(root_id=root.id, type="pr.closed") == [child]
+    assert await rt.events(root_id=child.id) == []  # a derived Event is no root
+    assert await rt.events(root_id=other.id, limit=1) == [other]
+
+
 async def test_citing_the_trigger_itself_is_the_default(rt: Runtime) -> None:
     root = await rt.publish(ev("root", key="pr/1"))
     child = await rt.publish_derived(ev("child"), parent_id=root.id, cause_id=root.id)

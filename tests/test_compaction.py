@@ -33,7 +33,9 @@ from loom import (
 from loom.kernel.executions import BindingRef
 from loom.records.compaction import CompactionReport
 from loom.records.timers import FireRequest
+from loom.store import Tx
 from loom.testing import T0_MS
+from loom.testing.internals import storage_of
 from loom.testing.postgres import PostgresCluster
 
 HOUR = 3_600_000
@@ -427,6 +429,40 @@ async def test_diagnostics_causal_buckets_and_ended_budget_windows_expire(clock:
         assert (report.buckets >= 1, report.ledgers, report.diagnostics) == (True, 1, 1)
         assert await rt.budget_ledgers(budget="daily") == []
         assert await rt.causal_rejections() == []
+
+
+async def test_a_roots_pinned_limits_go_with_the_last_event_of_the_root(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """A root is found by its id and its descendants by the root's index. Catches: a look for what is
+    left of a root that searches only the index (the pin would go while the root itself stays) or only
+    the root's id (it would go with the root while a descendant stays)."""
+
+    async def pinned() -> set[str]:
+        def roots(tx: Tx, now_ms: int) -> set[str]:
+            return {root for root in (kept.id, older.id) if tx.causal_root_limits(root) is not None}
+
+        return await storage_of(rt).submit(roots)
+
+    async with host(loom_store, config(causal={"max_depth": 8}), clock) as rt:
+        kept = await rt.publish(order("kept"))  # a live Work's input: it stays
+        await rt.poll()
+        dropped = await rt.publish_derived(order("d-child", key="n/1", type="d.note"), parent_id=kept.id)
+        older = await rt.publish(order("older", key="n/2", type="d.note"))
+        await rt.poll()
+        clock.advance(50 * MINUTE)
+        younger = await rt.publish_derived(order("d-younger", key="n/3", type="d.note"), parent_id=older.id)
+        await rt.poll()
+        assert await pinned() == {kept.id, older.id}
+        report = await later(rt, clock, 20 * MINUTE)  # past retention: ``dropped`` and ``older``
+        assert report.events == 2, report
+        for gone in (dropped, older):
+            with pytest.raises(NotFound):
+                await rt.event(gone.id)
+        assert await pinned() == {kept.id, older.id}, "each root still has an Event"
+        assert (await rt.event(younger.id)).root_id == older.id
+        await later(rt, clock, 60 * MINUTE)
+        assert await pinned() == {kept.id}, "the last Event of ``older``'s root went"
 
 
 # -- attempt logs ------------------------------------------------------------------------------------------

@@ -155,7 +155,8 @@ class Reader(BrowseReads):
     async def events_of_root(
         self, root_id: str, after_seq: int, limit: int, type: str | None = None
     ) -> list[Event]:
-        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, type, type, after_seq, limit))
+        args = (type, type, after_seq)
+        rows = await self._all(_sql.EVENTS_OF_ROOT, (root_id, *args, root_id, *args, limit))
         return [_sql.event_from_row(r) for r in rows]
 
     async def unrouted_events(self, after_seq: int, limit: int) -> list[Event]:

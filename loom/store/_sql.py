@@ -36,9 +36,14 @@ EVENT_BY_DELIVERY = f"SELECT {EVENT_COLUMNS} FROM events WHERE source = ? AND de
 EVENTS_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? ORDER BY seq LIMIT ?"
 EVENTS_OF_TYPE_AFTER = f"SELECT {EVENT_COLUMNS} FROM events WHERE type = ? AND seq > ? ORDER BY seq LIMIT ?"
 EVENTS_OF_ROOT = (
-    f"SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
+    f"SELECT {EVENT_COLUMNS} FROM events WHERE id = ? AND root_id = id"
+    " AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
+    f" UNION ALL SELECT {EVENT_COLUMNS} FROM events WHERE root_id = ? AND root_id != id"
+    " AND (CAST(? AS TEXT) IS NULL OR type = ?) AND seq > ?"
     " ORDER BY seq LIMIT ?"
 )
+"""The Events under a causal root: the root itself, by its id (a root is its own root and is not in
+``events_root``), and those derived from it, by the index."""
 DELIVERY = (
     "SELECT "
     + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))

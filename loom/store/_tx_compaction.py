@@ -436,7 +436,13 @@ class CompactionTx(TxBase):
                 " ON CONFLICT DO NOTHING",
                 (event.seq, event.source, event.delivery_id, event.accepted_at_ms),
             )
-        if self._one("SELECT 1 FROM events WHERE root_id = ? LIMIT 1", (event.root_id,)) is None:
+        if (  # a root is found by its id, an Event derived from it by the root's index (``events_root``)
+            self._one("SELECT 1 FROM events WHERE id = ?", (event.root_id,)) is None
+            and self._one(
+                "SELECT 1 FROM events WHERE root_id = ? AND root_id != id LIMIT 1", (event.root_id,)
+            )
+            is None
+        ):
             conn.execute("DELETE FROM causal_roots WHERE root_id = ?", (event.root_id,))
 
     def remove_ledger(self, budget: str, subject: str, window: str) -> None:
