@@ -15,9 +15,10 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from loom import ManualClock, SchemaTooNew, StorageClosed, StorageError
+from loom import Config, EventIn, ManualClock, SchemaTooNew, StorageClosed, StorageError, open_runtime
 from loom.notices import Lagged
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
+from loom.store._schema import MIGRATIONS, render
 from loom.testing import T0_MS, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint, storage_failure
 from loom.testing.postgres import PostgresCluster
@@ -542,6 +543,66 @@ async def test_the_actor_opens_a_migrated_store(store: Store, nursery: trio.Nurs
         return int(tx._conn.execute("SELECT version FROM loom_schema").fetchone()[0])
 
     assert await actor.submit(version) == SCHEMA_VERSION
+
+
+def schema_at(version: int) -> sqlite3.Connection:
+    """An empty database made by the first ``version`` migrations."""
+    conn = sqlite3.connect(":memory:")
+    for migration in MIGRATIONS[:version]:
+        conn.executescript(render(migration, "sqlite"))
+    return conn
+
+
+async def test_routing_checkpoints_keep_every_field_when_they_are_keyed_by_sequence(tmp_path: Path) -> None:
+    """Migration 17 copies the checkpoints table to key it by the Event's sequence. Catches: a copy that
+    loses a row or a column (the commit order above all: a Work's history is read in it), and reads
+    that still look a checkpoint up by the Event's id (they would find nothing it did not index)."""
+    path = str(tmp_path / "loom.db")
+    cfg = Config.from_dict(
+        {"scopes": {"s": {"routes": [{"name": "r", "types": ["t"], "create_work": True}]}}}
+    )
+    offer = [
+        EventIn(source="src", delivery_id=f"d-{i}", type="t", scope="s", key="k", payload={})
+        for i in range(3)
+    ]
+    async with open_runtime(path, clock=ManualClock(start_ms=T0), config=cfg, actors=()) as rt:
+        first = [await rt.publish(offer[0]), await rt.publish(offer[1])]
+        await rt.poll()
+        before = [await rt.checkpoint(e.id) for e in first]
+        work = (await rt.work_for_key("k")).id
+    rows = raw.query(path, "SELECT * FROM checkpoints ORDER BY seq")
+    old = schema_at(16)  # the table as it was: keyed by the Event's id
+    ddl = [
+        sql for (sql,) in old.execute("SELECT sql FROM sqlite_master WHERE tbl_name = 'checkpoints'") if sql
+    ]
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE saved AS SELECT * FROM checkpoints")
+        conn.execute("DROP TABLE checkpoints")
+        for statement in ddl:
+            conn.execute(statement)
+        columns = ", ".join(r[1] for r in conn.execute("PRAGMA table_info(saved)"))
+        conn.execute(f"INSERT INTO checkpoints ({columns}) SELECT {columns} FROM saved")
+        conn.execute("DROP TABLE saved")
+        assert [r[1] for r in conn.execute("PRAGMA table_info(checkpoints)") if r[5]] == ["event_id"]
+        conn.execute("UPDATE loom_schema SET version = 16")
+    conn.close()
+    async with open_runtime(path, clock=ManualClock(start_ms=T0), config=cfg, actors=()) as rt:
+        assert raw.query(path, "SELECT * FROM checkpoints ORDER BY seq") == rows
+        assert [await rt.checkpoint(e.id) for e in first] == before
+        third = await rt.publish(offer[2])
+        assert await rt.checkpoint(third.id) is None
+        await rt.poll()
+        routed = await rt.checkpoint(third.id)
+        assert routed is not None
+        assert routed.work_id == work
+        history = await rt.history(work)
+        assert [c.event_id for c in history.checkpoints] == [first[0].id, first[1].id, third.id]
+    assert schema_rows(path) == [(SCHEMA_VERSION,)]
+    keyed = {
+        r["name"]: r["pk"] for r in raw.query(path, "SELECT name, pk FROM pragma_table_info('checkpoints')")
+    }
+    assert (keyed["seq"], keyed["event_id"]) == (1, 0)
 
 
 @pytest.fixture

@@ -129,12 +129,12 @@ class BrowseReads:
         if type is not None:
             where += " AND type = ?"
             params += (type,)
-        page = f"SELECT id FROM events WHERE {where} ORDER BY seq DESC LIMIT ?"
+        page = f"SELECT seq FROM events WHERE {where} ORDER BY seq DESC LIMIT ?"
         args = (*params, limit)
         events, checkpoints = await self._snapshot(
             [
                 (f"SELECT {_sql.EVENT_COLUMNS} FROM events WHERE {where} ORDER BY seq DESC LIMIT ?", args),
-                (f"SELECT {_sql.CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id IN ({page})", args),
+                (f"SELECT {_sql.CHECKPOINT_COLUMNS} FROM checkpoints WHERE seq IN ({page})", args),
             ]
         )
         routed = {cp.event_id: cp for cp in map(_sql.checkpoint_from_row, checkpoints)}

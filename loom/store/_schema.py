@@ -447,6 +447,44 @@ MIGRATIONS: tuple[Migration, ...] = (
     DROP INDEX events_root;
     CREATE INDEX events_root ON events (root_id, seq) WHERE root_id != id;
     """,
+    # 17: a routing checkpoint is keyed by its Event's sequence (one to one with the Event, and in the
+    # order Events are accepted), not by the Event's id, whose index takes writes in a random order; it
+    # refers to its Event by that sequence. SQLite cannot change a table's key in place: the table is
+    # copied.
+    {
+        "sqlite": """
+    CREATE TABLE checkpoints_by_seq (
+        seq              INTEGER PRIMARY KEY REFERENCES events (seq),
+        event_id         TEXT NOT NULL,
+        status           TEXT NOT NULL,
+        work_id          TEXT REFERENCES works (id),
+        route            TEXT,
+        route_scope      TEXT,
+        policy           TEXT,
+        effective_policy TEXT,
+        fallback_reason  TEXT,
+        reason           TEXT,
+        generation       INTEGER,
+        at_ms            INTEGER NOT NULL,
+        commit_seq       INTEGER
+    );
+    INSERT INTO checkpoints_by_seq (seq, event_id, status, work_id, route, route_scope, policy,
+        effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)
+        SELECT seq, event_id, status, work_id, route, route_scope, policy, effective_policy,
+        fallback_reason, reason, generation, at_ms, commit_seq FROM checkpoints;
+    DROP TABLE checkpoints;
+    ALTER TABLE checkpoints_by_seq RENAME TO checkpoints;
+    CREATE UNIQUE INDEX checkpoints_commit ON checkpoints (commit_seq);
+    CREATE INDEX checkpoints_work_commit ON checkpoints (work_id, commit_seq) WHERE work_id IS NOT NULL;
+    """,
+        "postgresql": """
+    ALTER TABLE checkpoints DROP CONSTRAINT checkpoints_event_id_fkey;
+    ALTER TABLE checkpoints DROP CONSTRAINT checkpoints_pkey;
+    ALTER TABLE checkpoints DROP CONSTRAINT checkpoints_seq_key;
+    ALTER TABLE checkpoints ADD PRIMARY KEY (seq);
+    ALTER TABLE checkpoints ADD FOREIGN KEY (seq) REFERENCES events (seq);
+    """,
+    },
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -152,13 +152,16 @@ CHECKPOINT_COLUMNS = (
     "event_id, seq, status, work_id, route, route_scope, policy, effective_policy, fallback_reason, reason,"
     " generation, at_ms"
 )
-CHECKPOINT_BY_EVENT = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE event_id = ?"
+CHECKPOINT_BY_EVENT = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE seq = (SELECT seq FROM events WHERE id = ?)"
+)
+"""An Event's checkpoint, by the Event's sequence (checkpoints are keyed by it, not by the Event's id)."""
 EVENT_TO_ROUTE = (
     "SELECT "
     + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))
     + ", "
     + ", ".join(f"c.{column.strip()}" for column in CHECKPOINT_COLUMNS.split(","))
-    + " FROM events e LEFT JOIN checkpoints c ON c.event_id = e.id WHERE e.id = ?"
+    + " FROM events e LEFT JOIN checkpoints c ON c.seq = e.seq WHERE e.id = ?"
 )
 """An Event with its routing checkpoint, if it has one (columns of both, the checkpoint's all null
 without one)."""
@@ -166,11 +169,11 @@ CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_
 """A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (
     f"SELECT {EVENT_COLUMNS} FROM events e WHERE e.seq > ?"
-    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT ?"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq) ORDER BY e.seq LIMIT ?"
 )
 FIRST_UNROUTED = (
     "SELECT e.seq FROM events e WHERE e.seq > ? AND e.seq <= ?"
-    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) ORDER BY e.seq LIMIT 1"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq) ORDER BY e.seq LIMIT 1"
 )
 EXECUTION_COLUMNS = (
     "id, work_id, attempt, state, epoch, owner, expires_at_ms, trigger_id, inputs, binding, executor,"
@@ -331,7 +334,7 @@ EARLIEST_ARMED_TIMER = "SELECT min(fire_at_ms) FROM timers WHERE state = 'armed'
 COUNT_RECENT_UNROUTED = (
     "SELECT count(*) FROM (SELECT 1 FROM events e"
     " WHERE e.seq > (SELECT coalesce(max(seq), 0) FROM events) - ?"
-    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) LIMIT ?) AS u"
+    " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq) LIMIT ?) AS u"
 )
 KEY_OWNER = "SELECT work_id FROM work_keys WHERE key = ?"
 DIAGNOSTICS_ABOUT = "SELECT id, kind, subject, message, detail, at_ms FROM diagnostics WHERE subject = ? ORDER BY id DESC LIMIT ?"

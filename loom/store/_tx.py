@@ -411,7 +411,7 @@ class Tx(
         if after_seq + 1 >= before_seq:
             return []  # nothing was accepted between them: every Event before is known routed
         # one indexed probe per key and one for the explicit id
-        unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id)"
+        unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq)"
         found: dict[str, tuple[Any, ...]] = {}
         probes = [("e.work_id = ?", work_id)] + [("e.key = ?", key) for key in dict.fromkeys(keys)]
         for where, value in probes:
@@ -493,7 +493,7 @@ class Tx(
             " replaced_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (cp.event_id, replay_id, cp.status.value, cp.work_id, cp.route, cp.reason, cp.at_ms, now_ms),
         )
-        self._conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (cp.event_id,))
+        self._conn.execute("DELETE FROM checkpoints WHERE seq = ?", (cp.seq,))
         self._routed_through = None
 
     def pending_inputs(self, work_id: str) -> list[str]:

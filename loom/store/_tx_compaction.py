@@ -198,8 +198,8 @@ class CompactionTx(TxBase):
         """Events with a routing checkpoint in ``(after_seq, upto_seq]``, in sequence order."""
         rows = self._all(
             "SELECT e.seq, e.id, e.source, e.delivery_id, e.type, e.scope, e.key, e.root_id, e.accepted_at_ms,"
-            " (SELECT c.at_ms FROM checkpoints c WHERE c.event_id = e.id),"
-            " (SELECT c.status FROM checkpoints c WHERE c.event_id = e.id)"
+            " (SELECT c.at_ms FROM checkpoints c WHERE c.seq = e.seq),"
+            " (SELECT c.status FROM checkpoints c WHERE c.seq = e.seq)"
             " FROM events e WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq"
             f" LIMIT ?{self.dialect.skip_locked}",
             (after_seq, upto_seq, limit),
@@ -333,7 +333,7 @@ class CompactionTx(TxBase):
     def _unrouted_for(self, work_id: str, keys: Sequence[str], watermark: int) -> bool:
         """An Event above the routing watermark without a checkpoint names the Work or one of its keys
         (every Event at or below the watermark is routed)."""
-        unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.event_id = e.id) LIMIT 1"
+        unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq) LIMIT 1"
         if self._one(
             f"SELECT 1 FROM events e WHERE e.work_id = ? AND e.seq > ?{unrouted}", (work_id, watermark)
         ):
@@ -425,7 +425,7 @@ class CompactionTx(TxBase):
         conn.execute(
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)
         )
-        conn.execute("DELETE FROM checkpoints WHERE event_id = ?", (event.id,))
+        conn.execute("DELETE FROM checkpoints WHERE seq = ?", (event.seq,))
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
         self._routed_through = self._max_seq = None
         self._events.pop(event.id, None)
