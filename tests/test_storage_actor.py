@@ -18,6 +18,7 @@ from trio.testing import wait_all_tasks_blocked
 from loom import Config, EventIn, ManualClock, SchemaTooNew, StorageClosed, StorageError, open_runtime
 from loom.notices import Lagged
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
+from loom.store._actor import GUARDED_BATCHES
 from loom.store._schema import MIGRATIONS, render
 from loom.testing import T0_MS, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint, storage_failure
@@ -298,6 +299,71 @@ async def test_a_failing_request_rolls_back_only_its_own_effects(store: Store, n
     assert await actor.submit(keys) == ["first", "last"]
     assert sorted(await feed.next_batch()) == ["notice-first", "notice-last"]
     assert actor.stats.failed_batches == 0
+    assert actor.stats.guarded_reruns == 1, "the batch ran unguarded first, then again guarded"
+
+
+class Counted:
+    """A procedure that puts its key and counts how many times it ran (a batch may run it twice)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def proc(self, tx: Tx, now_ms: int, key: str) -> str:
+        self.runs[key] = self.runs.get(key, 0) + 1
+        return put(tx, now_ms, key)
+
+
+async def run_together(actor: StorageActor, nursery: trio.Nursery, *submissions: tuple[Any, ...]) -> Calls:
+    """Submit ``(name, proc, *args)`` each in this order, all in one batch (held behind a gate until all
+    are in)."""
+    gate = Gate()
+    calls = Calls(actor, nursery)
+    calls.start("gate", gate.proc)
+    await wait_all_tasks_blocked()
+    for name, proc, *args in submissions:
+        calls.start(name, proc, *args)
+        await wait_all_tasks_blocked()  # in the mailbox, in this order
+    gate.open()
+    while len(calls.finished) < len(submissions) + 1:
+        await wait_all_tasks_blocked()
+        await trio.lowlevel.checkpoint()
+    return calls
+
+
+async def test_a_batch_runs_unguarded_until_a_request_fails_then_guarded_for_a_while(
+    store: Store, nursery: trio.Nursery
+) -> None:
+    """A batch runs without savepoints first; one in which a request fails runs again with them, and so
+    do the next `GUARDED_BATCHES` from the start. Catches: every batch guarded (the failing batch's
+    other request runs once, and nothing is ever rerun), an unguarded failure not run again (its
+    batch's other request is lost), and no guarded spell (the next failing batch runs twice)."""
+    actor = await start_actor(nursery, store)
+    counted = Counted()
+    boom = ValueError("refused")
+
+    calls = await run_together(actor, nursery, ("a", counted.proc, "a"), ("b", counted.proc, "b"))
+    assert calls.results == {"gate": None, "a": "a", "b": "b"}
+    assert counted.runs == {"a": 1, "b": 1}
+    assert actor.stats.guarded_reruns == 0
+
+    calls = await run_together(actor, nursery, ("c", counted.proc, "c"), ("x", put_then_raise, "x", boom))
+    assert calls.results == {"gate": None, "c": "c"}
+    assert calls.errors == {"x": boom}
+    assert counted.runs["c"] == 2, "the batch ran unguarded, met the failure, and ran again guarded"
+    assert actor.stats.guarded_reruns == 1
+
+    calls = await run_together(actor, nursery, ("d", counted.proc, "d"), ("y", put_then_raise, "y", boom))
+    assert calls.errors == {"y": boom}
+    assert counted.runs["d"] == 1, "the batch after a rerun runs guarded from the start"
+    assert actor.stats.guarded_reruns == 1
+
+    for i in range(GUARDED_BATCHES):
+        await actor.submit(counted.proc, f"spell-{i}")
+    calls = await run_together(actor, nursery, ("e", counted.proc, "e"), ("z", put_then_raise, "z", boom))
+    assert calls.errors == {"z": boom}
+    assert counted.runs["e"] == 2, "the guarded spell ended: the batch ran unguarded first again"
+    assert actor.stats.guarded_reruns == 2
+    assert await actor.submit(keys) == sorted(["a", "b", "c", "d", "e", *(f"spell-{i}" for i in range(32))])
 
 
 # -- storage failure --------------------------------------------------------

@@ -4,9 +4,16 @@ Callers ``await storage.submit(procedure, *args)``. The actor drains its mailbox
 a batch and runs the whole batch in one worker-thread hop::
 
     BEGIN IMMEDIATE                    -- SQLite; PostgreSQL: BEGIN (read committed)
-      SAVEPOINT r; procedure(tx, now_ms, *args); RELEASE r      -- per request
-      (or ROLLBACK TO r: that request's own error undoes only its own effects)
+      procedure(tx, now_ms, *args)     -- per request
     COMMIT
+
+A batch runs unguarded first: no savepoint around a request (nor around any step a procedure runs in
+one). Most batches fail nowhere, and their savepoints would be statements spent for nothing. When a
+request (or a step of one) fails, the transaction is rolled back whole and the batch runs again
+guarded, each request in a savepoint of its own (``SAVEPOINT r; procedure(...); RELEASE r``, or
+``ROLLBACK TO r``: that request's own error undoes only its own effects); the batches after it run
+guarded too, until `GUARDED_BATCHES` have run without such a failure being met unguarded. What commits
+is the same either way: a procedure depends only on the database, the time and its arguments.
 
 Only after COMMIT succeeds does it reply to every caller and publish the batch's
 notices. A storage failure (I/O error, disk full, a failed commit, a lost connection)
@@ -56,18 +63,23 @@ from ._batch import (
     StorageStats,
 )
 from ._dialect import RowConflict, Store
-from ._feed import CommitListener, NoticeFeed
-from ._notify import parse, summarize
+from ._feed import Notices
+from ._notify import summarize
 from ._thread import WorkerThread
 from ._tx import Tx
+from ._tx_base import RunGuarded
 
 log = logging.getLogger("loom.storage")
+
+GUARDED_BATCHES = 32
+"""After a batch that had to run again guarded, how many batches run guarded from the start (a request
+that fails once tends to come with others: each would cost an unguarded run for nothing)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class StorageActor:
+class StorageActor(Notices):
     def __init__(
         self,
         store: Store,
@@ -88,16 +100,15 @@ class StorageActor:
         self._settle = settle
         self._check_ms = check_ms
         self._on_open = on_open
-        self.origin = secrets.token_hex(8)
-        """This actor's name in the payloads it sends other nodes (they ignore their own)."""
+        super().__init__(secrets.token_hex(8))
         self.routing = False
         """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
         # one thread of the actor's own for every blocking call (`WorkerThread`: a hand-off each way)
         self._thread = WorkerThread("loom storage")
-        self._feeds: list[NoticeFeed] = []
-        self._listeners: list[CommitListener] = []
+        self._guarded = 0
+        """How many more batches run guarded from the start (see the module's docstring)."""
         self._running = False
         self.stats = StorageStats()
 
@@ -140,13 +151,6 @@ class StorageActor:
             await trio.lowlevel.checkpoint_if_cancelled()
         raise request.error
 
-    def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
-        """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
-        send, receive = trio.open_memory_channel[list[Notice]](capacity)
-        feed = NoticeFeed(send, receive, commits=commits)
-        self._feeds.append(feed)
-        return feed
-
     @property
     def shared(self) -> bool:
         """Whether other runtimes (nodes) may write the same database."""
@@ -158,50 +162,12 @@ class StorageActor:
         cursors, whatever they heard."""
         return self._check_ms
 
-    def on_commit(self, listener: CommitListener) -> Callable[[], None]:
-        """Call ``listener`` with every batch's notices from now on (see `CommitListener`); returns the
-        function that stops it."""
-        self._listeners.append(listener)
-
-        def stop() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return stop
-
-    def _tell(self, notices: list[Notice]) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(notices)
-            except Exception:
-                log.exception("a commit listener failed; it is dropped")
-                self._listeners.remove(listener)
-
-    def announce(self, notice: StoreChanged) -> None:
-        """Hand every feed what another node committed (or, with ``everything``, a call to look at the
-        store again from its cursors). A feed with notices still unread skips a check: its reader is
-        busy and will look anyway, and checks must not pile up."""
-        for feed in list(self._feeds):
-            if not (notice.check and feed.pending):
-                feed._offer([notice])
-        self._tell([notice])
-
-    def _heard(self, payload: str | None) -> None:
-        notice = StoreChanged(everything=True) if payload is None else parse(payload, self.origin)
-        if notice is not None:
-            self.announce(notice)
-
     async def _check(self) -> None:
         """A shared database: every ``check_ms`` of the clock, the actors look at the store again from
         their cursors (a safety net under the notifications, never a rescan of everything)."""
         while True:
             await self._clock.sleep_until(self._clock.now_ms() + self._check_ms)
             self.announce(StoreChanged(check=True))
-
-    def unsubscribe(self, feed: NoticeFeed) -> None:
-        if feed in self._feeds:
-            self._feeds.remove(feed)
-        feed.close()
 
     # -- the actor --------------------------------------------------------
 
@@ -331,17 +297,9 @@ class StorageActor:
         self.stats.requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         seconds = trio.current_time() - started
-        if notices:
-            self._tell(notices)
-        with_commit = [
-            *notices,
-            Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds),
-        ]
-        for feed in list(self._feeds):
-            if feed.commits:
-                feed._offer(with_commit)
-            elif notices:
-                feed._offer(notices)
+        self._committed(
+            notices, Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds)
+        )
 
     def _execute_until_settled(
         self, batch: list[Request], now_ms: int, batch_no: int | None
@@ -350,12 +308,18 @@ class StorageActor:
         relaxed one that turned out to settle something runs again in full. Also says whether the
         batch committed relaxed."""
         relaxed = batch_no is not None and all(request.read or request.relaxed for request in batch)
+        guarded = self._guarded > 0
+        self._guarded -= guarded
         attempt = 0
         while True:
             try:
-                return self._execute(batch, now_ms, batch_no, relaxed), relaxed
+                return self._execute(batch, now_ms, batch_no, relaxed, guarded), relaxed
             except Resync:
                 relaxed = False
+            except RunGuarded:
+                guarded = True
+                self._guarded = GUARDED_BATCHES
+                self.stats.guarded_reruns += 1
             except Conflict as conflict:
                 if attempt == CONFLICT_RETRIES:
                     raise StorageFailure(conflict.cause) from conflict.cause
@@ -363,12 +327,12 @@ class StorageActor:
                 attempt += 1
 
     def _execute(
-        self, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool
+        self, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool, guarded: bool
     ) -> list[Notice]:
         conn = self._conn
         assert conn is not None
         if not relaxed:
-            return self._transact(conn, batch, now_ms, batch_no, relaxed)
+            return self._transact(conn, batch, now_ms, batch_no, relaxed, guarded)
         try:
             self.store.relax(conn, True)
         except Exception as exc:
@@ -376,7 +340,7 @@ class StorageActor:
                 raise self._failure(exc, in_commit=False) from exc
             raise
         try:
-            return self._transact(conn, batch, now_ms, batch_no, relaxed)
+            return self._transact(conn, batch, now_ms, batch_no, relaxed, guarded)
         finally:
             if self._conn is conn:
                 try:
@@ -387,10 +351,16 @@ class StorageActor:
                     raise
 
     def _transact(
-        self, conn: Any, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool
+        self,
+        conn: Any,
+        batch: list[Request],
+        now_ms: int,
+        batch_no: int | None,
+        relaxed: bool,
+        guarded: bool,
     ) -> list[Notice]:
         dialect = self._dialect
-        tx = Tx(conn, dialect)
+        tx = Tx(conn, dialect, guarded=guarded)
         try:
             conn.execute(dialect.begin)
         except Exception as exc:
@@ -480,9 +450,7 @@ class StorageActor:
                 break
             request.error = error
             request.done.set()
-        for feed in self._feeds:
-            feed.close()
-        self._feeds.clear()
+        self._close_feeds()
 
     async def _close(self) -> None:
         """A clean close (the backend folds in what it must first: SQLite's write-ahead log)."""

@@ -52,6 +52,8 @@ class StorageStats:
     """Reads served alone, apart from any batch (`StorageActor.read`)."""
     relaxed_batches: int = 0
     """Batches committed without waiting for the disk (`StorageActor.submit_relaxed`)."""
+    guarded_reruns: int = 0
+    """Batches that met a failing request (or step) unguarded and ran again guarded."""
 
 
 class StorageFailure(Exception):

@@ -3,12 +3,16 @@ listeners it calls at once (see `StorageActor.feed` and `StorageActor.on_commit`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import attrs
 import trio
 
-from ..records.notices import Lagged, Notice
+from ..records.notices import Committed, Lagged, Notice, StoreChanged
+from ._notify import parse
+
+log = logging.getLogger("loom.storage")
 
 CommitListener = Callable[[list[Notice]], None]
 """Called with each committed batch's notices (and each `StoreChanged` heard from another node), at
@@ -58,3 +62,76 @@ class NoticeFeed:
     def close(self) -> None:
         self._send.close()
         self._receive.close()
+
+
+class Notices:
+    """The storage actor's telling side: the feeds it offers each committed batch's notices (and what
+    other nodes committed), and the listeners it calls at once."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        """This actor's name in the payloads it sends other nodes (they ignore their own)."""
+        self._feeds: list[NoticeFeed] = []
+        self._listeners: list[CommitListener] = []
+
+    def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
+        """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
+        send, receive = trio.open_memory_channel[list[Notice]](capacity)
+        feed = NoticeFeed(send, receive, commits=commits)
+        self._feeds.append(feed)
+        return feed
+
+    def unsubscribe(self, feed: NoticeFeed) -> None:
+        if feed in self._feeds:
+            self._feeds.remove(feed)
+        feed.close()
+
+    def on_commit(self, listener: CommitListener) -> Callable[[], None]:
+        """Call ``listener`` with every batch's notices from now on (see `CommitListener`); returns the
+        function that stops it."""
+        self._listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return stop
+
+    def announce(self, notice: StoreChanged) -> None:
+        """Hand every feed what another node committed (or, with ``everything``, a call to look at the
+        store again from its cursors). A feed with notices still unread skips a check: its reader is
+        busy and will look anyway, and checks must not pile up."""
+        for feed in list(self._feeds):
+            if not (notice.check and feed.pending):
+                feed._offer([notice])
+        self._tell([notice])
+
+    def _heard(self, payload: str | None) -> None:
+        notice = StoreChanged(everything=True) if payload is None else parse(payload, self.origin)
+        if notice is not None:
+            self.announce(notice)
+
+    def _committed(self, notices: list[Notice], committed: Committed) -> None:
+        """Tell what a batch committed: its notices to every listener and feed, and ``committed`` after
+        them to each feed that asked for every commit."""
+        if notices:
+            self._tell(notices)
+        with_commit = [*notices, committed]
+        for feed in list(self._feeds):
+            if feed.commits:
+                feed._offer(with_commit)
+            elif notices:
+                feed._offer(notices)
+
+    def _tell(self, notices: list[Notice]) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notices)
+            except Exception:
+                log.exception("a commit listener failed; it is dropped")
+                self._listeners.remove(listener)
+
+    def _close_feeds(self) -> None:
+        for feed in self._feeds:
+            feed.close()
+        self._feeds.clear()

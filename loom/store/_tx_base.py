@@ -22,9 +22,12 @@ MISSING: Any = _Missing()
 
 
 class TxBase:
-    def __init__(self, conn: Connection, dialect: Dialect = SQLITE) -> None:
+    def __init__(self, conn: Connection, dialect: Dialect = SQLITE, *, guarded: bool = True) -> None:
         self._conn = conn
         self.dialect = dialect
+        self._guard: _Unguarded | None = None if guarded else _Unguarded(self)
+        """``None``: each `savepoint` is a real one. Else the batch runs without savepoints (see
+        `_Unguarded`), and this stands in for every one."""
         self.notices: list[Notice] = []
         self.touched: dict[str, None] = {}
         """Works whose state, inputs or attempts this transaction changed, in the order first touched
@@ -61,10 +64,11 @@ class TxBase:
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
 
-    def savepoint(self) -> _Savepoint:
+    def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects
-        (and its notices), then propagates."""
-        return _Savepoint(self)
+        (and its notices), then propagates. In a transaction that runs unguarded, the exception stops
+        the whole transaction instead (`RunGuarded`), which runs again guarded."""
+        return _Savepoint(self) if self._guard is None else self._guard
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         """The store failed (I/O, a full disk, a lost connection) or another writer raced this batch:
@@ -129,6 +133,31 @@ class TxBase:
     def touch(self, work_id: str) -> None:
         """Note that a Work's state, inputs or attempts changed (see ``touched``)."""
         self.touched[work_id] = None
+
+
+class RunGuarded(BaseException):
+    """A transaction run without savepoints met an exception a savepoint would have undone: it is
+    rolled back whole and runs again with them (`StorageActor`). A `BaseException`, so that no
+    ``except Exception`` of a procedure mistakes it for the failure it stands for."""
+
+
+class _Unguarded:
+    """`TxBase.savepoint` in a transaction run unguarded: nothing to undo while every step succeeds
+    (most batches), and no statement spent on it; a step that fails stops the transaction, which the
+    storage actor rolls back and runs again guarded, so what commits is what guarded savepoints
+    would have committed (procedures depend only on the database, the time and their arguments)."""
+
+    __slots__ = ("_tx",)
+
+    def __init__(self, tx: TxBase) -> None:
+        self._tx = tx
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception) and not self._tx.is_storage_failure(exc):
+            raise RunGuarded from exc
 
 
 class _Savepoint:
