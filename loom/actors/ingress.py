@@ -21,7 +21,7 @@ from ..kernel.chains import accept_then_route_in_tx
 from ..kernel.resolve import RoutePlan
 from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.validation import check_text, validate_event_in, validated_payload
+from ..records.validation import check_text, checked_payload, validate_event_in
 from ..records.work import Lease
 from ..store import StorageActor
 
@@ -64,14 +64,15 @@ class IngressActor:
         """Accept a root Event; return it once committed (or the original, marked duplicate).
 
         A bad Event is refused here, naming the field, before it costs a storage request. What is
-        stored is the payload's JSON text checked here (``checked``): a payload the publisher changes
-        meanwhile changes nothing, and ``accept_in_tx`` need not check the same rules again.
+        stored is the payload's JSON text checked here (``checked``, read back here too): a payload the
+        publisher changes meanwhile changes nothing, and ``accept_in_tx`` need not check the same rules
+        again, nor spend the storage thread's time reading the text back.
 
         With ``routing`` (the router's `at_acceptance`, asked once the Event is valid) an Event that
         routes outside its lane is routed in its acceptance commit, and an attempt that commit started
         is launched where the router launches attempts.
         """
-        payload = validated_payload(event, allow_core=trusted)
+        payload = checked_payload(event, allow_core=trusted)
         plan = routing(event) if routing is not None else None
         if plan is None:
             return await self._storage.submit(

@@ -8,7 +8,8 @@ holds these procedures commits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -17,7 +18,7 @@ from ..records.errors import InvalidRequest, LoomError, NotFound
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import event_id
 from ..records.notices import EventAccepted
-from ..records.validation import check_text, validated_payload
+from ..records.validation import CheckedPayload, check_text, validated_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
@@ -31,19 +32,19 @@ def accept_in_tx(
     limits: CausalLimits,
     *,
     trusted: bool = False,
-    checked: str | None = None,
+    checked: CheckedPayload | None = None,
 ) -> Event:
     """Accept an external root Event, or return the original (marked duplicate).
 
     ``trusted`` admits the privileged ``core.*`` family (operator and control paths).
     A new root pins the causal limits in force for its whole chain.
 
-    ``checked`` is the payload's canonical JSON text as ``validated_payload(event, allow_core=trusted)``
-    returned it for this very ``event`` (the ingress validates in the publisher's task): the Event's
-    fields are immutable text and what is stored is that text, so the rules are not checked twice.
+    ``checked`` is the payload as ``checked_payload(event, allow_core=trusted)`` returned it for this
+    very ``event`` (the ingress validates in the publisher's task): the Event's fields are immutable
+    text and what is stored is that text, so the rules are not checked twice, nor the text read back.
     Without it, every rule is checked here.
     """
-    payload = validated_payload(event, allow_core=trusted) if checked is None else checked
+    payload = validated_payload(event, allow_core=trusted) if checked is None else checked.text
     existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
@@ -63,6 +64,7 @@ def accept_in_tx(
         depth=0,
         execution_id=None,
         payload=payload,
+        value=checked.value if checked is not None else None,
     )
 
 
@@ -191,7 +193,10 @@ def _insert(
     depth: int,
     execution_id: str | None,
     payload: str | None = None,
+    value: Mapping[str, Any] | None = None,
 ) -> Event:
+    """Insert an Event whose payload's canonical text is ``payload`` (checked here if ``None``), and
+    ``value``, when given, that text read back."""
     if payload is None:
         payload = validated_payload(event, allow_core=True)
     seq = tx.insert_event(
@@ -220,7 +225,7 @@ def _insert(
         key=event.key,
         work_id=event.work_id,
         execution_id=execution_id,
-        payload=json.loads(payload),
+        payload=json.loads(payload) if value is None else value,
         parent_id=parent_id,
         cause_id=cause_id,
         root_id=root_id,

@@ -18,6 +18,7 @@ import attrs
 from ..config import Budget, CausalLimits
 from ..records.events import Event, EventIn
 from ..records.timers import Firing, FiringResult, RecurrencePolicy
+from ..records.validation import CheckedPayload
 from ..records.waits import Waiting
 from ..records.work import Execution, Lease, Outcome
 from ..store import Tx
@@ -148,7 +149,7 @@ def accept_then_route_in_tx(
     admit: AdmitRequest | None,
     *,
     trusted: bool = False,
-    checked: str | None = None,
+    checked: CheckedPayload | None = None,
 ) -> tuple[Event, tuple[Lease, ...]]:
     """Accept an Event (`accept_in_tx`) and route it in the same commit as a batch of one would
     (`route_batch_then_start_in_tx`), starting its Work at once if the admission pass would (with

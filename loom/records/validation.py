@@ -20,9 +20,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import attrs
+
 from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
+from .frozen import frozen_object
 from .subscriptions import SubscriptionSpec
 from .waits import Waiting, WaitSpec
 from .work import Completed, Failed, Handoff, Lease, Outcome, RunRequest
@@ -246,6 +249,22 @@ def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int
     check_text("event.key", event.key, max_len=MAX_KEY_LEN, optional=True)
     check_text("event.work_id", event.work_id, optional=True)
     return payload_json(event.payload, max_bytes=max_bytes)
+
+
+@attrs.frozen
+class CheckedPayload:
+    """An Event's payload as `checked_payload` checked it: its canonical JSON text (what is stored) and
+    that text read back as frozen data (what the accepted Event holds), both made once, where the Event
+    was offered."""
+
+    text: str
+    value: Mapping[str, Any]
+
+
+def checked_payload(event: object, *, allow_core: bool = False) -> CheckedPayload:
+    """`validated_payload`, with the text read back (`CheckedPayload`)."""
+    text = validated_payload(event, allow_core=allow_core)
+    return CheckedPayload(text, frozen_object(json.loads(text)))
 
 
 MAX_LEASE_MS = 7 * 24 * 3_600_000
