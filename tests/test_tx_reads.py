@@ -66,6 +66,28 @@ async def test_a_read_after_a_write_sees_the_write(rt: Runtime) -> None:
     assert after == before + 1, "a read after an update answered what was read before it"
 
 
+async def test_a_works_admission_facts_are_read_anew_after_a_write(rt: Runtime, loom_store: str) -> None:
+    """The facts a start and then the settle hook read of one Work are read once while nothing is
+    written between. Catches: facts kept across a write (the hold is not seen, and a held Work would be
+    queued for a start)."""
+    work_id = await a_work(rt)
+
+    def read_hold_read(tx: Tx, now_ms: int) -> tuple[bool, bool, bool, bool]:
+        before = tx.admission_facts(work_id)
+        again = tx.admission_facts(work_id)
+        tx.update_work(work_id, now_ms, held=1, hold_reason="a person looks at it")
+        after = tx.admission_facts(work_id)
+        assert before is not None
+        assert after is not None
+        return before.held, after.held, again is before, again == before
+
+    held_before, held_after, same, equal = await storage_of(rt).submit(read_hold_read)
+    assert not held_before
+    assert held_after, "the facts read after the hold answered what was read before it"
+    assert equal
+    assert same is (not loom_store.startswith("postgresql://")), "a repeated read was read again"
+
+
 async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runtime) -> None:
     work_id = await a_work(rt)
 

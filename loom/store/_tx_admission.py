@@ -13,7 +13,7 @@ import attrs
 
 from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, WorkState
 from . import _sql
-from ._tx_base import TxBase
+from ._tx_base import MISSING, TxBase
 
 _COUNTED = _sql._sql_set(CAPACITY_STATES)
 _LIVE = _sql.LIVE
@@ -36,6 +36,11 @@ class AdmissionFacts:
 
 class AdmissionTx(TxBase):
     def admission_facts(self, work_id: str) -> AdmissionFacts | None:
+        """What decides whether ``work_id`` belongs in the ready queue; a repeated read with no write
+        between is answered from the first (`recall`: a start that declined, then the settle hook)."""
+        known = self.recall("facts", work_id)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(
             "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope, w.updated_at_ms,"
             f" (SELECT x.state FROM executions x WHERE x.work_id = w.id AND x.state IN {_LIVE}),"
@@ -45,8 +50,8 @@ class AdmissionTx(TxBase):
             (work_id,),
         )
         if row is None:
-            return None
-        return AdmissionFacts(
+            return self.keep("facts", work_id, None)  # type: ignore[no-any-return]
+        facts = AdmissionFacts(
             state=WorkState(row[0]),
             held=bool(row[1]),
             retry=RetryState(row[2]) if row[2] else None,
@@ -57,6 +62,7 @@ class AdmissionTx(TxBase):
             execution_state=ExecutionState(row[7]) if row[7] else None,
             has_pending=bool(row[8]),
         )
+        return self.keep("facts", work_id, facts)  # type: ignore[no-any-return]
 
     def ready_at(self, work_id: str) -> int | None:
         """When the Work joined the ready queue (``None``: it is not in it)."""
