@@ -294,6 +294,8 @@ async def test_a_duplicate_delivery_returns_the_original_and_stores_nothing(
     other_source = await rt.publish(ev("d-1", source="gitlab"))
     assert not other_source.duplicate
     assert other_source.id != original.id
+    # catches a duplicate check made by an insert that conflicts: it spends a sequence (SQLite)
+    assert other_source.seq == original.seq + 1, "the duplicate drew a sequence"
     accepted_ids: list[str] = []
     while len(accepted_ids) < 2:  # other batches (routing checkpoints) carry other notices
         accepted_ids += [n.event_id for n in await feed.next_batch() if isinstance(n, EventAccepted)]

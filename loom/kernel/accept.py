@@ -45,14 +45,37 @@ def accept_in_tx(
     Without it, every rule is checked here.
     """
     payload = validated_payload(event, allow_core=trusted) if checked is None else checked.text
+    value = checked.value if checked is not None else None
+    new_id = event_id(event.source, event.delivery_id)
+    if event.work_id is None and limits == _DEFAULT_LIMITS and not tx.dialect.shared:
+        # nothing to check or pin before the insert, so the insert is the duplicate check (alone on its
+        # database; PostgreSQL looks first, as it always has)
+        inserted = _insert_root(tx, now_ms, event, new_id, payload, value, if_new=True)
+        if inserted is not None:
+            return inserted
     existing = delivered(tx, event.source, event.delivery_id, event)
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
-    new_id = event_id(event.source, event.delivery_id)
     if limits != _DEFAULT_LIMITS:
         # a root under the default limits is pinned implicitly (see causal.root_limits)
         tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
+    accepted = _insert_root(tx, now_ms, event, new_id, payload, value)
+    assert accepted is not None
+    return accepted
+
+
+def _insert_root(
+    tx: Tx,
+    now_ms: int,
+    event: EventIn,
+    new_id: str,
+    payload: str,
+    value: Mapping[str, Any] | None,
+    *,
+    if_new: bool = False,
+) -> Event | None:
+    """`_insert` for a root Event: its own causal root, at depth 0."""
     return _insert(
         tx,
         now_ms,
@@ -64,7 +87,8 @@ def accept_in_tx(
         depth=0,
         execution_id=None,
         payload=payload,
-        value=checked.value if checked is not None else None,
+        value=value,
+        if_new=if_new,
     )
 
 
@@ -121,7 +145,7 @@ def accept_derived_in_tx(
     checked = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
     if isinstance(checked, CausalRejection):
         return checked
-    return _insert(
+    accepted = _insert(
         tx,
         now_ms,
         event,
@@ -133,6 +157,8 @@ def accept_derived_in_tx(
         execution_id=execution_id,
         payload=payload,
     )
+    assert accepted is not None
+    return accepted
 
 
 def delivered(tx: Tx, source: str, delivery_id: str, like: EventIn | None = None) -> Event | None:
@@ -194,9 +220,11 @@ def _insert(
     execution_id: str | None,
     payload: str | None = None,
     value: Mapping[str, Any] | None = None,
-) -> Event:
+    if_new: bool = False,
+) -> Event | None:
     """Insert an Event whose payload's canonical text is ``payload`` (checked here if ``None``), and
-    ``value``, when given, that text read back."""
+    ``value``, when given, that text read back. With ``if_new``: only if its delivery identity was
+    never accepted (``None`` if it was; `Tx.insert_event`)."""
     if payload is None:
         payload = validated_payload(event, allow_core=True)
     seq = tx.insert_event(
@@ -214,7 +242,10 @@ def _insert(
         root_id=root_id,
         depth=depth,
         accepted_at_ms=now_ms,
+        if_new=if_new,
     )
+    if seq is None:
+        return None
     accepted = Event(
         id=new_id,
         seq=seq,

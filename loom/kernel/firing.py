@@ -47,9 +47,6 @@ def fire_timer_in_tx(
     nodes divide due timers instead of racing for them."""
     if not tx.take_timer(req.timer_id):
         return _noop(req, FiringResult.TAKEN, now_ms, "another node is firing it now")
-    committed = tx.firing(req.timer_id, req.revision, req.fire_at_ms)
-    if committed is not None:
-        return attrs.evolve(committed, replay=True)
     timer = tx.timer(req.timer_id)
     if (
         timer is None
@@ -57,6 +54,12 @@ def fire_timer_in_tx(
         or timer.revision != req.revision
         or timer.fire_at_ms != req.fire_at_ms
     ):
+        # only a timer no longer armed at this identity may have fired it: a firing leaves the timer
+        # fired, invalid, or armed later at the same revision (a replacement fires after now), and a
+        # new arming takes a new revision; the ledger's key refuses a second firing of it anyway
+        committed = tx.firing(req.timer_id, req.revision, req.fire_at_ms)
+        if committed is not None:
+            return attrs.evolve(committed, replay=True)
         return _noop(req, FiringResult.STALE, now_ms, "not the timer's current armed identity")
     if now_ms < timer.fire_at_ms:
         return _noop(req, FiringResult.NOT_DUE, now_ms, f"due at {timer.fire_at_ms}")

@@ -44,6 +44,21 @@ EVENTS_OF_ROOT = (
 )
 """The Events under a causal root: the root itself, by its id (a root is its own root and is not in
 ``events_root``), and those derived from it, by the index."""
+INSERT_EVENT = (
+    "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
+    " parent_id, cause_id, root_id, depth, accepted_at_ms)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq"
+)
+INSERT_NEW_EVENT = (
+    "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
+    " parent_id, cause_id, root_id, depth, accepted_at_ms)"
+    " SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+    " WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.source = ? AND e.delivery_id = ?)"
+    " AND NOT EXISTS (SELECT 1 FROM event_tombstones t WHERE t.source = ? AND t.delivery_id = ?)"
+    " RETURNING seq"
+)
+"""`INSERT_EVENT` unless an Event or a tombstone holds the delivery identity (no row is written, and no
+sequence drawn: a conflict would spend one). Parameters: the Event's, then (source, delivery_id) twice."""
 DELIVERY = (
     "SELECT "
     + ", ".join(f"e.{column.strip()}" for column in EVENT_COLUMNS.split(","))

@@ -40,11 +40,6 @@ from ._tx_waits import WaitsTx
 
 _LIVE = _sql.LIVE
 _EVENT_WIDTH = len(_sql.EVENT_COLUMNS.split(","))
-_INSERT_EVENT = (
-    "INSERT INTO events (id, source, delivery_id, type, scope, key, work_id, execution_id, payload,"
-    " parent_id, cause_id, root_id, depth, accepted_at_ms)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq"
-)
 _WORK_FIELDS = frozenset(
     {
         "held",
@@ -84,11 +79,13 @@ class Tx(
         root_id: str,
         depth: int,
         accepted_at_ms: int,
-    ) -> int:
-        """Insert an immutable Event; return its sequence (strictly increasing)."""
+        if_new: bool = False,
+    ) -> int | None:
+        """Insert an immutable Event; return its sequence (strictly increasing). With ``if_new``: only if
+        no Event or tombstone holds its delivery identity (``None``: one does; `_sql.INSERT_NEW_EVENT`)."""
         self._ordered()
         row = self._conn.execute(
-            _INSERT_EVENT,
+            _sql.INSERT_NEW_EVENT if if_new else _sql.INSERT_EVENT,
             (
                 id,
                 source,
@@ -104,9 +101,12 @@ class Tx(
                 root_id,
                 depth,
                 accepted_at_ms,
+                *((source, delivery_id, source, delivery_id) if if_new else ()),
             ),
         ).fetchone()
-        assert row is not None
+        if row is None:
+            assert if_new, "an insert returned no sequence"
+            return None
         seq = int(row[0])
         if self._max_seq is not None:
             self._max_seq = max(self._max_seq, seq)
