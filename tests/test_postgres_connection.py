@@ -78,6 +78,27 @@ async def test_a_connection_cut_mid_batch_fails_every_caller_in_it_and_the_actor
     assert kv_keys(url) == ["a", "d"]
 
 
+async def test_a_connection_lost_before_a_batch_runs_again_guarded_fails_it_and_the_actor_reconnects(
+    loom_postgres: PostgresCluster, database: tuple[str, str], nursery: trio.Nursery
+) -> None:
+    """A request fails (its own error) in a batch run unguarded, and the connection is cut before the
+    rollback that lets the batch run again guarded. Catches: running the batch again on the dropped
+    connection (the actor crashed), instead of failing it as `StorageUnavailable` and reconnecting."""
+    name, url = database
+    store = as_store(url)
+    actor: StorageActor = await nursery.start(StorageActor(store, ManualClock(start_ms=T0_MS)).run)
+
+    def put_cut_then_refuse(tx: Tx, now_ms: int, key: str) -> str:
+        put(tx, now_ms, key)
+        assert loom_postgres.terminate(name, "loom writer") == 1
+        raise ValueError("this request's own error, once the connection is gone")
+
+    with pytest.raises(StorageUnavailable, match="not committed"):
+        await actor.submit(put_cut_then_refuse, "a")
+    assert await actor.submit(put, "b") == "b"  # reconnected
+    assert kv_keys(url) == ["b"]
+
+
 def event(n: int) -> EventIn:
     return EventIn(source="test", delivery_id=f"d{n}", type="test.happened", scope="s", key=f"k{n}")
 

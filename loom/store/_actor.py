@@ -312,6 +312,9 @@ class StorageActor(Notices):
         self._guarded -= guarded
         attempt = 0
         while True:
+            if self._conn is None:  # a rollback before this run lost the connection (`_rollback`)
+                lost = ConnectionError("the connection was lost while the batch was rolled back to run again")
+                raise StorageFailure(lost, lost=True)
             try:
                 return self._execute(batch, now_ms, batch_no, relaxed, guarded), relaxed
             except Resync:
