@@ -363,7 +363,9 @@ async def test_a_batch_runs_unguarded_until_a_request_fails_then_guarded_for_a_w
     assert calls.errors == {"z": boom}
     assert counted.runs["e"] == 2, "the guarded spell ended: the batch ran unguarded first again"
     assert actor.stats.guarded_reruns == 2
-    assert await actor.submit(keys) == sorted(["a", "b", "c", "d", "e", *(f"spell-{i}" for i in range(32))])
+    assert await actor.submit(keys) == sorted(
+        ["a", "b", "c", "d", "e", *(f"spell-{i}" for i in range(GUARDED_BATCHES))]
+    )
 
 
 # -- storage failure --------------------------------------------------------
