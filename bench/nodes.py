@@ -13,8 +13,8 @@ Without ``--url`` it starts a throwaway PostgreSQL cluster (``initdb`` in a temp
 nodes publish ``N`` distinct Events between them (50 concurrent producers each), from a common start
 until the last node is done. Firing: the nodes arm ``T`` timers between them, all due at one moment,
 and the rate is the timers fired from that moment until the last firing committed (the first node
-to see every timer fired tells). Wake: a worker node runs ``W`` Works whose first attempt waits for a ``bench.wake`` Event; a
-second node that only publishes (no actors: an application feeding the cluster) publishes one such
+to see every timer fired tells). Wake: a worker node runs ``W`` Works whose first attempt waits for a
+``bench.wake`` Event; a second node that only publishes (no actors: an application feeding the cluster) publishes one such
 Event at a time, and the worker's continuation measures the time from just before the publish to its
 own start (both on this machine's clock): the worker hears of the Event through a notification, routes
 it, wakes the wait and starts the continuation. Idle: a node with ``K`` timers armed a day ahead does nothing
