@@ -16,7 +16,7 @@ import trio
 from trio.testing import wait_all_tasks_blocked
 
 from loom import Config, EventIn, ManualClock, SchemaTooNew, StorageClosed, StorageError, open_runtime
-from loom.notices import Lagged
+from loom.notices import Lagged, LeaseExpiry, StoreChanged, TimerArmed
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
 from loom.store._actor import GUARDED_BATCHES
 from loom.store._schema import MIGRATIONS, render
@@ -36,6 +36,12 @@ def put(tx: Tx, now_ms: int, key: str, notice: object = None) -> str:
     tx.kv_put(NS, key, {"key": key}, now_ms)
     if notice is not None:
         tx.notify(notice)
+    return key
+
+
+def put_all(tx: Tx, now_ms: int, key: str, notices: list[object]) -> str:
+    for notice in notices:
+        put(tx, now_ms, key, notice)
     return key
 
 
@@ -500,6 +506,34 @@ async def test_a_feed_that_falls_behind_is_told_to_resynchronise(store: Store, n
     assert feed.lagged
     assert await feed.next_batch() == [Lagged()], "Lagged means: rescan the store"
     assert await feed.next_batch() == ["notice-a"]
+
+
+async def test_a_feed_that_wants_some_kinds_is_offered_only_batches_holding_one(
+    store: Store, nursery: trio.Nursery
+) -> None:
+    """The timer and lease actors read a few kinds of notice; every other commit (an acceptance)
+    used to wake them for nothing. Catches ``wants`` ignored (the first batch is offered), a batch
+    held back when only one of its notices is wanted, or a wanted batch offered without its other
+    notices, and another node's `StoreChanged` held back."""
+    actor = await start_actor(nursery, store)
+    timers = actor.feed(wants=(TimerArmed,))
+    everything = actor.feed()
+    armed = TimerArmed(timer_id="tm_1", revision=1, fire_at_ms=T0_MS)
+    await actor.submit(put, "a", "notice-a")
+    lease = LeaseExpiry(execution_id=None, expires_at_ms=T0_MS)
+    await actor.submit(put, "b", lease)
+    await actor.submit(put_all, "c", ["notice-c", armed])
+    assert not timers.lagged
+    assert await timers.next_batch() == ["notice-c", armed]
+    actor.announce(StoreChanged(origin="node-2", timer_due_ms=T0_MS))
+    assert await timers.next_batch() == [StoreChanged(origin="node-2", timer_due_ms=T0_MS)]
+    assert not timers.pending
+    assert [await everything.next_batch() for _ in range(4)] == [
+        ["notice-a"],
+        [lease],
+        ["notice-c", armed],
+        [StoreChanged(origin="node-2", timer_due_ms=T0_MS)],
+    ]
 
 
 # -- backpressure -----------------------------------------------------------

@@ -63,7 +63,7 @@ class LeaseRecoverer:
 
     async def run(self, *, task_status: trio.TaskStatus[LeaseRecoverer] = trio.TASK_STATUS_IGNORED) -> None:
         storage = self._s.storage
-        feed = storage.feed()
+        feed = storage.feed(wants=(LeaseExpiry,))
         try:
             async with trio.open_nursery() as nursery:
                 self._s.activity.bind(nursery)

@@ -95,7 +95,7 @@ class TimerActor:
             self._changed.set()
 
     async def run(self, *, task_status: trio.TaskStatus[TimerActor] = trio.TASK_STATUS_IGNORED) -> None:
-        feed = self._storage.feed(capacity=4096)
+        feed = self._storage.feed(capacity=4096, wants=(TimerArmed,))
         try:
             self.next_due_ms = await self._storage.submit(next_due_in_tx)
             async with trio.open_nursery() as nursery:

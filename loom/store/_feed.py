@@ -26,11 +26,15 @@ class NoticeFeed:
     Notices are hints; durable state is the truth. A subscriber that falls more than
     ``capacity`` batches behind gets `Lagged` and must resynchronise from the store. With
     ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
+    With ``wants``, a batch is offered only if it holds a notice of one of these types (a
+    `StoreChanged` always is, and `Lagged` always comes): a subscriber that reads a few kinds is not
+    woken by every commit.
     """
 
     _send: trio.MemorySendChannel[list[Notice]]
     _receive: trio.MemoryReceiveChannel[list[Notice]]
     commits: bool = False
+    wants: tuple[type[Notice], ...] | None = None
     lagged: bool = False
     _buffered: int = 0
     """Batches offered and not yet read (what the channel holds; cheaper than asking it)."""
@@ -74,10 +78,14 @@ class Notices:
         self._feeds: list[NoticeFeed] = []
         self._listeners: list[CommitListener] = []
 
-    def feed(self, capacity: int = 1024, *, commits: bool = False) -> NoticeFeed:
+    def feed(
+        self, capacity: int = 1024, *, commits: bool = False, wants: tuple[type[Notice], ...] | None = None
+    ) -> NoticeFeed:
         """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
         send, receive = trio.open_memory_channel[list[Notice]](capacity)
-        feed = NoticeFeed(send, receive, commits=commits)
+        feed = NoticeFeed(
+            send, receive, commits=commits, wants=None if wants is None else (*wants, StoreChanged)
+        )
         self._feeds.append(feed)
         return feed
 
@@ -120,7 +128,7 @@ class Notices:
         for feed in list(self._feeds):
             if feed.commits:
                 feed._offer(with_commit)
-            elif notices:
+            elif notices and (feed.wants is None or any(isinstance(n, feed.wants) for n in notices)):
                 feed._offer(notices)
 
     def _tell(self, notices: list[Notice]) -> None:
