@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 
-from loom.store import SQLiteStore
+from loom.store import SQLiteStore, Tx
+from loom.store._tx_base import TxBase
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
 
@@ -21,6 +22,28 @@ __all__ = ["pytest_runtest_call", "pytest_runtest_protocol", "reap_children"]
 
 FreshStore = Callable[[str], str]
 """``fresh_store(name)``: the location of a new, empty, migrated store (a path or a URL)."""
+
+
+def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
+    """`TxBase.known`, checked: the record a procedure made from its own writes is what a read answers."""
+    if kind == "work" and isinstance(tx, Tx):
+        caching, tx._caching = tx._caching, False
+        try:
+            read = tx.work(key)
+        finally:
+            tx._caching = caching
+        assert record == read, f"a Work made from its writes is not what a read answers: {record} != {read}"
+    KNOWN(tx, kind, key, record)
+
+
+KNOWN = TxBase.known
+
+
+@pytest.fixture(autouse=True)
+def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record a procedure derives from what it wrote (`TxBase.known`), in every test here, is
+    checked against a read of the store (tests/test_tx_reads.py shows the check fails a wrong one)."""
+    monkeypatch.setattr(TxBase, "known", checked_known)
 
 
 @pytest.fixture

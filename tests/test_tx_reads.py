@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import attrs
 import pytest
 
 from loom import CausalLimits, Config, EventIn, ExecutionState, ManualClock, Runtime, open_runtime
@@ -193,6 +194,45 @@ async def test_a_new_work_is_answered_as_a_read_of_it_would_be(rt: Runtime) -> N
 
     made, read = await storage_of(rt).submit(insert_then_read)
     assert made == read
+
+
+async def test_a_work_known_from_the_writes_is_answered_until_a_row_changes(rt: Runtime) -> None:
+    """A completion tells the transaction its Work as it wrote it (`TxBase.known`): the next start in
+    the same transaction reads it from there, not from the store. Catches: a known Work answered
+    after a later write (the read after the hold still says not held), and one never answered (a
+    completion's next start reads the Work again: the first read is a query on SQLite)."""
+    work_id = await a_work(rt)
+
+    def know_then_write(tx: Tx, now_ms: int) -> tuple[bool, bool]:
+        work = tx.work(work_id)
+        assert work is not None
+        revision = tx.update_work(work_id, now_ms)
+        known = attrs.evolve(work, revision=revision, updated_at_ms=now_ms)
+        tx.known("work", work_id, known)
+        answered = tx.work(work_id) is known
+        tx.update_work(work_id, now_ms, held=1, hold_reason="a person looks at it")
+        after = tx.work(work_id)
+        assert after is not None
+        assert after.revision == revision + 1
+        return answered, after.held
+
+    answered, held = await storage_of(rt).submit(know_then_write)
+    assert held, "a Work known before a write was answered after it"
+    assert answered is storage_of(rt).store.dialect.caches_reads
+
+
+async def test_a_work_made_wrong_from_the_writes_fails_the_suites_check(rt: Runtime) -> None:
+    """Every test here checks each Work a procedure makes from its writes against a read (conftest's
+    `checked_known`): this one makes a wrong one on purpose, and the check fails its request."""
+    work_id = await a_work(rt)
+
+    def know_wrong(tx: Tx, now_ms: int) -> None:
+        work = tx.work(work_id)
+        assert work is not None
+        tx.known("work", work_id, attrs.evolve(work, revision=work.revision + 1))
+
+    with pytest.raises(AssertionError, match="not what a read answers"):
+        await storage_of(rt).submit(know_wrong)
 
 
 async def test_an_event_accepted_then_routed_in_one_transaction_answers_its_checkpoint(rt: Runtime) -> None:

@@ -447,7 +447,13 @@ def record_outcome_in_tx(
     tx.set_execution_state(
         execution, state, token=None, outcome=json.dumps(outcome_json(outcome)), ended_at_ms=now_ms
     )
-    tx.set_work_state(work, next_state, now_ms)
+    revision = tx.set_work_state(work, next_state, now_ms)
+    if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
+        pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
+        now = attrs.evolve(
+            work, state=next_state, revision=revision, updated_at_ms=now_ms, pending_inputs=pending
+        )
+        tx.known("work", work.id, attrs.evolve(now, current_execution_id=None, execution_state=None))
     tx.notify(WorkChanged(work_id=work.id))
     if isinstance(outcome, Failed):
         apply_failure_in_tx(

@@ -118,6 +118,16 @@ class TxBase:
             self._reads[kind, key] = record
         return record
 
+    def known(self, kind: str, key: str, record: Any) -> None:
+        """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
+        record it read and what it wrote since. Reads answer it (`recall`) until a row changes again."""
+        if self._caching:
+            changes = self.dialect.changes(self._conn)
+            if changes != self._reads_at:
+                self._reads.clear()
+                self._reads_at = changes
+            self._reads[kind, key] = record
+
     def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
         return row
