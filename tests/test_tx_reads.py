@@ -17,8 +17,11 @@ from collections.abc import AsyncIterator
 import attrs
 import pytest
 
-from loom import CausalLimits, Config, EventIn, ExecutionState, ManualClock, Runtime, open_runtime
+from loom import CausalLimits, Completed, Config, EventIn, ExecutionState, ManualClock, Runtime, open_runtime
 from loom.kernel.accept import accept_in_tx
+from loom.kernel.authority import Authority
+from loom.kernel.executions import record_outcome_in_tx
+from loom.kernel.kinds import KindPolicy
 from loom.kernel.resolve import RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.kernel.unrouted import earlier_unrouted
@@ -197,10 +200,9 @@ async def test_a_new_work_is_answered_as_a_read_of_it_would_be(rt: Runtime) -> N
 
 
 async def test_a_work_known_from_the_writes_is_answered_until_a_row_changes(rt: Runtime) -> None:
-    """A completion tells the transaction its Work as it wrote it (`TxBase.known`): the next start in
-    the same transaction reads it from there, not from the store. Catches: a known Work answered
-    after a later write (the read after the hold still says not held), and one never answered (a
-    completion's next start reads the Work again: the first read is a query on SQLite)."""
+    """A Work told to the transaction (`TxBase.known`) answers its reads until a row changes. Catches: a
+    known Work answered after a later write (the read after the hold still says not held), and one
+    never answered (the read right after it is a query on SQLite)."""
     work_id = await a_work(rt)
 
     def know_then_write(tx: Tx, now_ms: int) -> tuple[bool, bool]:
@@ -369,6 +371,42 @@ async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_driv
             await storage_of(driver.runtime).submit(reads)
         assert seen[0] == lease.token
         assert seen[2] is None, "a token was answered after the attempt's token was cleared"
+
+
+async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers: DriverFactory) -> None:
+    """A completion with no proofs and no usage tells its transaction the Work as it wrote it, so the
+    next start it chains reads no Work (`record_outcome_in_tx`). Catches: the completion no longer
+    telling it (the read after it is a query on SQLite); conftest's check catches a Work told wrong."""
+    async with loom_drivers(config=RUN) as driver:
+        await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k")
+        )
+        work_id = work_id_for_key("acme", "k")
+
+        async def launched() -> bool:
+            return bool(driver.fake.launches_of(work_id))
+
+        await driver.until(launched, "the attempt's launch")
+        lease = driver.fake.launches_of(work_id)[0].lease
+        reads: list[str] = []
+
+        def complete_then_read(tx: Tx, now_ms: int) -> object:
+            record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
+            keep = tx.keep
+
+            def counted(kind: str, key: str, record: object) -> object:
+                reads.append(kind)
+                return keep(kind, key, record)
+
+            tx.keep = counted  # type: ignore[method-assign]
+            work = tx.work(work_id)
+            assert work is not None
+            return work.state
+
+        state = await storage_of(driver.runtime).submit(complete_then_read)
+        assert state == "completed"
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert reads.count("work") == (0 if caches else 1), "the Work was read again after its completion"
 
 
 # -- what a transaction knows routed -------------------------------------------------------------

@@ -103,12 +103,7 @@ class TxBase:
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
         A read that misses keeps its answer with `keep`."""
-        if not self._caching:
-            return MISSING
-        changes = self.dialect.changes(self._conn)
-        if changes != self._reads_at:
-            self._reads.clear()
-            self._reads_at = changes
+        if not self._caching or not self._reads_current():
             return MISSING
         return self._reads.get((kind, key), MISSING)
 
@@ -122,11 +117,18 @@ class TxBase:
         """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
         record it read and what it wrote since. Reads answer it (`recall`) until a row changes again."""
         if self._caching:
-            changes = self.dialect.changes(self._conn)
-            if changes != self._reads_at:
-                self._reads.clear()
-                self._reads_at = changes
+            self._reads_current()
             self._reads[kind, key] = record
+
+    def _reads_current(self) -> bool:
+        """Whether the records kept still answer: no row changed since they were kept. When one did,
+        they are forgotten, and what is kept from now on is kept at the new count."""
+        changes = self.dialect.changes(self._conn)
+        if changes == self._reads_at:
+            return True
+        self._reads.clear()
+        self._reads_at = changes
+        return False
 
     def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
