@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 
-from loom.store import SQLiteStore, Tx
+from loom.store import SQLiteStore, Tx, _sql
 from loom.store._tx_base import TxBase
+from loom.store._tx_inputs import InputsTx
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
 
@@ -39,11 +40,26 @@ def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
 KNOWN = TxBase.known
 
 
+def checked_pending(tx: InputsTx, work_id: str) -> tuple[str, ...]:
+    """`InputsTx.pending_of`, checked: the pending inputs a transaction kept are what a read answers."""
+    kept = PENDING_OF(tx, work_id)
+    read = tuple(row[0] for row in tx._all(_sql.WORK_PENDING, (work_id,)))
+    assert kept == read, (
+        f"work {work_id}'s pending inputs as kept are not what a read answers: {kept} != {read}"
+    )
+    return kept
+
+
+PENDING_OF = InputsTx.pending_of
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every record a procedure derives from what it wrote (`TxBase.known`), in every test here, is
-    checked against a read of the store (tests/test_tx_reads.py shows the check fails a wrong one)."""
+    """Every record a procedure derives from what it wrote (`TxBase.known`), and every Work's pending
+    inputs a transaction kept (`InputsTx.pending_of`), in every test here, are checked against a read of
+    the store (tests/test_tx_reads.py shows each check fails a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
+    monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
 
 
 @pytest.fixture

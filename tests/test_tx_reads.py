@@ -28,6 +28,7 @@ from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
 from loom.records.work import Unmatched
 from loom.store import Tx
+from loom.store._sql import WORK_PENDING_SEQ
 from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -494,3 +495,69 @@ async def test_a_rolled_back_checkpoint_is_forgotten(rt: Runtime) -> None:
 
     event_id, found = await storage_of(rt).submit(route_undo_search)
     assert found == [event_id], "an Event whose checkpoint was rolled back was taken as routed"
+
+
+# -- a Work's pending inputs, kept -----------------------------------------------------------------
+# `InputsTx.pending_of`: read once per transaction, appended to by the inputs it adds in order, forgotten
+# by anything else that changes them. conftest checks every answer against a read, in every test.
+
+
+async def test_a_works_pending_inputs_are_read_once_and_kept_through_its_own_adds(rt: Runtime) -> None:
+    """Catches: an added input missing from the kept list, one added out of acceptance order appended
+    at the end, a consumption or a rolled-back add still answered (conftest's check fails each), and a
+    list read again after each add in order (the reads counted here)."""
+    work_id = await a_work(rt)
+    earlier = await rt.publish(EventIn(source="shop", delivery_id="d-e", type="other", scope="elsewhere"))
+    offers = [EventIn(source="shop", delivery_id=f"d-p{i}", type="order.paid", scope=SCOPE) for i in range(4)]
+    reads: list[int] = []
+
+    def adds(tx: Tx, now_ms: int) -> list[tuple[str, ...]]:
+        seen: list[tuple[str, ...]] = []
+        all_rows = tx._all
+
+        def counted(sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+            if sql == WORK_PENDING_SEQ:
+                reads.append(len(seen))
+            return all_rows(sql, params)
+
+        tx._all = counted  # type: ignore[method-assign]
+        reads.clear()  # a batch run again with savepoints (the one below rolls back) counts anew
+        events = [accept_in_tx(tx, now_ms, offer, CausalLimits()) for offer in offers]
+        seen.append(tx.pending_of(work_id))
+        for event in events[:2]:
+            tx.add_input(work_id, event.id, event.seq)
+            seen.append(tx.pending_of(work_id))
+        try:
+            with tx.savepoint():
+                tx.add_input(work_id, events[2].id, events[2].seq)
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        seen.append(tx.pending_of(work_id))
+        tx.consume_if_pending(work_id, events[0].id, "ex_none")
+        seen.append(tx.pending_of(work_id))
+        tx.add_input(work_id, events[3].id, events[3].seq)
+        seen.append(tx.pending_of(work_id))
+        tx.add_input(work_id, earlier.id, earlier.seq)  # older than the newest pending: out of order
+        seen.append(tx.pending_of(work_id))
+        return [tuple(e.id for e in events), *seen]
+
+    ids, *seen = await storage_of(rt).submit(adds)
+    (first,) = seen[0]
+    assert seen[1:4] == [(first, ids[0]), (first, ids[0], ids[1]), (first, ids[0], ids[1])]
+    assert seen[4:] == [(first, ids[1]), (first, ids[1], ids[3]), (first, earlier.id, ids[1], ids[3])]
+    caches = storage_of(rt).store.dialect.caches_reads
+    # read at the start, after the rollback, the consumption and the add out of order (on SQLite)
+    assert reads == ([0, 3, 4, 6] if caches else list(range(len(seen)))), reads
+
+
+async def test_pending_inputs_kept_wrong_fail_the_suites_check(rt: Runtime) -> None:
+    """conftest's `checked_pending` compares every kept answer with a read: a wrong one fails."""
+    work_id = await a_work(rt)
+
+    def keep_wrong(tx: Tx, now_ms: int) -> None:
+        tx._pending[work_id] = (("ev_nothing",), 1)
+        tx.pending_inputs(work_id)
+
+    with pytest.raises(AssertionError, match="not what a read answers"):
+        await storage_of(rt).submit(keep_wrong)

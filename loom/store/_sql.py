@@ -151,6 +151,7 @@ def _sql_set(states: tuple[enum.Enum, ...]) -> str:
 LIVE = _sql_set(LIVE_EXECUTION_STATES)
 OPEN_INTENTS = _sql_set(OPEN_INTENT_STATUSES)
 WORK_PENDING = f"SELECT event_id FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
+WORK_PENDING_SEQ = f"SELECT event_id, seq FROM work_inputs WHERE work_id = ? AND state = '{InputState.PENDING.value}' ORDER BY seq"
 WORK_LIVE_EXECUTION = f"SELECT id, state FROM executions WHERE work_id = ? AND state IN {LIVE}"
 WORK_OPEN_WAIT = "SELECT id FROM waits WHERE work_id = ? AND state IN ('active', 'blocked')"
 # the same, for every Work of a page (``{page}``: a query of the page's ids, which the caller fills in)

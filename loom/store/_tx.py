@@ -15,24 +15,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..records.errors import IllegalTransition
 from ..records.events import DiagnosticKind, Event, KVEntry
 from ..records.notices import WorkSettled
 from ..records.timers import Timer, TimerState
-from ..records.work import (
-    INPUT_LIFECYCLE,
-    WORK_LIFECYCLE,
-    Checkpoint,
-    InputState,
-    Work,
-    WorkState,
-)
+from ..records.work import WORK_LIFECYCLE, Checkpoint, Work, WorkState
 from . import _sql
 from ._tx_admission import AdmissionTx
 from ._tx_base import MISSING
 from ._tx_budgets import BudgetsTx
 from ._tx_compaction import CompactionTx
 from ._tx_executions import ExecutionsTx
+from ._tx_inputs import InputsTx
 from ._tx_subscriptions import SubscriptionsTx
 from ._tx_timers import TimersTx
 from ._tx_tombstones import TombstonesTx
@@ -56,7 +49,15 @@ _WORK_FIELDS = frozenset(
 
 
 class Tx(
-    ExecutionsTx, WaitsTx, TimersTx, BudgetsTx, SubscriptionsTx, AdmissionTx, CompactionTx, TombstonesTx
+    ExecutionsTx,
+    InputsTx,
+    WaitsTx,
+    TimersTx,
+    BudgetsTx,
+    SubscriptionsTx,
+    AdmissionTx,
+    CompactionTx,
+    TombstonesTx,
 ):
     """The data-access object of one open transaction (see the module docstring)."""
 
@@ -261,8 +262,7 @@ class Tx(
         row = self._one(_sql.work_with_parts(self.dialect.json_pairs), (work_id,))
         if row is None:
             return self.keep("work", work_id, None)  # type: ignore[no-any-return]
-        pending = tuple(r[0] for r in self._all(_sql.WORK_PENDING, (work_id,)))
-        return self.keep("work", work_id, _sql.work_from_parts(row, pending))  # type: ignore[no-any-return]
+        return self.keep("work", work_id, _sql.work_from_parts(row, self.pending_of(work_id)))  # type: ignore[no-any-return]
 
     def work_scope_kind(self, work_id: str) -> tuple[str, str | None] | None:
         """A Work's scope and kind alone (its whole row and its pending inputs are read only when needed)."""
@@ -424,57 +424,6 @@ class Tx(
 
     # -- inputs ---------------------------------------------------------------
 
-    def add_input(self, work_id: str, event_id: str, seq: int) -> None:
-        self._conn.execute(
-            "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (work_id, event_id, seq, InputState.PENDING.value),
-        )
-        self.touch(work_id)
-
-    def input_state(self, work_id: str, event_id: str) -> InputState | None:
-        row = self._one(
-            "SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id)
-        )
-        return InputState(row[0]) if row else None
-
-    def consume_if_pending(self, work_id: str, event_id: str, execution_id: str) -> bool:
-        """Mark an input consumed by ``execution_id`` if it is pending (the one move out of pending
-        its lifecycle allows here), in one statement; whether it was."""
-        cur = self._conn.execute(
-            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
-            (InputState.CONSUMED.value, execution_id, work_id, event_id, InputState.PENDING.value),
-        )
-        if cur.rowcount != 1:
-            return False
-        self.touch(work_id)
-        return True
-
-    def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
-        """Mark a pending input consumed by ``execution_id`` (checked against the input lifecycle)."""
-        state = self.input_state(work_id, event_id)
-        if state is None:
-            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
-        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.CONSUMED)
-        cur = self._conn.execute(
-            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
-            (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
-        )
-        self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
-        self.touch(work_id)
-
-    def drop_input(self, work_id: str, event_id: str) -> None:
-        """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
-        state = self.input_state(work_id, event_id)
-        if state is None:
-            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
-        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.DROPPED)
-        cur = self._conn.execute(
-            "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
-            (InputState.DROPPED.value, work_id, event_id, state.value),
-        )
-        self._written(cur, f"input {event_id}", state, InputState.DROPPED)
-        self.touch(work_id)
-
     def armed_timers_of_work(self, work_id: str) -> list[Timer]:
         """Armed timers that an attempt of ``work_id`` armed (deadlines and derived timers)."""
         rows = self._all(
@@ -495,6 +444,3 @@ class Tx(
         )
         self._conn.execute("DELETE FROM checkpoints WHERE seq = ?", (cp.seq,))
         self._routed_through = None
-
-    def pending_inputs(self, work_id: str) -> list[str]:
-        return [r[0] for r in self._all(_sql.WORK_PENDING, (work_id,))]

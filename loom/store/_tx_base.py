@@ -47,6 +47,9 @@ class TxBase:
         self._unrouted: set[str] = set()
         """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
         self._kv: dict[tuple[str, str], Any] = {}
+        self._pending: dict[str, tuple[tuple[str, ...], int | None]] = {}
+        """Works' pending inputs as this transaction read and wrote them, each with the newest one's
+        sequence (`InputsTx.pending_of`)."""
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
         """Open waits watching a key, as this transaction read them, until it writes a wait
@@ -203,6 +206,7 @@ class _Savepoint:
                 tx._events.clear()
                 tx._unrouted.clear()
                 tx._kv.clear()
+                tx._pending.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
                 tx._routed_through = tx._max_seq = None

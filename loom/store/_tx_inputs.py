@@ -1,0 +1,93 @@
+"""The inputs part of `Tx`: a Work's inputs, and its pending ones as this transaction knows them.
+
+A standing Work's pending inputs can be many (Events queue while its attempt runs), and routing reads
+the Work for every Event it routes to it: read each time, they would cost in proportion to the queue,
+so a burst of Events would cost its square. A transaction alone on the database reads them once and
+keeps them (`pending_of`): an input added after the newest pending one is appended, and anything else
+that moves an input out of pending, or adds one out of order, forgets the Work's (read again when
+asked). A savepoint rolled back forgets them all.
+"""
+
+from __future__ import annotations
+
+from ..records.errors import IllegalTransition
+from ..records.work import INPUT_LIFECYCLE, InputState
+from . import _sql
+from ._tx_base import TxBase
+
+
+class InputsTx(TxBase):
+    def pending_of(self, work_id: str) -> tuple[str, ...]:
+        """The Work's pending inputs' Event ids, in acceptance order (see the module docstring)."""
+        kept = self._pending.get(work_id)
+        if kept is not None:
+            return kept[0]
+        rows = self._all(_sql.WORK_PENDING_SEQ, (work_id,))
+        pending = tuple(row[0] for row in rows)
+        if self._caching:
+            self._pending[work_id] = (pending, rows[-1][1] if rows else None)
+        return pending
+
+    def pending_inputs(self, work_id: str) -> list[str]:
+        return list(self.pending_of(work_id))
+
+    def add_input(self, work_id: str, event_id: str, seq: int) -> None:
+        cur = self._conn.execute(
+            "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (work_id, event_id, seq, InputState.PENDING.value),
+        )
+        self.touch(work_id)
+        kept = self._pending.get(work_id)
+        if kept is None or cur.rowcount != 1:
+            return  # none kept, or the input was there already (pending or not: nothing changed)
+        pending, newest = kept
+        if newest is None or seq > newest:
+            self._pending[work_id] = ((*pending, event_id), seq)
+        else:
+            del self._pending[work_id]
+
+    def input_state(self, work_id: str, event_id: str) -> InputState | None:
+        row = self._one(
+            "SELECT state FROM work_inputs WHERE work_id = ? AND event_id = ?", (work_id, event_id)
+        )
+        return InputState(row[0]) if row else None
+
+    def consume_if_pending(self, work_id: str, event_id: str, execution_id: str) -> bool:
+        """Mark an input consumed by ``execution_id`` if it is pending (the one move out of pending
+        its lifecycle allows here), in one statement; whether it was."""
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.CONSUMED.value, execution_id, work_id, event_id, InputState.PENDING.value),
+        )
+        if cur.rowcount != 1:
+            return False
+        self.touch(work_id)
+        return True
+
+    def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
+        """Mark a pending input consumed by ``execution_id`` (checked against the input lifecycle)."""
+        state = self.input_state(work_id, event_id)
+        if state is None:
+            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
+        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.CONSUMED)
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
+        )
+        self._pending.pop(work_id, None)
+        self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
+        self.touch(work_id)
+
+    def drop_input(self, work_id: str, event_id: str) -> None:
+        """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
+        state = self.input_state(work_id, event_id)
+        if state is None:
+            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
+        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.DROPPED)
+        cur = self._conn.execute(
+            "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
+            (InputState.DROPPED.value, work_id, event_id, state.value),
+        )
+        self._pending.pop(work_id, None)
+        self._written(cur, f"input {event_id}", state, InputState.DROPPED)
+        self.touch(work_id)
