@@ -61,6 +61,7 @@ class InputsTx(TxBase):
         )
         if cur.rowcount != 1:
             return False
+        self._pending.pop(work_id, None)
         self.touch(work_id)
         return True
 
