@@ -610,3 +610,29 @@ async def test_nodes_compacting_at_once_divide_the_work_and_remove_each_row_once
         assert (await a.store_size()).rows["events"] == 0
         for n in range(60):
             assert (await b.publish(order(f"d-{n}", key=f"o/{n}", type="nobody.listens"))).compacted
+
+
+async def test_a_sweep_takes_each_step_once_round_and_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows a step keeps stay at its head, so its rounds alternate a full page and an end; two such steps
+    out of step never end a round in the same pass. The sweep tells each pass which steps went round
+    already (`CompactRequest.finished`), and ends once both have. Catches: a sweep that does not pass
+    them on (here it runs until the stand-in gives up, 50 passes)."""
+    from loom.actors import compactor
+    from loom.kernel.compaction import CompactPass, CompactRequest
+
+    asked: list[frozenset[str]] = []
+
+    def two_steps_out_of_step(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
+        asked.append(req.finished)
+        n = len(asked)
+        ended = {"attempts": n % 2 == 0, "events": n % 2 == 1}  # never both in one pass
+        ran = [step for step in ended if step not in req.finished]
+        more = n < 50 and any(not ended[step] for step in ran)
+        report = CompactionReport(kept=1, more=more, dry_run=req.dry_run)
+        return CompactPass(report=report, cursors={}, finished=frozenset(s for s in ran if ended[s]))
+
+    monkeypatch.setattr(compactor, "compact_in_tx", two_steps_out_of_step)
+    async with loom.open_runtime(":memory:", load_entry_points=False, actors=()) as rt:
+        report = await compactor.sweep(storage_of(rt), loom.Config(), {}, limit=10, dry_run=True)
+    assert asked == [frozenset(), frozenset({"events"})]
+    assert report.kept == 2

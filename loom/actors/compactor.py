@@ -51,20 +51,24 @@ async def sweep(
     dry_run: bool = False,
     sole: bool = True,
 ) -> CompactionReport:
-    """Compaction passes until no step has a full page (a dry run carries its cursors itself and writes
-    nothing); first, the executors forget the logs whose retention passed, so their attempts may go in
+    """Compaction passes until each step went once through its rows (`CompactRequest.finished`) and no
+    expiry had a full page (a dry run carries its cursors itself and writes nothing); first, the executors forget the logs whose retention passed, so their attempts may go in
     the same sweep. Returns what it removed, summed."""
     report = CompactionReport(dry_run=dry_run)
     if not dry_run:
         report += CompactionReport(logs=await forget_logs(storage, config, executors, limit=limit, sole=sole))
         await storage.submit(raise_watermark_in_tx)
     cursors: dict[str, Any] | None = None
+    finished: frozenset[str] = frozenset()
     while True:
         started, committed = trio.current_time(), storage.stats.requests
-        request = CompactRequest(config=config, limit=limit, dry_run=dry_run, cursors=cursors)
+        request = CompactRequest(
+            config=config, limit=limit, dry_run=dry_run, cursors=cursors, finished=finished
+        )
         done: CompactPass = await storage.submit(compact_in_tx, request)
         report += done.report
         cursors = done.cursors
+        finished |= done.finished
         if not done.report.more:
             return report
         busy = storage.stats.requests - committed > 1  # others committed while this pass ran

@@ -72,6 +72,10 @@ class CompactRequest:
     """Decide and count, write nothing (not even the cursors: the caller carries them in ``cursors``)."""
     cursors: Mapping[str, Any] | None = None
     """A dry run's cursors, from its previous pass (``None``: from the start)."""
+    finished: frozenset[str] = frozenset()
+    """Steps that went once through their rows in this sweep: not taken again. Rows a step keeps stay
+    at its head, so a step taken at every pass would find a full page of them again at each second
+    round: a sweep goes through each step's rows once, and ends."""
 
 
 @attrs.frozen(kw_only=True)
@@ -79,6 +83,8 @@ class CompactPass:
     report: CompactionReport
     cursors: dict[str, Any]
     """Where each step stands after this pass."""
+    finished: frozenset[str] = frozenset()
+    """Steps whose page in this pass was their last (their cursor is back at the start)."""
 
 
 @attrs.define
@@ -132,13 +138,12 @@ def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
     stored = dict(req.cursors or {}) if req.dry_run else _stored_cursors(tx)
     cursors.update({step: value for step, value in stored.items() if step in _START})
     run = _Pass(tx, now_ms, req)
-    cursors["attempts"] = _attempts(run, cursors["attempts"])
-    cursors["works"] = _works(run, cursors["works"])
-    cursors["timers"] = _timers(run, cursors["timers"])
-    cursors["firings"] = _firings(run, cursors["firings"])
-    cursors["events"] = _events(run, cursors["events"])
-    cursors["ledgers"] = _ledgers(run, cursors["ledgers"])
-    cursors["rejections"] = _rejections(run, cursors["rejections"])
+    finished: set[str] = set()
+    for step, take in _STEPS.items():
+        if step not in req.finished:
+            cursors[step] = take(run, cursors[step])
+            if cursors[step] == _START[step]:
+                finished.add(step)
     if not (req.dry_run and req.cursors is not None):
         _expiry(run)  # (a dry run counts its one page at its first pass: nothing moves its head)
     released = 0
@@ -156,7 +161,7 @@ def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
     )
     if not req.dry_run and report.removed:
         tx.notify(Compacted(report=report))
-    return CompactPass(report=report, cursors=cursors)
+    return CompactPass(report=report, cursors=cursors, finished=frozenset(finished))
 
 
 def _stored_cursors(tx: Tx) -> dict[str, Any]:
@@ -314,6 +319,18 @@ def _rejections(run: _Pass, cursor: list[Any]) -> list[Any]:
     if due and not run.req.dry_run:
         run.tx.kv_delete(REJECTIONS_NAMESPACE, due)
     return [rows[-1][0]] if run.page(len(rows)) else _START["rejections"]
+
+
+_STEPS = {
+    "attempts": _attempts,
+    "works": _works,
+    "timers": _timers,
+    "firings": _firings,
+    "events": _events,
+    "ledgers": _ledgers,
+    "rejections": _rejections,
+}
+"""The steps with a cursor, in the order a pass takes them."""
 
 
 def window_end_ms(window: str) -> int | None:

@@ -199,7 +199,7 @@ class Passes(RuntimeBase):
         """One compaction sweep now (what the compaction actor does at each wake): executors forget the
         logs whose ``attempt_logs`` retention passed, then passes of up to ``limit`` rows per kind of
         row, each one short transaction, remove what ended once its retention passed and nothing refers
-        to any more, until no page is full. Returns what it removed.
+        to any more, until each kind of row was gone through once. Returns what it removed.
 
         With ``dry_run`` nothing is written (not even the cursors): the report says what the sweep would
         remove now, counted as if each pass removed nothing before the next (docs/operations.md)."""
