@@ -13,7 +13,7 @@ import pytest
 from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 
 from loom.store import SQLiteStore, Tx, _sql
-from loom.store._tx_base import TxBase
+from loom.store._tx_base import MISSING, TxBase
 from loom.store._tx_inputs import InputsTx
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
@@ -53,13 +53,34 @@ def checked_pending(tx: InputsTx, work_id: str) -> tuple[str, ...]:
 PENDING_OF = InputsTx.pending_of
 
 
+def checked_recall(tx: TxBase, kind: str, key: str) -> object:
+    """`TxBase.recall`, checked: a Work or its admission facts answered from what the transaction kept
+    are what a read answers now."""
+    record = RECALL(tx, kind, key)
+    if record is not MISSING and kind in ("work", "facts") and isinstance(tx, Tx):
+        caching, tx._caching = tx._caching, False
+        try:
+            read = tx.work(key) if kind == "work" else tx.admission_facts(key)
+        finally:
+            tx._caching = caching
+        assert record == read, (
+            f"a {kind} kept by the transaction is not what a read answers: {record} != {read}"
+        )
+    return record
+
+
+RECALL = TxBase.recall
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every record a procedure derives from what it wrote (`TxBase.known`), and every Work's pending
-    inputs a transaction kept (`InputsTx.pending_of`), in every test here, are checked against a read of
-    the store (tests/test_tx_reads.py shows each check fails a wrong one)."""
+    """Every record a procedure derives from what it wrote (`TxBase.known`), every Work and admission
+    facts a transaction answers from what it kept (`TxBase.recall`), and every Work's pending inputs it
+    kept (`InputsTx.pending_of`), in every test here, are checked against a read of the store
+    (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
+    monkeypatch.setattr(TxBase, "recall", checked_recall)
 
 
 @pytest.fixture

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import attrs
+
 from ..config import CausalLimits
 from ..records.core_events import BUDGET_EXCEEDED, BUDGET_WARNING, CORE_SOURCE, WORK_CREATED
 from ..records.errors import Conflict, NotFound
@@ -337,7 +339,14 @@ def _deliver(
         fallback_reason=fallback_reason,
     )
     if not created:
-        tx.update_work(work.id, now_ms)
+        revision = tx.update_work(work.id, now_ms)
+        if not new_keys and live is None:
+            # the Work as this routing wrote it: the start that follows, and the next Event routed to
+            # it in this transaction, read it from here
+            now = attrs.evolve(
+                work, revision=revision, updated_at_ms=now_ms, pending_inputs=tx.pending_of(work.id)
+            )
+            tx.known("work", work.id, now)
     tx.notify(WorkChanged(work_id=work.id))
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
 

@@ -85,6 +85,7 @@ class Tx(
         """Insert an immutable Event; return its sequence (strictly increasing). With ``if_new``: only if
         no Event or tombstone holds its delivery identity (``None``: one does; `_sql.INSERT_NEW_EVENT`)."""
         self._ordered()
+        kept = self._caching and self._reads_current()
         row = self._conn.execute(
             _sql.INSERT_NEW_EVENT if if_new else _sql.INSERT_EVENT,
             (
@@ -109,6 +110,10 @@ class Tx(
             assert if_new, "an insert returned no sequence"
             return None
         seq = int(row[0])
+        if kept:
+            # a new Event changes no record `recall` keeps (an Event's own routing is read only once
+            # it exists): what was read before it still answers
+            self._reads_at = self.dialect.changes(self._conn)
         if self._max_seq is not None:
             self._max_seq = max(self._max_seq, seq)
         return seq
