@@ -27,7 +27,9 @@ FreshStore = Callable[[str], str]
 
 def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
     """`TxBase.known`, checked: the record a procedure made from its own writes is what a read answers."""
-    if kind == "work" and isinstance(tx, Tx):
+    if kind == "work" and isinstance(tx, Tx) and tx._caching:
+        # (only a transaction alone on its database keeps it: on a shared one another node's commit
+        # may have changed the Work since it was read, and every read goes to the database)
         caching, tx._caching = tx._caching, False
         try:
             read = tx.work(key)

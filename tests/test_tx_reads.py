@@ -244,6 +244,9 @@ async def test_a_work_made_wrong_from_the_writes_fails_the_suites_check(rt: Runt
         assert work is not None
         tx.known("work", work_id, attrs.evolve(work, revision=work.revision + 1))
 
+    if not storage_of(rt).store.dialect.caches_reads:
+        await storage_of(rt).submit(know_wrong)  # kept nowhere (every read goes to the database)
+        return
     with pytest.raises(AssertionError, match="not what a read answers"):
         await storage_of(rt).submit(know_wrong)
 
