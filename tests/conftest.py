@@ -42,6 +42,16 @@ def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
 KNOWN = TxBase.known
 
 
+def checked_known_lazily(tx: TxBase, kind: str, key: str, make: Callable[[], object]) -> None:
+    """`TxBase.known_lazily`, checked as `checked_known` (the record made at once: a read made before
+    a row changes answers what it would make then)."""
+    checked_known(tx, kind, key, make())
+    KNOWN_LAZILY(tx, kind, key, make)
+
+
+KNOWN_LAZILY = TxBase.known_lazily
+
+
 def checked_pending(tx: InputsTx, work_id: str) -> tuple[str, ...]:
     """`InputsTx.pending_of`, checked: the pending inputs a transaction kept are what a read answers."""
     kept = PENDING_OF(tx, work_id)
@@ -81,6 +91,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     kept (`InputsTx.pending_of`), in every test here, are checked against a read of the store
     (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
+    monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
 

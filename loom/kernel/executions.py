@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -449,11 +450,7 @@ def record_outcome_in_tx(
     )
     revision = tx.set_work_state(work, next_state, now_ms)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
-        pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
-        now = attrs.evolve(
-            work, state=next_state, revision=revision, updated_at_ms=now_ms, pending_inputs=pending
-        )
-        tx.known("work", work.id, attrs.evolve(now, current_execution_id=None, execution_state=None))
+        tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
     tx.notify(WorkChanged(work_id=work.id))
     if isinstance(outcome, Failed):
         apply_failure_in_tx(
@@ -466,6 +463,13 @@ def record_outcome_in_tx(
             rate_limited=outcome.rate_limited,
         )
     return work.id
+
+
+def _ended(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
+    """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
+    pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
+    now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
+    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
 
 
 def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -> bool:

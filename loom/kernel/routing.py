@@ -343,10 +343,13 @@ def _deliver(
         if not new_keys and live is None:
             # the Work as this routing wrote it: the start that follows, and the next Event routed to
             # it in this transaction, read it from here
-            now = attrs.evolve(
-                work, revision=revision, updated_at_ms=now_ms, pending_inputs=tx.pending_of(work.id)
+            tx.known_lazily(
+                "work",
+                work.id,
+                lambda: attrs.evolve(
+                    work, revision=revision, updated_at_ms=now_ms, pending_inputs=tx.pending_of(work.id)
+                ),
             )
-            tx.known("work", work.id, now)
     tx.notify(WorkChanged(work_id=work.id))
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
@@ -18,6 +18,17 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+
+
+class _Lazy:
+    """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
 """`TxBase.recall` found nothing it may answer."""
 
 
@@ -108,7 +119,10 @@ class TxBase:
         A read that misses keeps its answer with `keep`."""
         if not self._caching or not self._reads_current():
             return MISSING
-        return self._reads.get((kind, key), MISSING)
+        record = self._reads.get((kind, key), MISSING)
+        if type(record) is _Lazy:
+            record = self._reads[kind, key] = record.make()
+        return record
 
     def keep(self, kind: str, key: str, record: Any) -> Any:
         """Keep what a read just answered (right after `recall` missed: no row changed between)."""
@@ -122,6 +136,14 @@ class TxBase:
         if self._caching:
             self._reads_current()
             self._reads[kind, key] = record
+
+    def known_lazily(self, kind: str, key: str, make: Callable[[], Any]) -> None:
+        """`known`, with the record made by ``make`` only if a read asks for it before a row changes
+        (most such records are never read: making each would cost more than the reads it saves).
+        ``make`` depends only on this transaction's state, which no read changes."""
+        if self._caching:
+            self._reads_current()
+            self._reads[kind, key] = _Lazy(make)
 
     def _reads_current(self) -> bool:
         """Whether the records kept still answer: no row changed since they were kept. When one did,
