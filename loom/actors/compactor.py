@@ -52,8 +52,9 @@ async def sweep(
     sole: bool = True,
 ) -> CompactionReport:
     """Compaction passes until each step went once through its rows (`CompactRequest.finished`) and no
-    expiry had a full page (a dry run carries its cursors itself and writes nothing); first, the executors forget the logs whose retention passed, so their attempts may go in
-    the same sweep. Returns what it removed, summed."""
+    expiry had a full page (a dry run carries its cursors itself and writes nothing); first, the
+    executors forget the logs whose retention passed, so their attempts may go in the same sweep.
+    Returns what it removed, summed."""
     report = CompactionReport(dry_run=dry_run)
     if not dry_run:
         report += CompactionReport(logs=await forget_logs(storage, config, executors, limit=limit, sole=sole))

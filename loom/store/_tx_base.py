@@ -18,6 +18,7 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+"""`TxBase.recall` found nothing it may answer."""
 
 
 class _Lazy:
@@ -27,9 +28,6 @@ class _Lazy:
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self.make = make
-
-
-"""`TxBase.recall` found nothing it may answer."""
 
 
 class TxBase:
@@ -58,10 +56,10 @@ class TxBase:
         self._unrouted: set[str] = set()
         """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
         self._kv: dict[tuple[str, str], Any] = {}
+        """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         self._pending: dict[str, tuple[tuple[str, ...], int | None]] = {}
         """Works' pending inputs as this transaction read and wrote them, each with the newest one's
         sequence (`InputsTx.pending_of`)."""
-        """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
         """Open waits watching a key, as this transaction read them, until it writes a wait
         (`WaitsTx.open_waits_on_key`)."""
