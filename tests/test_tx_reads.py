@@ -647,7 +647,8 @@ async def test_a_work_routed_to_is_answered_as_routing_wrote_it(rt: Runtime) -> 
 
 
 async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
-    """conftest's `checked_recall` compares every Work answered from what was kept with a read."""
+    """conftest's `checked_recall` compares every Work and admission facts answered from what was kept
+    with a read."""
     work_id = await a_work(rt)
 
     def keep_wrong(tx: Tx, now_ms: int) -> bool:
@@ -657,9 +658,18 @@ async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
         again = tx.work(work_id)
         return again is not None and again.revision == work.revision
 
+    def keep_wrong_facts(tx: Tx, now_ms: int) -> bool:
+        facts = tx.admission_facts(work_id)
+        assert facts is not None
+        tx._reads["facts", work_id] = attrs.evolve(facts, held=not facts.held)
+        return tx.admission_facts(work_id) == facts
+
     if not storage_of(rt).store.dialect.caches_reads:
         # a shared database keeps nothing: every read goes to it, and the wrong record is never answered
         assert await storage_of(rt).submit(keep_wrong)
+        assert await storage_of(rt).submit(keep_wrong_facts)
         return
-    with pytest.raises(AssertionError, match="not what a read answers"):
+    with pytest.raises(AssertionError, match="a work kept by the transaction is not what a read answers"):
         await storage_of(rt).submit(keep_wrong)
+    with pytest.raises(AssertionError, match="a facts kept by the transaction is not what a read answers"):
+        await storage_of(rt).submit(keep_wrong_facts)
