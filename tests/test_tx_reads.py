@@ -24,6 +24,7 @@ from loom import (
     Deliver,
     EventIn,
     ExecutionState,
+    Lease,
     ManualClock,
     Runtime,
     open_runtime,
@@ -39,7 +40,7 @@ from loom.plugins.handlers import work_id_for_key
 from loom.records.work import Policy, Unmatched
 from loom.store import Tx
 from loom.store._sql import WORK_PENDING_SEQ
-from loom.testing import T0_MS
+from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
 
@@ -356,21 +357,24 @@ RUN = Config.from_dict({
 })  # fmt: skip
 
 
+async def launched_attempt(driver: Driver) -> tuple[str, Lease]:
+    """A Work's first attempt, launched (and held) by the fake executor: the Work's id and the lease."""
+    await driver.runtime.publish(EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k"))
+    work_id = work_id_for_key("acme", "k")
+
+    async def launched() -> bool:
+        return bool(driver.fake.launches_of(work_id))
+
+    await driver.until(launched, "the attempt's launch")
+    return work_id, driver.fake.launches_of(work_id)[0].lease
+
+
 async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_drivers: DriverFactory) -> None:
     """An attempt's read also keeps its lease token and its segment's clock for the fenced call that
     asks for them next. Catches: a token answered from that read after the attempt was written (a
     stale token would pass a fenced call the store refuses)."""
     async with loom_drivers(config=RUN) as driver:
-        await driver.runtime.publish(
-            EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k")
-        )
-        work_id = work_id_for_key("acme", "k")
-
-        async def launched() -> bool:
-            return bool(driver.fake.launches_of(work_id))
-
-        await driver.until(launched, "the attempt's launch")
-        lease = driver.fake.launches_of(work_id)[0].lease
+        _, lease = await launched_attempt(driver)
         seen: list[object] = []
 
         def reads(tx: Tx, now_ms: int) -> None:
@@ -392,37 +396,19 @@ async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers
     next start it chains reads no Work (`record_outcome_in_tx`). Catches: the completion no longer
     telling it (the read after it is a query on SQLite); conftest's check catches a Work told wrong."""
     async with loom_drivers(config=RUN) as driver:
-        await driver.runtime.publish(
-            EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k")
-        )
-        work_id = work_id_for_key("acme", "k")
+        work_id, lease = await launched_attempt(driver)
 
-        async def launched() -> bool:
-            return bool(driver.fake.launches_of(work_id))
-
-        await driver.until(launched, "the attempt's launch")
-        lease = driver.fake.launches_of(work_id)[0].lease
-        reads: list[str] = []
-
-        def complete_then_read(tx: Tx, now_ms: int) -> object:
+        def complete_then_read(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
             record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
-            keep = tx.keep
-
-            def counted(kind: str, key: str, record: object) -> object:
-                # conftest's checks read with caching off: those are not the procedure's reads
-                if tx._caching or not tx.dialect.caches_reads:
-                    reads.append(kind)
-                return keep(kind, key, record)
-
-            tx.keep = counted  # type: ignore[method-assign]
+            reads = counting_work_reads(tx)
             work = tx.work(work_id)
             assert work is not None
-            return work.state
+            return work.state, reads
 
-        state = await storage_of(driver.runtime).submit(complete_then_read)
+        state, reads = await storage_of(driver.runtime).submit(complete_then_read)
         assert state == "completed"
         caches = storage_of(driver.runtime).store.dialect.caches_reads
-        assert reads.count("work") == (0 if caches else 1), "the Work was read again after its completion"
+        assert len(reads) == (0 if caches else 1), "the Work was read again after its completion"
 
 
 # -- what a transaction knows routed -------------------------------------------------------------

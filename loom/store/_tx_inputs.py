@@ -67,28 +67,22 @@ class InputsTx(TxBase):
 
     def consume_input(self, work_id: str, event_id: str, execution_id: str) -> None:
         """Mark a pending input consumed by ``execution_id`` (checked against the input lifecycle)."""
-        state = self.input_state(work_id, event_id)
-        if state is None:
-            raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
-        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.CONSUMED)
-        cur = self._conn.execute(
-            "UPDATE work_inputs SET state = ?, execution_id = ? WHERE work_id = ? AND event_id = ? AND state = ?",
-            (InputState.CONSUMED.value, execution_id, work_id, event_id, state.value),
-        )
-        self._pending.pop(work_id, None)
-        self._written(cur, f"input {event_id}", state, InputState.CONSUMED)
-        self.touch(work_id)
+        self._leave_pending(work_id, event_id, InputState.CONSUMED, execution_id)
 
     def drop_input(self, work_id: str, event_id: str) -> None:
         """Mark a pending input dropped (a ``drop`` error fallback), checked against the input lifecycle."""
+        self._leave_pending(work_id, event_id, InputState.DROPPED, None)
+
+    def _leave_pending(self, work_id: str, event_id: str, new: InputState, execution_id: str | None) -> None:
         state = self.input_state(work_id, event_id)
         if state is None:
             raise IllegalTransition(f"input {event_id} of work {work_id}: no such input")
-        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, InputState.DROPPED)
+        INPUT_LIFECYCLE.check(f"{event_id} of work {work_id}", state, new)
         cur = self._conn.execute(
-            "UPDATE work_inputs SET state = ? WHERE work_id = ? AND event_id = ? AND state = ?",
-            (InputState.DROPPED.value, work_id, event_id, state.value),
+            "UPDATE work_inputs SET state = ?, execution_id = coalesce(?, execution_id)"
+            " WHERE work_id = ? AND event_id = ? AND state = ?",
+            (new.value, execution_id, work_id, event_id, state.value),
         )
         self._pending.pop(work_id, None)
-        self._written(cur, f"input {event_id}", state, InputState.DROPPED)
+        self._written(cur, f"input {event_id}", state, new)
         self.touch(work_id)
