@@ -25,17 +25,26 @@ FreshStore = Callable[[str], str]
 """``fresh_store(name)``: the location of a new, empty, migrated store (a path or a URL)."""
 
 
+READERS: dict[str, Callable[[Tx, str], object]] = {
+    "work": Tx.work,
+    "facts": Tx.admission_facts,
+    "execution_state": Tx.execution_state,
+    "execution": Tx.execution,
+}
+"""How each kind of record a transaction keeps is read afresh (with its keeping turned off)."""
+
+
 def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
     """`TxBase.known`, checked: the record a procedure made from its own writes is what a read answers."""
-    if kind == "work" and isinstance(tx, Tx) and tx._caching:
+    if kind in READERS and isinstance(tx, Tx) and tx._caching:
         # (only a transaction alone on its database keeps it: on a shared one another node's commit
         # may have changed the Work since it was read, and every read goes to the database)
         caching, tx._caching = tx._caching, False
         try:
-            read = tx.work(key)
+            read = READERS[kind](tx, key)
         finally:
             tx._caching = caching
-        assert record == read, f"a Work made from its writes is not what a read answers: {record} != {read}"
+        assert record == read, f"a {kind} made from its writes is not what a read answers: {record} != {read}"
     KNOWN(tx, kind, key, record)
 
 
@@ -69,10 +78,10 @@ def checked_recall(tx: TxBase, kind: str, key: str) -> object:
     """`TxBase.recall`, checked: a Work or its admission facts answered from what the transaction kept
     are what a read answers now."""
     record = RECALL(tx, kind, key)
-    if record is not MISSING and kind in ("work", "facts") and isinstance(tx, Tx):
+    if record is not MISSING and kind in READERS and isinstance(tx, Tx):
         caching, tx._caching = tx._caching, False
         try:
-            read = tx.work(key) if kind == "work" else tx.admission_facts(key)
+            read = READERS[kind](tx, key)
         finally:
             tx._caching = caching
         assert record == read, (

@@ -83,7 +83,9 @@ def settle_in_tx(tx: Tx, now_ms: int) -> None:
             tx.notify(WorkReady(work_id=work_id))
 
 
-def _startable(work_id: str, facts: AdmissionFacts) -> bool:
+def _startable(work_id: str, facts: AdmissionFacts | Work) -> bool:
+    """Whether the Work can start now, from its admission facts or the Work itself (the same fields)."""
+    has_pending = facts.has_pending if isinstance(facts, AdmissionFacts) else bool(facts.pending_inputs)
     return (
         start_refusal(
             work_id,
@@ -93,7 +95,7 @@ def _startable(work_id: str, facts: AdmissionFacts) -> bool:
             retry=facts.retry,
             execution_state=facts.execution_state,
             execution_id=None,
-            has_pending=facts.has_pending,
+            has_pending=has_pending,
         )
         is None
     )
@@ -304,12 +306,17 @@ def start_at_once_in_tx(
     here and no start gate must be asked first. ``None``: the ready queue decides, as for any Work
     (a refusal for its budget holds it, as the pass would). ``index``: this start's place among those
     one procedure makes with ``req`` (each lease token differs)."""
-    facts = tx.admission_facts(work_id)  # one indexed row: most Works routed to are running already
-    if facts is None or not _startable(work_id, facts):
-        return None
-    if capacity_pool(req.config, facts.scope) is not None:
-        return None
-    work = tx.work(work_id)
+    work = tx.kept_work(work_id)  # kept when this transaction just wrote it (a wake, a completion)
+    if work is not None:
+        if not _startable(work_id, work) or capacity_pool(req.config, work.scope) is not None:
+            return None
+    else:
+        facts = tx.admission_facts(work_id)  # one indexed row: most Works routed to are running already
+        if facts is None or not _startable(work_id, facts):
+            return None
+        if capacity_pool(req.config, facts.scope) is not None:
+            return None
+        work = tx.work(work_id)
     if work is None or claimable(work) is not None:
         return None
     if req.gated and not work.started and not work.released:

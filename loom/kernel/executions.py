@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -449,6 +448,7 @@ def record_outcome_in_tx(
         execution, state, token=None, outcome=json.dumps(outcome_json(outcome)), ended_at_ms=now_ms
     )
     revision = tx.set_work_state(work, next_state, now_ms)
+    tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
         tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
     tx.notify(WorkChanged(work_id=work.id))
@@ -468,8 +468,8 @@ def record_outcome_in_tx(
 def _ended(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
     """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
     pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
-    now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
-    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
+    now = {"state": state, "revision": revision, "updated_at_ms": now_ms, "pending_inputs": pending}
+    return attrs.evolve(work, **now, current_execution_id=None, execution_state=None)  # type: ignore[arg-type]
 
 
 def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -256,12 +257,22 @@ def wake_wait_in_tx(
     _disarm_timeout(tx, now_ms, wait, "its wait was woken")
     tx.end_subscriptions_of_wait(wait.id, SubscriptionState.WOKEN, f"its wait {wait.id} woke", now_ms)
     tx.add_input(work.id, event.id, event.seq)
-    if work.state is WorkState.WAITING:
-        tx.set_work_state(work, WorkState.READY, now_ms)
+    revision = tx.set_work_state(work, WorkState.READY, now_ms) if work.state is WorkState.WAITING else None
+    # the start that mostly follows in this transaction reads the Work again: tell it as woken
+    tx.known_lazily("work", work.id, lambda: _woken(tx, work, revision, now_ms))
     tx.notify(WorkChanged(work_id=work.id))
     return attrs.evolve(
         wait, state=WaitState.WOKEN, winner_event_id=event.id, bridge_event_id=bridge.id, woken_at_ms=now_ms
     )
+
+
+def _woken(tx: Tx, work: Work, revision: int | None, now_ms: int) -> Work:
+    """``work`` as its wait's wake wrote it: no open wait, the winner among its pending inputs, and ready
+    if it was waiting (``revision``: its state's write; ``None``: its row is as it was)."""
+    moved: dict[str, Any] = {}
+    if revision is not None:
+        moved = {"state": WorkState.READY, "revision": revision, "updated_at_ms": now_ms}
+    return attrs.evolve(work, **moved, wait_id=None, pending_inputs=tx.pending_of(work.id))
 
 
 def _disarm_timeout(tx: Tx, now_ms: int, wait: Wait, reason: str) -> None:

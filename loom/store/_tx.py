@@ -212,14 +212,14 @@ class Tx(
         row = self._one(_sql.BUCKET_COUNT, (root_id, minute))
         return int(row[0]) if row else 0
 
-    def charge_bucket(self, root_id: str, minute: int) -> int:
-        """Add one to a root's bucket for ``minute``; return the new count."""
+    def charge_bucket(self, root_id: str, minute: int) -> None:
+        """Add one to a root's bucket for ``minute`` (the count is not read back: the check before the
+        charge read it)."""
         self._conn.execute(
             "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
             " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1",
             (root_id, minute),
         )
-        return self.bucket_count(root_id, minute)
 
     # -- namespaced KV ----------------------------------------------------
 
@@ -268,6 +268,12 @@ class Tx(
         if row is None:
             return self.keep("work", work_id, None)  # type: ignore[no-any-return]
         return self.keep("work", work_id, _sql.work_from_parts(row, self.pending_of(work_id)))  # type: ignore[no-any-return]
+
+    def kept_work(self, work_id: str) -> Work | None:
+        """The Work as this transaction keeps it (read, or told, with no row changed since), without
+        reading it; ``None`` if it keeps none."""
+        known = self.recall("work", work_id)
+        return None if known is MISSING else known
 
     def work_scope_kind(self, work_id: str) -> tuple[str, str | None] | None:
         """A Work's scope and kind alone (its whole row and its pending inputs are read only when needed)."""

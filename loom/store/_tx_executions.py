@@ -86,14 +86,23 @@ class ExecutionsTx(TxBase):
         known = self.recall("execution", execution_id)
         if known is not MISSING:
             return known  # type: ignore[no-any-return]
+        row = self._execution_row(execution_id)
+        if row is None:
+            return None
+        execution: Execution = self.keep("execution", execution_id, _sql.execution_from_row(row))
+        return execution
+
+    def _execution_row(self, execution_id: str) -> tuple[Any, ...] | None:
+        """An attempt's row, read; the token and the segment's clock that ride along are kept (a fenced
+        call reads them next: one query fewer each), and so is ``None`` for no such attempt."""
         row = self._one(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,))
         if row is None:
-            return self.keep("execution", execution_id, None)  # type: ignore[no-any-return]
+            self.keep("execution", execution_id, None)
+            return None
         width = _sql.EXECUTION_WIDTH
-        # the token and the segment's clock ride along: a fenced call reads them next (one query fewer each)
         self.keep("execution_token", execution_id, row[width])
         self.keep("segment_clock", execution_id, (row[width + 1], row[width + 2]))
-        return self.keep("execution", execution_id, _sql.execution_from_row(row))  # type: ignore[no-any-return]
+        return row
 
     def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
         """When the active segment started, and its deadline timer."""
@@ -177,9 +186,25 @@ class ExecutionsTx(TxBase):
         return row[0] if row else None
 
     def execution_state(self, execution_id: str) -> ExecutionState | None:
-        """An attempt's state alone (its whole row is read and decoded only when it is needed)."""
-        row = self._one("SELECT state FROM executions WHERE id = ?", (execution_id,))
-        return ExecutionState(row[0]) if row else None
+        """An attempt's state alone (its whole row is read and decoded only when it is needed), answered
+        from what the transaction keeps: the state its end told (`ended`), or the attempt it read."""
+        told = self.recall("execution_state", execution_id)
+        if told is not MISSING:
+            return told  # type: ignore[no-any-return]
+        known = self.recall("execution", execution_id)
+        if known is not MISSING:
+            return None if known is None else known.state
+        # the whole row, kept to be decoded if asked for (a continuation's binding reads it next)
+        row = self._execution_row(execution_id)
+        if row is None:
+            return None
+        self.known_lazily("execution", execution_id, lambda: _sql.execution_from_row(row))
+        return ExecutionState(row[3])
+
+    def ended(self, execution_id: str, state: ExecutionState) -> None:
+        """The attempt's end (its last write in this transaction) left it in ``state``: a later read of
+        its state in this transaction, until a row changes, is answered without a query."""
+        self.known("execution_state", execution_id, state)
 
     def live_execution(self, work_id: str) -> Execution | None:
         row = self._one(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? AND state IN {_LIVE}", (work_id,))
