@@ -27,6 +27,10 @@ from loom import (
     Lease,
     ManualClock,
     Runtime,
+    Waiting,
+    WaitSpec,
+    WaitState,
+    WorkState,
     open_runtime,
 )
 from loom.kernel.accept import accept_in_tx
@@ -39,7 +43,7 @@ from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
 from loom.records.work import Policy, Unmatched
 from loom.store import Tx
-from loom.store._sql import WORK_PENDING_SEQ
+from loom.store._sql import WORK_PENDING, WORK_PENDING_SEQ
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -409,6 +413,126 @@ async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers
         assert state == "completed"
         caches = storage_of(driver.runtime).store.dialect.caches_reads
         assert len(reads) == (0 if caches else 1), "the Work was read again after its completion"
+
+
+def counting_queries(tx: Tx) -> list[str]:
+    """The statements ``tx`` reads one row or a page with from now on (conftest's checks read with
+    keeping off, and are not counted; nor is what the settle hook reads after the procedure, if the
+    procedure returns a copy)."""
+    queries: list[str] = []
+    one, all_ = tx._one, tx._all
+
+    def counted_one(sql: str, params: tuple[object, ...] = ()) -> object:
+        if tx._caching or not tx.dialect.caches_reads:
+            queries.append(sql)
+        return one(sql, params)
+
+    def counted_all(sql: str, params: tuple[object, ...] = ()) -> object:
+        # (conftest's check of kept pending inputs reads them with WORK_PENDING: loom reads WORK_PENDING_SEQ)
+        if (tx._caching or not tx.dialect.caches_reads) and sql != WORK_PENDING:
+            queries.append(sql)
+        return all_(sql, params)
+
+    tx._one, tx._all = counted_one, counted_all  # type: ignore[method-assign,assignment]
+    return queries
+
+
+async def test_an_attempts_end_tells_its_state(loom_drivers: DriverFactory) -> None:
+    """An attempt's end tells its transaction the state it left the attempt in: the binding of the start
+    that follows it asks for that state, and gets it with no query. Catches: an end that no longer
+    tells it (a query on SQLite); conftest's check catches a state told wrong."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+
+        def complete_then_state(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+            record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
+            queries = counting_queries(tx)
+            return tx.execution_state(lease.execution_id), queries[:]  # (the settle hook reads after)
+
+        state, queries = await storage_of(driver.runtime).submit(complete_then_state)
+        assert state is ExecutionState.COMPLETED
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert len(queries) == (0 if caches else 1), f"the ended attempt's state was read: {queries}"
+
+
+async def test_a_state_read_keeps_the_attempt_for_the_read_of_it_that_follows(
+    loom_drivers: DriverFactory,
+) -> None:
+    """An attempt's state is read with its whole row, kept: a continuation's binding reads the waited
+    attempt's state, then the attempt, in one query. Catches: a state read that keeps nothing (two
+    queries on SQLite); conftest's check catches an attempt kept wrong."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+
+        def state_then_attempt(tx: Tx, now_ms: int) -> tuple[object, object, list[str]]:
+            queries = counting_queries(tx)
+            state = tx.execution_state(lease.execution_id)
+            execution = tx.execution(lease.execution_id)
+            assert execution is not None
+            return state, execution.state, queries[:]
+
+        state, again, queries = await storage_of(driver.runtime).submit(state_then_attempt)
+        assert state is again is ExecutionState.RUNNING
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert len(queries) == (1 if caches else 2), f"the attempt was read again: {queries}"
+
+
+async def test_a_state_told_wrong_fails_the_suites_check(loom_drivers: DriverFactory) -> None:
+    """conftest's `checked_known` compares every attempt state told with a read."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+
+        def tell_wrong(tx: Tx, now_ms: int) -> object:
+            tx.ended(lease.execution_id, ExecutionState.FAILED)  # it is running
+            return tx.execution_state(lease.execution_id)
+
+        if not storage_of(driver.runtime).store.dialect.caches_reads:
+            assert await storage_of(driver.runtime).submit(tell_wrong) is ExecutionState.RUNNING
+            return
+        with pytest.raises(AssertionError, match="a execution_state made from its writes is not what"):
+            await storage_of(driver.runtime).submit(tell_wrong)
+
+
+async def test_a_wake_tells_the_work_as_it_wrote_it(loom_drivers: DriverFactory) -> None:
+    """Routing an Event that wakes a Work's wait leaves the Work, ready with no open wait, kept for the
+    start that follows in the same transaction (`start_at_once_in_tx` reads no admission facts and no
+    Work then). Catches: a wake that no longer tells it (nothing kept on SQLite); conftest's check
+    catches a Work told wrong (say, with its woken wait still open)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, _ = await launched_attempt(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+
+        async def parked() -> bool:
+            waits = await driver.runtime.waits(work_id)
+            return bool(waits) and waits[-1].state is WaitState.ACTIVE
+
+        await driver.until(parked, "the wait to be active")
+        offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+
+        def accept_route(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+            event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+            work = tx.work(work_id)
+            assert work is not None
+            request = RouteRequest(
+                event_id=event.id,
+                decision=Deliver(work_id=work_id),
+                route=route,
+                expected_revision=work.revision,
+                generation=1,
+            )
+            route_in_tx(tx, now_ms, request, CausalLimits())
+            queries = counting_queries(tx)
+            kept = tx.kept_work(work_id)
+            woken = tx.work(work_id)
+            assert woken is not None
+            assert kept is None or kept == woken
+            return (woken.state, woken.wait_id), queries[:]
+
+        (state, wait_id), queries = await storage_of(driver.runtime).submit(accept_route)
+        assert (state, wait_id) == (WorkState.READY, None)
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert len(queries) == (0 if caches else 2), f"the woken Work was read: {queries}"
 
 
 # -- what a transaction knows routed -------------------------------------------------------------
