@@ -170,7 +170,7 @@ def consume_without_dispatched_intent(monkeypatch: pytest.MonkeyPatch) -> None:
     """A completion's ``consumed_inputs`` consumes any pending input it names, whether or not an inject
     intent for it was dispatched (or accepted)."""
 
-    apply_proofs = loom.kernel.executions._apply_proofs
+    apply_proofs = loom.kernel.executions.apply_proofs_in_tx
 
     def over_claiming(tx: Tx, now_ms: int, execution: Execution, consumed: Sequence[str]) -> None:
         apply_proofs(tx, now_ms, execution, consumed)
@@ -178,7 +178,7 @@ def consume_without_dispatched_intent(monkeypatch: pytest.MonkeyPatch) -> None:
             if tx.input_state(execution.work_id, event_id) is InputState.PENDING:
                 tx.consume_input(execution.work_id, event_id, execution.id)
 
-    monkeypatch.setattr(loom.kernel.executions, "_apply_proofs", over_claiming)
+    monkeypatch.setattr(loom.kernel.executions, "apply_proofs_in_tx", over_claiming)
 
 
 def cancel_without_tombstone(monkeypatch: pytest.MonkeyPatch) -> None:

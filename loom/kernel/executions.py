@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -26,9 +27,6 @@ from ..records.work import (
     ExecutionState,
     Failed,
     Handoff,
-    InputState,
-    IntentKind,
-    IntentStatus,
     Lease,
     Outcome,
     RetryState,
@@ -46,7 +44,7 @@ from .bindings import binding_for_in_tx as binding_for_in_tx
 from .budgets import admit_turn, charge_in_tx
 from .capacity import capacity_pool
 from .continuation import park_in_tx, resume_in_tx
-from .intents import stale_open_intents_in_tx
+from .intents import apply_proofs_in_tx, stale_open_intents_in_tx
 from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
 from .kinds import TriggerSelector as TriggerSelector
@@ -411,7 +409,7 @@ def record_outcome_in_tx(
     work = require_work(tx, execution.work_id)
     if budgets and outcome.usage:
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
-    _apply_proofs(tx, now_ms, execution, outcome.consumed_inputs)
+    apply_proofs_in_tx(tx, now_ms, execution, outcome.consumed_inputs)
     consume_claimed_inputs_in_tx(tx, execution)
     # the segment's proof is in: its open intents (undispatched, or dispatched and unanswered) end
     # here, so a late dispatch answer finds them stale and changes nothing
@@ -468,8 +466,8 @@ def record_outcome_in_tx(
 def _ended(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
     """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
     pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
-    now = {"state": state, "revision": revision, "updated_at_ms": now_ms, "pending_inputs": pending}
-    return attrs.evolve(work, **now, current_execution_id=None, execution_state=None)  # type: ignore[arg-type]
+    now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
+    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
 
 
 def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -> bool:
@@ -479,22 +477,3 @@ def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -
         return bool(tx.pending_inputs(work.id))
     claimed = execution.inputs
     return any(event_id not in claimed for event_id in work.pending_inputs)
-
-
-def _apply_proofs(tx: Tx, now_ms: int, execution: Execution, consumed: Sequence[str]) -> None:
-    """``consumed_inputs`` is the only consumption proof, and it grants no authority.
-
-    An input is consumed only where an inject intent for this execution (any epoch) was
-    dispatched, is not ``not_accepting`` or already consumed, and the input is pending.
-    """
-    if not consumed:
-        return
-    intents = {i.event_id: i for i in tx.intents_of_execution(execution.id) if i.kind is IntentKind.INJECT}
-    for event_id in dict.fromkeys(consumed):
-        intent = intents.get(event_id)
-        if intent is None or intent.status not in (IntentStatus.DISPATCHING, IntentStatus.ACCEPTED):
-            continue
-        if tx.input_state(execution.work_id, event_id) is not InputState.PENDING:
-            continue
-        tx.consume_input(execution.work_id, event_id, execution.id)
-        tx.set_intent_status(intent, IntentStatus.CONSUMED, now_ms)

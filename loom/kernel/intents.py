@@ -9,6 +9,7 @@ else is ambiguous and retried with the same intent identity on a durable schedul
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import attrs
 
@@ -187,3 +188,22 @@ def _settle_interrupt(tx: Tx, now_ms: int, intent: Intent) -> None:
         if work.state is WorkState.RUNNING:
             tx.set_work_state(work, WorkState.READY, now_ms)
         tx.notify(WorkChanged(work_id=work.id))
+
+
+def apply_proofs_in_tx(tx: Tx, now_ms: int, execution: Execution, consumed: Sequence[str]) -> None:
+    """``consumed_inputs`` is the only consumption proof, and it grants no authority.
+
+    An input is consumed only where an inject intent for this execution (any epoch) was
+    dispatched, is not ``not_accepting`` or already consumed, and the input is pending.
+    """
+    if not consumed:
+        return
+    intents = {i.event_id: i for i in tx.intents_of_execution(execution.id) if i.kind is IntentKind.INJECT}
+    for event_id in dict.fromkeys(consumed):
+        intent = intents.get(event_id)
+        if intent is None or intent.status not in (IntentStatus.DISPATCHING, IntentStatus.ACCEPTED):
+            continue
+        if tx.input_state(execution.work_id, event_id) is not InputState.PENDING:
+            continue
+        tx.consume_input(execution.work_id, event_id, execution.id)
+        tx.set_intent_status(intent, IntentStatus.CONSUMED, now_ms)
