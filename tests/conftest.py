@@ -44,7 +44,7 @@ def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
             read = READERS[kind](tx, key)
         finally:
             tx._caching = caching
-        assert record == read, f"a {kind} made from its writes is not what a read answers: {record} != {read}"
+        assert record == read, f"{kind} made from its writes is not what a read answers: {record} != {read}"
     KNOWN(tx, kind, key, record)
 
 
@@ -75,8 +75,8 @@ PENDING_OF = InputsTx.pending_of
 
 
 def checked_recall(tx: TxBase, kind: str, key: str) -> object:
-    """`TxBase.recall`, checked: a Work or its admission facts answered from what the transaction kept
-    are what a read answers now."""
+    """`TxBase.recall`, checked: a Work, its admission facts, an attempt or an attempt's state answered
+    from what the transaction kept are what a read answers now."""
     record = RECALL(tx, kind, key)
     if record is not MISSING and kind in READERS and isinstance(tx, Tx):
         caching, tx._caching = tx._caching, False
@@ -95,10 +95,10 @@ RECALL = TxBase.recall
 
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every record a procedure derives from what it wrote (`TxBase.known`), every Work and admission
-    facts a transaction answers from what it kept (`TxBase.recall`), and every Work's pending inputs it
-    kept (`InputsTx.pending_of`), in every test here, are checked against a read of the store
-    (tests/test_tx_reads.py shows the checks fail a wrong one)."""
+    """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
+    facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), and every
+    Work's pending inputs it kept (`InputsTx.pending_of`), in every test here, are checked against a read
+    of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)

@@ -489,7 +489,7 @@ async def test_a_state_told_wrong_fails_the_suites_check(loom_drivers: DriverFac
         if not storage_of(driver.runtime).store.dialect.caches_reads:
             assert await storage_of(driver.runtime).submit(tell_wrong) is ExecutionState.RUNNING
             return
-        with pytest.raises(AssertionError, match="a execution_state made from its writes is not what"):
+        with pytest.raises(AssertionError, match="execution_state made from its writes is not what"):
             await storage_of(driver.runtime).submit(tell_wrong)
 
 
