@@ -30,6 +30,7 @@ from loom import (
     Waiting,
     WaitSpec,
     WaitState,
+    Work,
     WorkState,
     open_runtime,
 )
@@ -135,14 +136,7 @@ async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runti
 
 async def test_an_events_routing_is_read_anew_once_it_is_routed(rt: Runtime) -> None:
     accepted = await rt.publish(EventIn(source="shop", delivery_id="d-2", type="other", scope="elsewhere"))
-    request = RouteRequest(
-        event_id=accepted.id,
-        decision=Unmatched(reason="nothing"),
-        route=None,
-        expected_revision=None,
-        generation=1,
-        from_handler=False,
-    )
+    request = unmatched(accepted.id)
 
     def route_between_reads(tx: Tx, now_ms: int) -> tuple[bool, bool]:
         before = tx.event_to_route(accepted.id)
@@ -264,20 +258,10 @@ async def test_an_event_accepted_then_routed_in_one_transaction_answers_its_chec
     offered = EventIn(source="shop", delivery_id="d-5", type="other", scope="elsewhere")
     undone = EventIn(source="shop", delivery_id="d-6", type="other", scope="elsewhere")
 
-    def request(event_id: str) -> RouteRequest:
-        return RouteRequest(
-            event_id=event_id,
-            decision=Unmatched(reason="nothing"),
-            route=None,
-            expected_revision=None,
-            generation=1,
-            from_handler=False,
-        )
-
     def accept_route_read(tx: Tx, now_ms: int) -> tuple[bool, bool, bool]:
         event = accept_in_tx(tx, now_ms, offered, CausalLimits())
         first = tx.event_to_route(event.id)
-        route_in_tx(tx, now_ms, request(event.id), CausalLimits())
+        route_in_tx(tx, now_ms, unmatched(event.id), CausalLimits())
         routed = tx.event_to_route(event.id)
         assert first is not None
         assert routed is not None
@@ -415,6 +399,18 @@ async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers
         assert len(reads) == (0 if caches else 1), "the Work was read again after its completion"
 
 
+def deliver(tx: Tx, now_ms: int, event_id: str, work: Work, route: RouteRef) -> None:
+    """Route ``event_id`` into ``work`` through ``route``, as the router would (`route_in_tx`)."""
+    request = RouteRequest(
+        event_id=event_id,
+        decision=Deliver(work_id=work.id),
+        route=route,
+        expected_revision=work.revision,
+        generation=1,
+    )
+    route_in_tx(tx, now_ms, request, CausalLimits())
+
+
 def counting_queries(tx: Tx) -> list[str]:
     """The statements ``tx`` reads one row or a page with from now on (conftest's checks read with
     keeping off, and are not counted; nor is what the settle hook reads after the procedure, if the
@@ -514,19 +510,12 @@ async def test_a_wake_tells_the_work_as_it_wrote_it(loom_drivers: DriverFactory)
             event = accept_in_tx(tx, now_ms, offer, CausalLimits())
             work = tx.work(work_id)
             assert work is not None
-            request = RouteRequest(
-                event_id=event.id,
-                decision=Deliver(work_id=work_id),
-                route=route,
-                expected_revision=work.revision,
-                generation=1,
-            )
-            route_in_tx(tx, now_ms, request, CausalLimits())
+            deliver(tx, now_ms, event.id, work, route)
             queries = counting_queries(tx)
             kept = tx.kept_work(work_id)
             woken = tx.work(work_id)
             assert woken is not None
-            assert kept is None or kept == woken
+            assert kept == woken if tx._caching else kept is None, "the woken Work is not kept as read"
             return (woken.state, woken.wait_id), queries[:]
 
         (state, wait_id), queries = await storage_of(driver.runtime).submit(accept_route)
@@ -737,14 +726,7 @@ async def test_a_work_routed_to_is_answered_as_routing_wrote_it(rt: Runtime) -> 
         work = tx.work(work_id)
         assert work is not None
         reads = counting_work_reads(tx)
-        request = RouteRequest(
-            event_id=event.id,
-            decision=Deliver(work_id=work_id),
-            route=route,
-            expected_revision=work.revision,
-            generation=1,
-        )
-        route_in_tx(tx, now_ms, request, CausalLimits())
+        deliver(tx, now_ms, event.id, work, route)
         after = tx.work(work_id)
         assert after is not None
         assert after.revision == work.revision + 1
