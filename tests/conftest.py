@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 
+from loom.records.timers import Timer
 from loom.store import SQLiteStore, Tx, _sql
 from loom.store._tx_base import MISSING, TxBase
 from loom.store._tx_inputs import InputsTx
+from loom.store._tx_timers import TimersTx
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
 
@@ -93,16 +95,31 @@ def checked_recall(tx: TxBase, kind: str, key: str) -> object:
 RECALL = TxBase.recall
 
 
+def checked_timer(tx: TimersTx, timer_id: str) -> Timer | None:
+    """`TimersTx.timer`, checked: a timer's row kept from the due head is what a read answers now."""
+    kept = tx._timer_rows.get(timer_id)
+    if kept is not None:
+        read = tx._conn.execute(_sql.TIMER_BY_ID, (timer_id,)).fetchone()  # (not counted as the procedure's)
+        assert kept == read, (
+            f"timer {timer_id}'s row kept from the due head is not what a read answers: {kept} != {read}"
+        )
+    return TIMER(tx, timer_id)
+
+
+TIMER = TimersTx.timer
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
-    facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), and every
-    Work's pending inputs it kept (`InputsTx.pending_of`), in every test here, are checked against a read
-    of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
+    facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), every
+    Work's pending inputs it kept (`InputsTx.pending_of`) and every timer row kept from the due head
+    (`TimersTx.timer`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
+    monkeypatch.setattr(TimersTx, "timer", checked_timer)
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 only while it has changed no row since (`TxBase.recall`); on PostgreSQL it always reads again.
 
 Events, whose rows never change, are kept from their insert or first read for the whole transaction;
-KV entries and key owners until the transaction writes them, rolls them back or removes them.
+KV entries and key owners until the transaction writes them, rolls them back or removes them; timers'
+rows read by the due head until the transaction writes that timer or rolls a savepoint back.
 
 Wrong implementations caught: a cache that survives a write (a Work read before its update answered
 after it), and one that survives a savepoint rolled back (a Work read inside the savepoint, after its
@@ -37,14 +38,17 @@ from loom import (
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.executions import record_outcome_in_tx
+from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.kinds import KindPolicy
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
+from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
 from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
+from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import Tx
-from loom.store._sql import WORK_PENDING, WORK_PENDING_SEQ
+from loom.store._sql import TIMER_BY_ID, WORK_PENDING, WORK_PENDING_SEQ
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -765,3 +769,84 @@ async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
         await storage_of(rt).submit(keep_wrong)
     with pytest.raises(AssertionError, match="a facts kept by the transaction is not what a read answers"):
         await storage_of(rt).submit(keep_wrong_facts)
+
+
+# -- timers' rows kept from the due head ------------------------------------------------------------
+
+
+def arm_due(tx: Tx, now_ms: int, *names: str) -> None:
+    """Arm a timer due now for each name (its id)."""
+    for name in names:
+        arm_in_tx(tx, now_ms, TimerSpec(id=name, fire_at_ms=now_ms, source="clock", type="tick", scope=SCOPE))
+
+
+async def test_a_firing_pass_reads_its_due_timers_in_one_query(rt: Runtime) -> None:
+    """The due head reads its timers' rows whole, and each firing of the pass answers its timer from
+    them: no query per timer. Catches: a firing that reads its timer again (three reads on SQLite);
+    conftest's check catches a row kept wrong."""
+    await storage_of(rt).submit(arm_due, "t-1", "t-2", "t-3")
+
+    def fire(tx: Tx, now_ms: int) -> tuple[list[str], list[str]]:
+        queries = counting_queries(tx)
+        done = fire_due_in_tx(tx, now_ms, 10, CausalLimits(), {})
+        fired = [
+            r.timer_id for r in done.results if isinstance(r, Firing) and r.result is FiringResult.ACCEPTED
+        ]
+        return fired, [sql for sql in queries if sql == TIMER_BY_ID]
+
+    fired, reads = await storage_of(rt).submit(fire)
+    assert fired == ["t-1", "t-2", "t-3"]
+    caches = storage_of(rt).store.dialect.caches_reads
+    assert len(reads) == (0 if caches else 3), f"the pass read its timers one by one: {reads}"
+
+
+async def test_a_timer_written_after_the_due_head_is_read_anew(rt: Runtime) -> None:
+    """A timer the transaction writes after the due head read it is answered as it is now. Catches: a
+    kept row that survives its timer's write (the cancelled timer answered armed)."""
+    await storage_of(rt).submit(arm_due, "t-1")
+
+    def cancel_after_head(tx: Tx, now_ms: int) -> object:
+        assert [row[0] for row in tx.due_head(now_ms, 10)] == ["t-1"]
+        cancel_timer_in_tx(tx, now_ms, "t-1", 1)
+        timer = tx.timer("t-1")
+        assert timer is not None
+        return timer.state
+
+    assert await storage_of(rt).submit(cancel_after_head) is TimerState.CANCELLED
+
+
+async def test_a_timer_kept_inside_a_savepoint_rolled_back_is_forgotten(rt: Runtime) -> None:
+    """A timer armed and read by the due head inside a savepoint is gone once the savepoint is rolled
+    back. Catches: kept rows that survive the rollback (the undone timer answered)."""
+
+    def arm_read_undo(tx: Tx, now_ms: int) -> object:
+        try:
+            with tx.savepoint():
+                arm_due(tx, now_ms, "t-undone")
+                assert [row[0] for row in tx.due_head(now_ms, 10)] == ["t-undone"]
+                raise LookupError("undo it")
+        except LookupError:
+            pass
+        return tx.timer("t-undone")
+
+    assert await storage_of(rt).submit(arm_read_undo) is None
+
+
+async def test_a_timer_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
+    """conftest's `checked_timer` compares every timer answered from the due head's rows with a read."""
+    await storage_of(rt).submit(arm_due, "t-1")
+
+    def keep_wrong(tx: Tx, now_ms: int) -> object:
+        assert len(tx.due_head(now_ms, 10)) == 1
+        if tx._caching:
+            row = tx._timer_rows["t-1"]
+            tx._timer_rows["t-1"] = (*row[:3], row[3] + 1, *row[4:])
+        timer = tx.timer("t-1")
+        assert timer is not None
+        return timer.fire_at_ms
+
+    if not storage_of(rt).store.dialect.caches_reads:
+        assert await storage_of(rt).submit(keep_wrong) == T0_MS
+        return
+    with pytest.raises(AssertionError, match="kept from the due head is not what a read answers"):
+        await storage_of(rt).submit(keep_wrong)

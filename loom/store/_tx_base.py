@@ -63,6 +63,9 @@ class TxBase:
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
         """Open waits watching a key, as this transaction read them, until it writes a wait
         (`WaitsTx.open_waits_on_key`)."""
+        self._timer_rows: dict[str, tuple[Any, ...]] = {}
+        """Timers' rows as the due head read them whole, each until this transaction writes that timer
+        (`TimersTx.due_head`; a database alone only)."""
         self._routed_through: int | None = None
         """Every Event up to this sequence has its routing checkpoint, as this transaction knows
         (`Tx.routed_through`; a database alone only): moved by the checkpoints it writes in order."""
@@ -229,6 +232,7 @@ class _Savepoint:
                 tx._pending.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
+                tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]
                 del tx.freed_pools[self._freed :]

@@ -403,6 +403,7 @@ class CompactionTx(TxBase):
         """An ended timer and its ledger; a tombstone keeps its last revision (arming it again goes on
         from there). Returns how many ledger entries went with it."""
         firings = self._conn.execute("DELETE FROM timer_firings WHERE timer_id = ?", (timer_id,)).rowcount
+        self._timer_rows.pop(timer_id, None)
         self._conn.execute("DELETE FROM timers WHERE id = ?", (timer_id,))
         self._conn.execute(
             "INSERT INTO removed_timers (id, revision, removed_at_ms) VALUES (?, ?, ?)"

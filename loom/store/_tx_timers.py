@@ -20,7 +20,9 @@ class TimersTx(TxBase):
     # -- timers -------------------------------------------------------------------
 
     def timer(self, timer_id: str) -> Timer | None:
-        row = self._one(_sql.TIMER_BY_ID, (timer_id,))
+        """The timer as it is now: its row as the due head read it, if this transaction has not written
+        the timer since (`due_head`), else a read."""
+        row = self._timer_rows.get(timer_id) or self._one(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(row) if row else None
 
     def put_timer(self, timer: Timer, previous: Timer | None) -> None:
@@ -29,6 +31,7 @@ class TimersTx(TxBase):
             TIMER_LIFECYCLE.check(previous.id, previous.state, timer.state)
         elif timer.state is not TimerState.ARMED:
             raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
+        self._timer_rows.pop(timer.id, None)
         self._conn.execute(
             f"INSERT INTO timers ({_sql.TIMER_COLUMNS})"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -63,6 +66,7 @@ class TimersTx(TxBase):
         """Move ``timer`` from the state it was read in to ``new`` (checked against its lifecycle);
         ``fired``: the move is an occurrence's firing, counted in ``occurrences`` by the same statement."""
         TIMER_LIFECYCLE.check(timer.id, timer.state, new)
+        self._timer_rows.pop(timer.id, None)
         cur = self._conn.execute(
             "UPDATE timers SET state = ?, reason = ?, updated_at_ms = ?, occurrences = occurrences + ?"
             " WHERE id = ? AND state = ? AND revision = ?",
@@ -73,6 +77,7 @@ class TimersTx(TxBase):
     def rearm_timer(self, timer: Timer, fire_at_ms: int, now_ms: int) -> None:
         """Move a recurring timer to its next occurrence (same id and revision, a new firing identity)."""
         TIMER_LIFECYCLE.check(timer.id, timer.state, TimerState.ARMED)
+        self._timer_rows.pop(timer.id, None)
         self._conn.execute(
             "UPDATE timers SET fire_at_ms = ?, occurrences = occurrences + 1, updated_at_ms = ? WHERE id = ?",
             (fire_at_ms, now_ms, timer.id),
@@ -104,14 +109,18 @@ class TimersTx(TxBase):
     def due_head(self, now_ms: int, limit: int) -> list[tuple[str, int, int]]:
         """(id, revision, fire_at) of up to ``limit`` armed timers due at ``now_ms``, earliest first. On a
         shared database the rows are locked until the transaction ends, skipping those another node's
-        firing holds: nodes divide the due timers."""
+        firing holds: nodes divide the due timers. Alone on its database, the transaction keeps each row
+        whole, and `timer` answers it until the transaction writes that timer (a firing pass reads each
+        of them next: one query for the page instead of one per timer)."""
         rows = self._all(
-            f"SELECT id, revision, fire_at_ms FROM timers{self.dialect.due_hint}"
+            f"SELECT {_sql.TIMER_COLUMNS} FROM timers{self.dialect.due_hint}"
             " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, id"
             f" LIMIT ?{self.dialect.skip_locked}",
             (now_ms, limit),
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        if self._caching:
+            self._timer_rows.update((r[0], r) for r in rows)
+        return [(r[0], r[1], r[3]) for r in rows]
 
     def next_armed(self, limit: int) -> list[tuple[str, int]]:
         """(id, fire_at) of the ``limit`` earliest armed timers (an indexed range: the next deadlines)."""
