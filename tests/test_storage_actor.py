@@ -15,7 +15,16 @@ import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from loom import Config, EventIn, ManualClock, SchemaTooNew, StorageClosed, StorageError, open_runtime
+from loom import (
+    Config,
+    EventIn,
+    ManualClock,
+    SchemaTooNew,
+    StorageClosed,
+    StorageError,
+    TimerSpec,
+    open_runtime,
+)
 from loom.notices import Lagged, LeaseExpiry, StoreChanged, TimerArmed
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
 from loom.store._actor import GUARDED_BATCHES
@@ -705,6 +714,33 @@ async def test_routing_checkpoints_keep_every_field_when_they_are_keyed_by_seque
         r["name"]: r["pk"] for r in raw.query(path, "SELECT name, pk FROM pragma_table_info('checkpoints')")
     }
     assert (keyed["seq"], keyed["event_id"]) == (1, 0)
+
+
+async def test_armed_timers_stay_due_when_the_due_index_takes_their_revision(tmp_path: Path) -> None:
+    """Migration 18 makes the due index again with each timer's revision in it. Catches: an index
+    dropped and not made again (every due query names it), one that misses a timer armed before the
+    upgrade, and one without the revision (a due query then reads each due timer's row too)."""
+    path = str(tmp_path / "loom.db")
+    async with open_runtime(path, clock=ManualClock(start_ms=T0), actors=()) as rt:
+        for i in range(3):
+            await rt.arm(TimerSpec(id=f"t-{i}", fire_at_ms=T0 + i, source="clock", type="tick", scope="s"))
+    (old_index,) = [
+        sql for (sql,) in schema_at(17).execute("SELECT sql FROM sqlite_master WHERE name = 'timers_due'")
+    ]
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("DROP INDEX timers_due")
+        conn.execute(old_index)
+        conn.execute("UPDATE loom_schema SET version = 17")
+    conn.close()
+    async with open_runtime(path, clock=ManualClock(start_ms=T0 + 1), actors=()) as rt:
+        due = await rt.due(10)
+        assert [(r.timer_id, r.revision, r.fire_at_ms) for r in due] == [("t-0", 1, T0), ("t-1", 1, T0 + 1)]
+    assert schema_rows(path) == [(SCHEMA_VERSION,)]
+    indexed = [
+        r["name"] for r in raw.query(path, "SELECT name FROM pragma_index_info('timers_due') ORDER BY seqno")
+    ]
+    assert indexed == ["fire_at_ms", "id", "revision"]
 
 
 @pytest.fixture

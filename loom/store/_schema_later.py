@@ -118,4 +118,11 @@ LATER: tuple[str | Mapping[str, str], ...] = (
     ALTER TABLE checkpoints ADD FOREIGN KEY (seq) REFERENCES events (seq);
     """,
     },
+    # 18: the due index carries each timer's revision, so that a due query (`Runtime.due`: id, revision
+    # and due time) reads the index alone; it read each due timer's row as well, one page of the table
+    # per timer where the due timers are spread among many.
+    """
+    DROP INDEX timers_due;
+    CREATE INDEX timers_due ON timers (fire_at_ms, id, revision) WHERE state = 'armed';
+    """,
 )
