@@ -47,9 +47,10 @@ def accept_in_tx(
     payload = validated_payload(event, allow_core=trusted) if checked is None else checked.text
     value = checked.value if checked is not None else None
     new_id = event_id(event.source, event.delivery_id)
-    if event.work_id is None and limits == _DEFAULT_LIMITS and not tx.dialect.shared:
-        # nothing to check or pin before the insert, so the insert is the duplicate check (alone on its
-        # database; PostgreSQL looks first, as it always has)
+    if event.work_id is None and limits == _DEFAULT_LIMITS:
+        # nothing to check or pin before the insert, so the insert is the duplicate check. On a shared
+        # database the insert takes the acceptance-order lock first, so another node's acceptance of
+        # the same delivery has committed (and the insert sees it) or has not begun its own insert
         inserted = _insert_root(tx, now_ms, event, new_id, payload, value, if_new=True)
         if inserted is not None:
             return inserted

@@ -132,10 +132,10 @@ class Tx(
 
     def accepted(self, event: Event) -> None:
         """``event`` was inserted by this transaction: a read of it, and of its routing (none until
-        `insert_checkpoint` writes it), is answered from here."""
-        if self._caching:
-            self._events[event.id] = event
-            self._unrouted.add(event.id)
+        `insert_checkpoint` writes it), is answered from here, on every backend: no other transaction
+        sees the row before this one commits, so none can have routed it (or removed it) meanwhile."""
+        self._events[event.id] = event
+        self._unrouted.add(event.id)
 
     def event_by_delivery(self, source: str, delivery_id: str) -> Event | None:
         row = self._one(_sql.EVENT_BY_DELIVERY, (source, delivery_id))
