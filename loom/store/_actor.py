@@ -365,7 +365,7 @@ class StorageActor(Notices):
         dialect = self._dialect
         tx = Tx(conn, dialect, guarded=guarded)
         try:
-            conn.execute(dialect.begin)
+            dialect.send_later(conn, dialect.begin)
         except Exception as exc:
             if tx.is_storage_failure(exc):
                 raise self._failure(exc, in_commit=False) from exc
@@ -389,7 +389,7 @@ class StorageActor(Notices):
             if dialect.notify is not None:
                 payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:
-                    conn.execute(dialect.notify, (payload,))
+                    dialect.send_later(conn, dialect.notify, (payload,))  # it goes with the COMMIT
             if self._fault is not None and batch_no is not None:
                 self._fault("before_commit", batch_no)
             in_commit = True

@@ -90,6 +90,11 @@ class Dialect:
     def in_transaction(self, conn: Any) -> bool:
         return bool(conn.in_transaction)
 
+    def send_later(self, conn: Any, sql: str, parameters: Sequence[Any] = ()) -> None:
+        """Run ``sql``, whose result nobody reads, no later than the connection's next statement (on a
+        server: sent with it, in one round trip; here, at once)."""
+        conn.execute(sql, parameters)
+
     def failure(self, message: str) -> Exception:
         """The error this backend's driver raises when the store itself fails (an I/O error, a full
         disk): fault injection raises it on purpose, and the batch it is in must fail as a whole."""

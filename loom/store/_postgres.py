@@ -19,9 +19,10 @@ integers. What each guarantee rests on with several nodes is in ``docs/backends.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -93,6 +94,9 @@ class PostgresDialect(Dialect):
     def failure(self, message: str) -> Exception:
         return psycopg.errors.DiskFull(message)
 
+    def send_later(self, conn: Any, sql: str, parameters: Sequence[Any] = ()) -> None:
+        conn.defer(sql, parameters)
+
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, psycopg.Error):
             return False
@@ -129,26 +133,63 @@ def _params(params: Sequence[Any]) -> tuple[Any, ...]:
 
 
 class PostgresConnection:
-    """A psycopg connection speaking `Tx`'s portable SQL (the `Connection` protocol)."""
+    """A psycopg connection speaking `Tx`'s portable SQL (the `Connection` protocol).
+
+    Statements whose result nobody reads (a transaction's ``BEGIN``, the acceptance-order lock, the
+    commit's notification, the commit level) wait (`defer`) for the next statement and go with it in
+    one round trip, through libpq's pipeline mode: the server runs them in order, each to its end
+    before the next begins, and an error in any of them is raised by that next `execute` (whose
+    batch it fails as a whole, as it would have failed one statement earlier)."""
 
     def __init__(self, raw: psycopg.Connection[tuple[Any, ...]]) -> None:
         self.raw = raw
+        self._deferred: list[tuple[str, Sequence[Any]]] = []
+        self._pipelined = psycopg.Pipeline.is_supported()
+
+    def defer(self, sql: str, parameters: Sequence[Any] = ()) -> None:
+        """Run ``sql`` (its result unread) with the next statement (at once without pipeline mode)."""
+        if self._pipelined:
+            self._deferred.append((sql, parameters))
+        else:
+            self._run(sql, parameters)
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[tuple[Any, ...]]:
+        if not self._deferred:
+            return self._run(sql, parameters)
+        with self._pipeline():
+            cursor = self._run(sql, parameters)
+        return cursor  # its result arrived with the pipeline's end
+
+    @contextlib.contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """A pipeline that sends the deferred statements first."""
+        deferred, self._deferred = self._deferred, []
+        with self.raw.pipeline():
+            for sql, parameters in deferred:
+                self._run(sql, parameters)
+            yield
+
+    def _run(self, sql: str, parameters: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
         if not parameters:
             return self.raw.execute(sql)
         return self.raw.execute(_format(sql), _params(parameters))
 
     def executemany(self, sql: str, parameters: Any, /) -> None:
-        with self.raw.cursor() as cur:
-            cur.executemany(_format(sql), [_params(p) for p in parameters])
+        rows = [_params(p) for p in parameters]
+        with self._pipeline() if self._deferred else contextlib.nullcontext(), self.raw.cursor() as cur:
+            cur.executemany(_format(sql), rows)
 
     @property
     def in_transaction(self) -> bool:
+        """Whether a transaction is open, or a ``BEGIN`` waits to be sent (a rollback then sends it
+        and the ``ROLLBACK`` together)."""
+        if self._deferred:
+            return True
         status = self.raw.info.transaction_status
         return status in (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
 
     def close(self) -> None:
+        self._deferred.clear()
         self.raw.close()
 
 
@@ -232,7 +273,7 @@ class PostgresStore:
         """``synchronous_commit = off`` for the next commit (the server answers before its log reaches
         the disk: a server crash may take it back, never a commit before it), then the server's own
         setting again."""
-        conn.execute("SET synchronous_commit = off" if relaxed else "RESET synchronous_commit")
+        conn.defer("SET synchronous_commit = off" if relaxed else "RESET synchronous_commit")
 
     async def listen(
         self,

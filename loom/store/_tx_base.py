@@ -98,7 +98,7 @@ class TxBase:
         """Take the acceptance-order lock (on a shared database) before allocating a sequence that
         readers follow, so that sequence order is commit order (docs/backends.md)."""
         if self._ordered_at is None and self.dialect.order_lock is not None:
-            self._conn.execute(self.dialect.order_lock)
+            self.dialect.send_later(self._conn, self.dialect.order_lock)  # sent with what needs it
             self._ordered_at = self._savepoints
 
     def _written(self, cursor: Cursor | int, what: str, old: object, new: object) -> None:
