@@ -167,3 +167,16 @@ async def test_a_host_call_given_an_integer_too_long_to_write_refuses_it_and_sto
             await rt.arm(spec)
         assert await rt.events() == []
         assert await rt.timers() == []
+
+
+async def test_a_browsing_reads_bad_key_prefix_is_refused_naming_key_prefix(clock: ManualClock) -> None:
+    """`Runtime.works_changed`'s ``key_prefix`` is checked as itself. Catches: the check of a key
+    reused under the name ``key`` (the message and the error's field name an argument the call has
+    not)."""
+    async with open_runtime(":memory:", clock=clock, actors=(), load_entry_points=False) as rt:
+        for bad in ("", "a\x00b", 7):
+            with pytest.raises(InvalidRequest) as excinfo:
+                await rt.works_changed(key_prefix=bad)  # type: ignore[arg-type]
+            assert excinfo.value.field == "key_prefix"
+            assert "key_prefix" in str(excinfo.value)
+        assert await rt.works_changed(key_prefix="order/") == []

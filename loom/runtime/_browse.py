@@ -42,7 +42,7 @@ class Browse(RuntimeBase):
         if scope is not None:
             validate_scope(scope, field="scope")
         if key_prefix is not None:
-            lookup("key", key_prefix)
+            lookup("key_prefix", key_prefix)
         if before is not None:
             before = _cursor("before", before)
         return await self._p.reader.works_changed(
