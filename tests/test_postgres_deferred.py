@@ -72,7 +72,9 @@ def conn(url: str) -> Iterator[PostgresConnection]:
         connection.close()
 
 
-def test_deferred_statements_run_in_order_with_the_next_one_in_one_round_trip(conn: PostgresConnection) -> None:
+def test_deferred_statements_run_in_order_with_the_next_one_in_one_round_trip(
+    conn: PostgresConnection,
+) -> None:
     counted = conn.raw = Counted(conn.raw)  # type: ignore[assignment]
     conn.defer("BEGIN")
     conn.defer("CREATE TEMPORARY TABLE steps (n INTEGER)")
@@ -96,7 +98,9 @@ def test_an_error_in_a_deferred_statement_fails_the_statement_it_went_with(conn:
     assert conn.execute("SELECT 2").fetchone() == (2,), "the connection is usable after the rollback"
 
 
-def test_a_rollback_sends_a_waiting_begin_first_and_executemany_sends_what_waits(conn: PostgresConnection) -> None:
+def test_a_rollback_sends_a_waiting_begin_first_and_executemany_sends_what_waits(
+    conn: PostgresConnection,
+) -> None:
     conn.defer("BEGIN")
     conn.execute("ROLLBACK")  # with the BEGIN it rolls back: no warning, nothing left waiting
     assert not conn.in_transaction
