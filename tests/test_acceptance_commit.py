@@ -10,15 +10,16 @@ every backend: no lookup is made before it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from loom import CausalLimits, Config, EventIn, ManualClock, Runtime, open_runtime
+from loom import CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.kernel.accept import accept_in_tx
 from loom.records.events import Event
 from loom.records.notices import EventAccepted, EventRouted, Notice
 from loom.store import Tx
+from loom.store._feed import NoticeFeed
 from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 
@@ -38,10 +39,13 @@ CONFIG = Config.from_dict(
 
 
 @pytest.fixture
-async def rt(loom_store: str) -> AsyncIterator[Runtime]:
-    async with open_runtime(
-        loom_store, clock=ManualClock(start_ms=T0_MS), config=CONFIG, load_entry_points=False
-    ) as runtime:
+def clock() -> ManualClock:
+    return ManualClock(start_ms=T0_MS)
+
+
+@pytest.fixture
+async def rt(loom_store: str, clock: ManualClock) -> AsyncIterator[Runtime]:
+    async with open_runtime(loom_store, clock=clock, config=CONFIG, load_entry_points=False) as runtime:
         yield runtime
 
 
@@ -51,13 +55,18 @@ async def acceptance_batch(rt: Runtime, offered: EventIn) -> tuple[Event, list[N
     feed = storage.feed(commits=True)
     try:
         event = await rt.publish(offered)
-        while True:
-            notices = await feed.next_batch()
-            if any(isinstance(n, EventAccepted) and n.event.id == event.id for n in notices):
-                return event, notices
+        return event, await batch_accepting(feed, lambda e: e.id == event.id)
     finally:
         storage.unsubscribe(feed)
         await rt.wait_idle()
+
+
+async def batch_accepting(feed: NoticeFeed, wanted: Callable[[Event], bool]) -> list[Notice]:
+    """The notices of the first committed batch that accepted a ``wanted`` Event."""
+    while True:
+        notices = await feed.next_batch()
+        if any(isinstance(n, EventAccepted) and wanted(n.event) for n in notices):
+            return notices
 
 
 def routed_in(notices: list[Notice], event: Event) -> bool:
@@ -91,6 +100,33 @@ async def test_a_keyed_event_is_routed_by_its_lane_on_a_shared_database(rt: Runt
     checkpoint = await rt.checkpoint(event.id)
     assert checkpoint is not None
     assert checkpoint.status.value == "unmatched", "the lane routed it afterwards"
+
+
+async def test_a_timers_event_whose_routing_is_its_checkpoint_is_routed_in_its_firing_commit(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """As at acceptance: a firing pass routes such an Event in its own commit on a shared database too,
+    and a keyed one there is left to its lane. Catches: a shared database's firing pass that routes
+    nothing (the router's own commit, a read and a transaction more per firing), and one that routes a
+    keyed Event under the order lock."""
+    storage = storage_of(rt)
+    feed = storage.feed(commits=True)
+    try:
+        for name, key in (("plain", None), ("keyed", "k-1")):
+            spec = TimerSpec(
+                id=name, fire_at_ms=clock.now_ms() + 1_000, source="clock", type="tick", scope=SCOPE, key=key
+            )
+            await rt.arm(spec)
+            clock.advance(1_000)
+            notices = await batch_accepting(feed, lambda e, name=name: e.payload.get("timer") == name)
+            (event,) = [n.event for n in notices if isinstance(n, EventAccepted) and n.event.key == key]
+            assert routed_in(notices, event) is (key is None or not storage.shared), name
+            await rt.wait_idle()
+            checkpoint = await rt.checkpoint(event.id)
+            assert checkpoint is not None
+            assert checkpoint.status.value == "unmatched"
+    finally:
+        storage.unsubscribe(feed)
 
 
 async def test_a_new_root_event_is_inserted_without_a_lookup_first(rt: Runtime) -> None:

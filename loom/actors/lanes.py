@@ -68,14 +68,22 @@ class Planner:
 
     config: Config
     handlers: Mapping[str, Any]
+    checkpoint_only: bool = False
+    """Plan only an Event whose routing is its checkpoint alone (no key, no explicit Work, a first match
+    that needs no handler): what a commit holding a shared database's order lock may route
+    (`RouterPool.at_acceptance`)."""
 
     def __call__(self, event: Event | EventIn) -> RoutePlan | None:
         config = self.config
+        if self.checkpoint_only and (event.key is not None or event.work_id is not None):
+            return None
         match = first_match(effective_routes(config, event.scope), event.type)
         decided = decide_without_handler(config, match, event)
         if decided is not None:
             decision, ref = decided
             return RoutePlan(decision=decision, route=ref, generation=config.generation)
+        if self.checkpoint_only:
+            return None
         assert match is not None
         handler = self.handlers.get(match.route.handler)
         if handler is None or not is_pure_handler(handler):
@@ -130,10 +138,10 @@ class RoutingLanes:
         """`plan`, made (it depends on the Event's scope and type only)."""
         return Planner(config, self._s.extensions.handlers)(event)
 
-    def planner(self) -> Planner:
+    def planner(self, *, checkpoint_only: bool = False) -> Planner:
         """`plan` as a value of its own, over the configuration in force now: safe to call inside a
         storage procedure (it keeps nothing between calls)."""
-        return Planner(self._s.config(), self._s.extensions.handlers)
+        return Planner(self._s.config(), self._s.extensions.handlers, checkpoint_only)
 
     def quick(self, event: Event) -> RouteRequest | DeferredRoute | None:
         """The routing request of an accepted Event that routes in a batch (`plan`), or ``None``."""

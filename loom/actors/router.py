@@ -71,12 +71,14 @@ class RouterPool:
 
     def at_firing(self) -> RouteAtFiring | None:
         """How a firing pass routes the Events it accepts in its own commit
-        (`chains.fire_then_route_in_tx`), when it can (as `at_acceptance`); ``None``: they are routed
-        from their notices."""
-        if not self._accepting or self._s.storage.shared:
+        (`chains.fire_then_route_in_tx`), when it can (as `at_acceptance`: on a shared database, only
+        those whose routing is their checkpoint alone); ``None``: they are routed from their notices."""
+        if not self._accepting:
             return None
         return RouteAtFiring(
-            planner=self.lanes.planner(), admit=admit_request(self._s), launch=self._launch_routed
+            planner=self.lanes.planner(checkpoint_only=self._s.storage.shared),
+            admit=admit_request(self._s),
+            launch=self._launch_routed,
         )
 
     def _launch_routed(self, lease: Lease, executor: str) -> None:

@@ -65,7 +65,7 @@ class TxBase:
         (`WaitsTx.open_waits_on_key`)."""
         self._timer_rows: dict[str, tuple[Any, ...]] = {}
         """Timers' rows as the due head read them whole, each until this transaction writes that timer
-        (`TimersTx.due_head`; a database alone only)."""
+        (`TimersTx.due_head`: on a shared database it holds their locks)."""
         self._routed_through: int | None = None
         """Every Event up to this sequence has its routing checkpoint, as this transaction knows
         (`Tx.routed_through`; a database alone only): moved by the checkpoints it writes in order."""

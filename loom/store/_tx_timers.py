@@ -109,17 +109,18 @@ class TimersTx(TxBase):
     def due_head(self, now_ms: int, limit: int) -> list[tuple[str, int, int]]:
         """(id, revision, fire_at) of up to ``limit`` armed timers due at ``now_ms``, earliest first. On a
         shared database the rows are locked until the transaction ends, skipping those another node's
-        firing holds: nodes divide the due timers. Alone on its database, the transaction keeps each row
-        whole, and `timer` answers it until the transaction writes that timer (a firing pass reads each
-        of them next: one query for the page instead of one per timer)."""
+        firing holds: nodes divide the due timers. The transaction keeps each row whole, and `timer`
+        answers it until the transaction writes that timer or rolls a savepoint back (a firing pass reads
+        each of them next: one query for the page instead of one per timer); nobody else can change it
+        meanwhile: alone on its database, nobody else writes, and on a shared one this transaction holds
+        the row's lock (which also answers `take_timer`)."""
         rows = self._all(
             f"SELECT {_sql.TIMER_COLUMNS} FROM timers{self.dialect.due_hint}"
             " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, id"
             f" LIMIT ?{self.dialect.skip_locked}",
             (now_ms, limit),
         )
-        if self._caching:
-            self._timer_rows.update((r[0], r) for r in rows)
+        self._timer_rows.update((r[0], r) for r in rows)
         return [(r[0], r[1], r[3]) for r in rows]
 
     def next_armed(self, limit: int) -> list[tuple[str, int]]:
@@ -135,8 +136,8 @@ class TimersTx(TxBase):
         """Lock the timer's row until this transaction ends, so that only one node fires it; ``False``:
         another node holds it now (the row is skipped, not waited for). Alone on the database
         (SQLite) there is nobody to divide with."""
-        if not self.dialect.skip_locked:
-            return True
+        if not self.dialect.skip_locked or timer_id in self._timer_rows:
+            return True  # alone, or the due head locked its row in this transaction (`due_head`)
         if self._one(f"SELECT id FROM timers WHERE id = ?{self.dialect.skip_locked}", (timer_id,)):
             return True
         # not locked by us: either someone else holds it, or it does not exist (then nobody does)
