@@ -82,7 +82,7 @@ def test_deferred_statements_run_in_order_with_the_next_one_in_one_round_trip(
     assert conn.in_transaction, "a BEGIN waiting to be sent is a transaction to roll back"
     assert counted.trips == 0, "a deferred statement was sent on its own"
     row = conn.execute("SELECT count(*), max(n) FROM steps").fetchone()
-    assert row == (1, 1), "the deferred statements ran after the one they preceded"
+    assert row == (1, 1), "the deferred statements did not run before the statement they went with"
     assert counted.trips == 1
     conn.execute("ROLLBACK")
     assert not conn.in_transaction
