@@ -48,7 +48,7 @@ from loom.plugins.handlers import work_id_for_key
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import Tx
-from loom.store._sql import TIMER_BY_ID, WORK_PENDING, WORK_PENDING_SEQ
+from loom.store._sql import TIMER_BY_ID, TIMER_OR_REMOVED, WORK_PENDING, WORK_PENDING_SEQ
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -848,3 +848,17 @@ async def test_a_timer_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
 
     with pytest.raises(AssertionError, match="kept from the due head is not what a read answers"):
         await storage_of(rt).submit(keep_wrong)
+
+
+async def test_arming_a_new_timer_reads_the_timer_and_its_tombstone_in_one_query(rt: Runtime) -> None:
+    """Arming asks for the timer and, without one, for the revision compaction removed under its id: one
+    query for both (a round trip each on PostgreSQL). Catches: the tombstone looked up in a query of its
+    own. test_compaction's re-arming test shows the revision it answers is used."""
+
+    def arm(tx: Tx, now_ms: int) -> list[str]:
+        queries = counting_queries(tx)
+        arm_due(tx, now_ms, "t-new")
+        return queries
+
+    queries = await storage_of(rt).submit(arm)
+    assert queries == [TIMER_OR_REMOVED], f"arming read: {queries}"

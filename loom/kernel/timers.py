@@ -123,7 +123,7 @@ def arm_in_tx(
     timer's spec is validated by its policy now (see `recurrence.dry_run`).
     """
     validate_spec(spec)
-    existing = tx.timer(spec.id)
+    existing, removed = tx.timer_or_removed(spec.id)
     fresh = Timer(
         id=spec.id,
         revision=1,
@@ -162,7 +162,7 @@ def arm_in_tx(
             fresh, revision=revision, delivery_id=delivery_id, created_at_ms=existing.created_at_ms
         )
         _check_unused(tx, fresh)
-    elif (removed := tx.removed_timer_revision(spec.id)) is not None:
+    elif removed is not None:
         # compaction removed the ended timer: its tombstone says where the revisions go on from
         revision = removed + 1
         fresh = attrs.evolve(

@@ -373,6 +373,14 @@ TIMER_COLUMNS = (
 )
 TIMER_SELECT = f"SELECT {TIMER_COLUMNS} FROM timers"
 TIMER_BY_ID = f"{TIMER_SELECT} WHERE id = ?"
+TIMER_OR_REMOVED = (
+    "SELECT "
+    + ", ".join(f"t.{column.strip()}" for column in TIMER_COLUMNS.split(","))
+    + ", (SELECT r.revision FROM removed_timers r WHERE r.id = ?)"
+    " FROM (SELECT 1 AS probe) AS p LEFT JOIN timers t ON t.id = ?"
+)
+"""A timer's row (nulls without one), then the revision compaction removed under its id (or null), in one
+read. Parameters: the id twice."""
 FIRING_COLUMNS = "timer_id, revision, fire_at_ms, result, event_id, next_fire_at_ms, detail, at_ms"
 FIRINGS_OF_TIMER = f"SELECT {FIRING_COLUMNS} FROM timer_firings WHERE timer_id = ? ORDER BY commit_seq"
 """A timer's firing ledger in the order it was committed (each insert takes the timer's next commit_seq)."""

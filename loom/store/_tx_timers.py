@@ -25,6 +25,19 @@ class TimersTx(TxBase):
         row = self._timer_rows.get(timer_id) or self._one(_sql.TIMER_BY_ID, (timer_id,))
         return _sql.timer_from_row(row) if row else None
 
+    def timer_or_removed(self, timer_id: str) -> tuple[Timer | None, int | None]:
+        """`timer`, and when there is no such timer the revision of the one compaction removed under its
+        id (its ``removed_timers`` tombstone; ``None``: none was), in one query (what arming asks)."""
+        kept = self._timer_rows.get(timer_id)
+        if kept is not None:
+            return _sql.timer_from_row(kept), None
+        row = self._one(_sql.TIMER_OR_REMOVED, (timer_id, timer_id))
+        assert row is not None
+        width = len(row) - 1
+        if row[0] is not None:
+            return _sql.timer_from_row(row[:width]), None
+        return None, None if row[width] is None else int(row[width])
+
     def put_timer(self, timer: Timer, previous: Timer | None) -> None:
         """Insert a new timer, or replace ``previous`` (arming again, recreating under a new revision)."""
         if previous is not None:

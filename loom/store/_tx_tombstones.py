@@ -81,10 +81,6 @@ class TombstonesTx(TxBase):
     def work_removed(self, work_id: str) -> bool:
         return self._one("SELECT 1 FROM removed_works WHERE id = ?", (work_id,)) is not None
 
-    def removed_timer_revision(self, timer_id: str) -> int | None:
-        row = self._one("SELECT revision FROM removed_timers WHERE id = ?", (timer_id,))
-        return int(row[0]) if row else None
-
     def forget_removed_timer(self, timer_id: str) -> None:
         self._conn.execute("DELETE FROM removed_timers WHERE id = ?", (timer_id,))
 
