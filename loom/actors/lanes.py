@@ -61,6 +61,13 @@ class _Lane:
     """Queued event ids, with the Event itself when a notice carried it (saves a read)."""
 
 
+def routes_by_checkpoint_alone(event: Event | EventIn, plan: RoutePlan | None) -> bool:
+    """Whether routing ``event`` by ``plan`` writes its checkpoint and nothing else: no key and no
+    explicit Work (no wait, subscription or Work to look at) and a decision that needs no handler (no
+    route, a drop route). What a commit holding a shared database's order lock may route."""
+    return plan is not None and plan.decision is not None and event.key is None and event.work_id is None
+
+
 @attrs.frozen
 class Planner:
     """How an Event routes outside its lane under one configuration (`RoutingLanes.plan`): a pure
@@ -69,21 +76,21 @@ class Planner:
     config: Config
     handlers: Mapping[str, Any]
     checkpoint_only: bool = False
-    """Plan only an Event whose routing is its checkpoint alone (no key, no explicit Work, a first match
-    that needs no handler): what a commit holding a shared database's order lock may route
-    (`RouterPool.at_acceptance`)."""
+    """Plan only an Event whose routing is its checkpoint alone (`routes_by_checkpoint_alone`)."""
 
     def __call__(self, event: Event | EventIn) -> RoutePlan | None:
-        config = self.config
-        if self.checkpoint_only and (event.key is not None or event.work_id is not None):
+        plan = self._plan(event)
+        if self.checkpoint_only and not routes_by_checkpoint_alone(event, plan):
             return None
+        return plan
+
+    def _plan(self, event: Event | EventIn) -> RoutePlan | None:
+        config = self.config
         match = first_match(effective_routes(config, event.scope), event.type)
         decided = decide_without_handler(config, match, event)
         if decided is not None:
             decision, ref = decided
             return RoutePlan(decision=decision, route=ref, generation=config.generation)
-        if self.checkpoint_only:
-            return None
         assert match is not None
         handler = self.handlers.get(match.route.handler)
         if handler is None or not is_pure_handler(handler):

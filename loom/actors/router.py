@@ -33,7 +33,7 @@ from ..records.work import Lease
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
 from .ingress import RouteAtAcceptance, RouteAtFiring
-from .lanes import RoutingLanes
+from .lanes import RoutingLanes, routes_by_checkpoint_alone
 from .shared import Shared
 from .starter import Starter, admit_request
 
@@ -53,18 +53,15 @@ class RouterPool:
         can: the router runs and has read the store, and the Event routes outside its lane
         (`RoutingLanes.plan`). On a shared database the acceptance commit holds the order lock every
         node's acceptance waits on, so only an Event whose routing is its checkpoint alone routes
-        there: one with no key and no explicit Work (no wait, subscription or Work to look at) whose
-        first match needs no handler (unmatched, or a drop route). Its own routing commit would take
-        the same lock for the same insert, after a read of the Event and a transaction of its own.
+        there (`lanes.routes_by_checkpoint_alone`): its own routing commit would take the same lock for
+        the same insert, after a read of the Event and a transaction of its own.
         ``None``: it is accepted alone and routed from its notice."""
         if not self._accepting:
             return None
         plan = self.lanes.plan(event)
         if plan is None:
             return None
-        if self._s.storage.shared and (
-            plan.decision is None or event.key is not None or event.work_id is not None
-        ):
+        if self._s.storage.shared and not routes_by_checkpoint_alone(event, plan):
             return None
         admit = admit_request(self._s) if plan.decide is not None else None
         return RouteAtAcceptance(plan=plan, admit=admit, launch=self._launch_routed)
