@@ -139,7 +139,14 @@ class StorageActor(Notices):
             await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor is not running")
         try:
-            await self._send.send(request)
+            # A mailbox with room takes the request without a pass of the loop (``send`` yields once
+            # before and once after): the wait for its answer below is this call's checkpoint. A
+            # caller already cancelled sends nothing, as ``send`` would not.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                self._send.send_nowait(request)
+            except trio.WouldBlock:
+                await self._send.send(request)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor stopped") from None

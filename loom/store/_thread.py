@@ -1,17 +1,20 @@
 """The storage actor's worker thread: one thread, started with the actor and kept for its life, that
 runs the actor's blocking calls (open, each batch, close) one at a time.
 
-Each call is one hand-off each way: the job goes on a queue the thread waits on, and the thread gives
-the result back through the trio token (`trio.lowlevel.TrioToken.run_sync_soon`), which wakes the
-waiting task. ``trio.to_thread.run_sync`` does the same with more on the way: a thread taken from its
-cache for every call, the thread's name set and reset, a capacity limiter, the context copied
-(bench/README.md, "The storage thread", has the figures). A call cannot be abandoned: a cancel that
-arrives meanwhile is delivered once the call is over, as ``abandon_on_cancel=False`` would.
+Each call is one hand-off each way: the job goes on a queue the thread waits on, and the thread writes
+one byte to a socket pair whose other end the waiting task reads (``trio.lowlevel.wait_readable``).
+That wakes the task itself in the loop's next pass. Answering through the run's `TrioToken`
+(``run_sync_soon``) costs a pass more: the token's own wakeup socket wakes trio's entry-queue task,
+which then reschedules the waiting one (bench/README.md, "The storage thread", has the figures).
+``trio.to_thread.run_sync`` does that and more on the way: a thread taken from its cache for every call,
+the thread's name set and reset, a capacity limiter, the context copied. A call cannot be abandoned: a
+cancel that arrives meanwhile is delivered once the call is over, as ``abandon_on_cancel=False`` would.
 """
 
 from __future__ import annotations
 
 import queue
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -21,7 +24,7 @@ import trio
 
 R = TypeVar("R")
 
-_Job = tuple[Callable[..., Any], tuple[Any, ...], trio.lowlevel.Task, trio.lowlevel.TrioToken]
+_Job = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
 class WorkerThread:
@@ -32,34 +35,68 @@ class WorkerThread:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._busy = False
+        self._result: outcome.Outcome[Any] | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
+        """The socket pair the thread answers through: it writes a byte to the first when a call is
+        over, the waiting task reads it from the second. Made with the thread, closed by `stop`."""
 
     async def run_sync(self, fn: Callable[..., R], *args: Any) -> R:
         """Run ``fn(*args)`` in the thread and return (or raise) what it did."""
         if self._busy:
             raise RuntimeError(f"{self._name}: one call at a time")  # the actor's own invariant
         if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-            self._thread.start()
+            self._start()
+        assert self._wake is not None
+        reader = self._wake[1]
         self._busy = True
         try:
-            self._jobs.put((fn, args, trio.lowlevel.current_task(), trio.lowlevel.current_trio_token()))
-            result: R = await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
+            self._jobs.put((fn, args))
+            # the call is never abandoned: a cancel waits for it (and is delivered at the next checkpoint)
+            with trio.CancelScope(shield=True):
+                while True:
+                    await trio.lowlevel.wait_readable(reader)
+                    try:
+                        if reader.recv(16):
+                            break
+                    except BlockingIOError:  # pragma: no cover - woken with nothing to read
+                        continue
+            result, self._result = self._result, None
         finally:
             self._busy = False
-        return result
+            if self._thread is None:  # stopped meanwhile: its answer has come
+                self._close_wake()
+        assert result is not None
+        return result.unwrap()  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """Let the thread end once its current call (if any) is over; a later call starts a new one."""
         if self._thread is not None:
             self._jobs.put(None)
             self._thread = None
+            self._jobs = queue.SimpleQueue()  # the next thread's own: the ended one may not have read its stop yet
+            if not self._busy:  # else once the call in flight has answered
+                self._close_wake()
 
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, args, task, token = job
-            result = outcome.capture(fn, *args)
-            del fn, args, job
-            try:
-                token.run_sync_soon(trio.lowlevel.reschedule, task, result)
-            except trio.RunFinishedError:  # pragma: no cover - the run ended with the call in flight
-                return
+    def _close_wake(self) -> None:
+        if self._wake is not None:
+            for end in self._wake:
+                end.close()  # the thread writes through a duplicate of its own
+            self._wake = None
+
+    def _start(self) -> None:
+        writer, reader = socket.socketpair()
+        writer.setblocking(False)
+        reader.setblocking(False)
+        self._wake = (writer, reader)
+        self._thread = threading.Thread(
+            target=self._work, args=(self._jobs, writer.dup()), name=self._name, daemon=True
+        )
+        self._thread.start()
+
+    def _work(self, jobs: queue.SimpleQueue[_Job | None], writer: socket.socket) -> None:
+        with writer:
+            while (job := jobs.get()) is not None:
+                fn, args = job
+                self._result = outcome.capture(fn, *args)
+                del fn, args, job
+                writer.send(b"\0")
