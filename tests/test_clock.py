@@ -246,6 +246,26 @@ async def test_system_clock_sleep_until_the_past_returns_at_once(monkeypatch: py
     assert not await finishes_without_waiting(lambda: clock.sleep_until(T0 + 60_000))
 
 
+async def test_system_clock_sleep_until_ends_at_the_deadline_not_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A timer due at a millisecond fires at that millisecond. Wrong implementation caught: a sleep of
+    the whole milliseconds between `now_ms` and the deadline, which ends as much later as the part of
+    a millisecond already gone when it began (0.4 ms here; up to 1 ms of lateness for every timer)."""
+    now_ns = [T0 * 1_000_000 + 400_000]  # 0.4 ms into millisecond T0
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now_ns[0] += round(seconds * 1e9)
+
+    monkeypatch.setattr(time, "time_ns", lambda: now_ns[0])
+    monkeypatch.setattr(trio, "sleep", fake_sleep)
+    await SystemClock().sleep_until(T0 + 10)
+    assert now_ns[0] == (T0 + 10) * 1_000_000, f"woke {(now_ns[0] - (T0 + 10) * 1_000_000) / 1e6} ms late"
+    assert slept == [pytest.approx(0.0096)]
+
+
 async def test_an_offset_clock_sleeper_wakes_when_its_base_clock_reaches_the_deadline() -> None:
     base = ManualClock(start_ms=T0)
     clock = OffsetClock(base)

@@ -45,11 +45,14 @@ class SystemClock:
         return now
 
     async def sleep_until(self, deadline_ms: int) -> None:
+        """Return once `now_ms` reaches ``deadline_ms``: the sleep is measured from the nanosecond
+        clock, so it ends at the deadline itself, not up to a millisecond after it (the whole
+        milliseconds of `now_ms` are the deadline minus the part of a millisecond already gone)."""
+        deadline_ns = deadline_ms * 1_000_000
         while True:
-            remaining = deadline_ms - self.now_ms()
-            if remaining <= 0:
+            if self.now_ms() >= deadline_ms:
                 return
-            await trio.sleep(remaining / 1000)
+            await trio.sleep(max(deadline_ns - time.time_ns(), 0) / 1e9)
 
 
 def iso_ms(ms: int) -> str:

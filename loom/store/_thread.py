@@ -73,7 +73,8 @@ class WorkerThread:
         if self._thread is not None:
             self._jobs.put(None)
             self._thread = None
-            self._jobs = queue.SimpleQueue()  # the next thread's own: the ended one may not have read its stop yet
+            # the next thread's own queue: the ended one may not have read its stop yet
+            self._jobs = queue.SimpleQueue()
             if not self._busy:  # else once the call in flight has answered
                 self._close_wake()
 
