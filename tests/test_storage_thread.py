@@ -81,6 +81,40 @@ async def test_a_cancel_waits_for_the_call_in_flight_to_end() -> None:
         worker.stop()
 
 
+@pytest.mark.timeout(60)
+async def test_a_stop_during_a_call_lets_it_answer_and_a_later_call_gets_a_new_thread() -> None:
+    """Wrong implementations caught: a stop that closes the way back to the waiting caller while its call
+    runs (the caller waits forever for an answer that cannot come: the test's timeout fails it), and one
+    that leaves the next call to the ended thread."""
+    worker = WorkerThread("test storage")
+    inside, release = threading.Event(), threading.Event()
+
+    def call() -> threading.Thread:
+        inside.set()
+        assert release.wait(GATE_TIMEOUT_S), "the test never released the call"
+        return threading.current_thread()
+
+    answers: list[threading.Thread] = []
+
+    async def caller() -> None:
+        answers.append(await worker.run_sync(call))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller)
+            assert await trio.to_thread.run_sync(inside.wait, GATE_TIMEOUT_S)
+            worker.stop()
+            release.set()
+        (first,) = answers
+        second = await worker.run_sync(threading.current_thread)
+        assert second is not first, "the call after the stop ran on the stopped thread"
+        first.join(GATE_TIMEOUT_S)
+        assert not first.is_alive(), "the stopped thread did not end"
+    finally:
+        release.set()
+        worker.stop()
+
+
 async def test_the_thread_ends_with_the_runtime() -> None:
     """Wrong implementation caught: a thread left waiting for calls after its actor stopped (one more
     per runtime a process opens)."""
