@@ -48,7 +48,7 @@ from loom.plugins.handlers import work_id_for_key
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import Tx
-from loom.store._sql import TIMER_BY_ID, TIMER_OR_REMOVED, WORK_PENDING, WORK_PENDING_SEQ
+from loom.store._sql import EVENT_BY_ID, TIMER_BY_ID, TIMER_OR_REMOVED, WORK_PENDING, WORK_PENDING_SEQ
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -339,6 +339,41 @@ async def test_a_keys_owner_is_read_anew_after_an_attach_a_rollback_or_a_removal
 
     seen = await storage_of(rt).submit(reads)
     assert seen == [None, None, work_id, None, work_id, work_id, None, None]
+
+
+async def test_a_keys_owner_found_and_an_event_read_are_kept_on_every_backend(
+    rt: Runtime, loom_store: str
+) -> None:
+    """A key is attached once, and an Event row never changes: what a read found answers the reads after
+    it, on PostgreSQL too (a round trip each there). That a key has no owner is kept on a database
+    alone: on a shared one another node may attach it meanwhile. Catches: a key's owner or an Event
+    read again on PostgreSQL; a key found unowned answered unowned there after another node attached it."""
+    work_id = await a_work(rt)
+    accepted = await rt.publish(EventIn(source="shop", delivery_id="d-9", type="other", scope="elsewhere"))
+    shared = storage_of(rt).shared
+
+    def reads(tx: Tx, now_ms: int) -> tuple[list[str], list[str | None], bool]:
+        queries = counting_queries(tx)
+        owners = [tx.key_owner("k"), tx.key_owner("k")]
+        same_event = tx.event(accepted.id) == tx.event(accepted.id) == accepted
+        owners.append(tx.key_owner("k3"))
+        if shared:
+            import psycopg
+
+            with psycopg.connect(loom_store, autocommit=True) as other:  # another node attaches k3
+                other.execute(
+                    "INSERT INTO work_keys (key, work_id, attached_seq, attached_at_ms) VALUES (%s, %s, 1, %s)",
+                    ("k3", work_id, now_ms),
+                )
+        owners.append(tx.key_owner("k3"))
+        return queries, owners, same_event
+
+    queries, owners, same_event = await storage_of(rt).submit(reads)
+    assert same_event
+    assert owners == [work_id, work_id, None, work_id if shared else None]
+    owner_reads = [sql for sql in queries if sql.startswith("SELECT work_id FROM work_keys")]
+    assert len(owner_reads) == (3 if shared else 2), f"key owner reads: {len(owner_reads)}"
+    assert queries.count(EVENT_BY_ID) == 1, "an Event was read again"
 
 
 RUN = Config.from_dict({

@@ -119,15 +119,16 @@ class Tx(
         return seq
 
     def event(self, event_id: str) -> Event | None:
+        """An Event by id; a repeated read is answered from the first, on every backend: an Event row
+        never changes, and is removed only by compaction, long after it was routed and its inputs
+        consumed (a removal this transaction makes forgets it)."""
         known: Event | None = self._events.get(event_id)
         if known is not None:
             return known
         row = self._one(_sql.EVENT_BY_ID, (event_id,))
         if row is None:
             return None
-        event = _sql.event_from_row(row)
-        if self._caching:
-            self._events[event_id] = event
+        event = self._events[event_id] = _sql.event_from_row(row)
         return event
 
     def accepted(self, event: Event) -> None:
@@ -346,12 +347,15 @@ class Tx(
     # -- keys ---------------------------------------------------------------
 
     def key_owner(self, key: str) -> str | None:
-        """The Work ``key`` is attached to; a repeated read is answered from the first (SQLite only)."""
+        """The Work ``key`` is attached to; a repeated read is answered from the first. A key is
+        attached once and detached only when compaction removes its Work, so an owner found stays the
+        owner on every backend; that a key has none is kept on a database alone (on a shared one
+        another node may attach it meanwhile)."""
         if key in self._key_owners:
             return self._key_owners[key]
         row = self._one("SELECT work_id FROM work_keys WHERE key = ?", (key,))
         owner = str(row[0]) if row else None
-        if self._caching:
+        if owner is not None or self._caching:
             self._key_owners[key] = owner
         return owner
 
@@ -360,8 +364,7 @@ class Tx(
             "INSERT INTO work_keys (key, work_id, attached_seq, attached_at_ms) VALUES (?, ?, ?, ?)",
             (key, work_id, seq, now_ms),
         )
-        if self._caching:
-            self._key_owners[key] = work_id
+        self._key_owners[key] = work_id
 
     # -- routing checkpoints --------------------------------------------------
 
