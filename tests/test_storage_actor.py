@@ -190,66 +190,6 @@ async def test_concurrent_producers_started_together_are_batched(store: Store, n
     assert len(await actor.submit(keys)) == 40
 
 
-class ActorSteps(trio.abc.Instrument):
-    """Counts the steps of the storage actor's own task (the one running `StorageActor.run`)."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        if task.name.endswith("StorageActor.run"):
-            self.steps += 1
-
-
-async def test_a_lone_caller_runs_its_request_without_waking_the_actor(
-    store: Store, nursery: trio.Nursery
-) -> None:
-    """One caller submitting one request after another (the actor quiet) runs each as a batch of its own
-    in its own task: the actor's task takes no step, and each request is its own batch, numbered in
-    turn. Wrong implementation caught: every request handed through the mailbox (the actor's task
-    woken for each: two passes of the loop more per request, most of what one producer's publish
-    costs beside its commit)."""
-    actor = await start_actor(nursery, store)
-    await actor.submit(put, "warm")
-    await wait_all_tasks_blocked()
-    steps = ActorSteps()
-    before = actor.stats.batches
-    trio.lowlevel.add_instrument(steps)
-    try:
-        for i in range(5):
-            assert await actor.submit(put, f"k{i}") == f"k{i}"
-    finally:
-        trio.lowlevel.remove_instrument(steps)
-    assert steps.steps == 0, f"the actor's task took {steps.steps} steps for five lone requests"
-    assert actor.stats.batches == before + 5
-    assert await actor.submit(keys) == ["k0", "k1", "k2", "k3", "k4", "warm"]
-
-
-async def test_producers_in_step_keep_sharing_batches(store: Store, nursery: trio.Nursery) -> None:
-    """Under load requests go through the mailbox as before: 20 producers submitting 10 requests each,
-    once they share a batch, go on sharing one (a batch of many leaves the actor not quiet, so none
-    runs alone). Wrong implementation caught: a request that finds nothing running always run alone
-    (each round would split into a batch of one and a batch of the rest: twice the commits)."""
-    actor = await start_actor(nursery, store)
-    gate = Gate()
-    calls = Calls(actor, nursery)
-    calls.start("gate", gate.proc)
-    await gate.wait_entered()  # the producers' first requests wait together behind it
-    before = actor.stats.batches
-
-    async def produce(p: int) -> None:
-        for i in range(10):
-            await actor.submit(put, f"p{p:02}-{i}")
-
-    async with trio.open_nursery() as producers:
-        for p in range(20):
-            producers.start_soon(produce, p)
-        await wait_all_tasks_blocked()
-        gate.open()
-    assert actor.stats.batches - before == 11, "the gate's batch, then one batch per round of 20"
-    assert actor.stats.largest_batch == 20
-
-
 async def test_batch_size_is_bounded_by_max_batch(store: Store, nursery: trio.Nursery) -> None:
     actor = await start_actor(nursery, store, max_batch=4)
     gate = Gate()
@@ -653,34 +593,6 @@ async def test_a_caller_cancelled_while_its_batch_runs_still_has_its_effects_com
     assert actor.stats.failed_batches == 0
 
 
-@pytest.mark.timeout(60)
-async def test_an_actor_stopping_while_a_lone_batch_runs_lands_it_before_it_closes(
-    durable_store: Store,
-) -> None:
-    """A caller runs its request alone (the actor quiet), and the actor and the caller are cancelled
-    while the batch is in the worker thread: the caller leaves, the stopping actor waits for the batch,
-    answers it, then closes its connection. Wrong implementations caught: a close while the batch is in
-    the thread (the thread is busy: the close fails, or the commit is lost), and a batch left by its
-    caller that nobody lands (the stop waits forever: the test's timeout fails it)."""
-    gate = Gate()
-    async with trio.open_nursery() as outer:
-        async with trio.open_nursery() as nursery:
-            actor = await start_actor(nursery, durable_store)
-            calls = Calls(actor, nursery)
-            calls.start("alone", gate.proc, "alone")
-            await gate.wait_entered()
-            nursery.cancel_scope.cancel()
-
-            async def open_once_all_wait() -> None:
-                await wait_all_tasks_blocked()
-                gate.open()
-
-            outer.start_soon(open_once_all_wait)
-    assert calls.finished == set(), "the cancelled caller was answered"
-    assert actor.stats.batches == 1
-    assert raw_keys(durable_store) == ["alone"]
-
-
 async def test_submitting_to_a_stopped_actor_is_refused(store: SQLiteStore) -> None:
     async with trio.open_nursery() as nursery:
         actor = await start_actor(nursery, store)
@@ -876,48 +788,14 @@ def test_the_writer_refuses_a_newer_schema_naming_both_versions(newer_db: Path) 
 
 @pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
 async def test_a_crash_at_a_commit_boundary_acknowledges_nobody(durable_store: Store, boundary: str) -> None:
-    """A batch of two requests (they wait together behind a first batch) crashes at its commit
-    boundary: neither caller is answered, whether or not the commit was made."""
-    gate = Gate()
-    async with trio.open_nursery() as callers:
-        with pytest.RaisesGroup(CrashPoint, allow_unwrapped=True, flatten_subgroups=True):
-            async with trio.open_nursery() as nursery:
-                actor = await start_actor(nursery, durable_store, fault=CrashAt(Boundary(boundary), 2))
-                calls = Calls(actor, callers)
-                calls.start("first", gate.proc, "first")
-                await gate.wait_entered()
-                calls.start("a", put, "a")
-                calls.start("b", put, "b")
-                await wait_all_tasks_blocked()
-                gate.open()
-    assert calls.results == {"first": None}
-    assert set(calls.errors) == {"a", "b"}
-    assert all(isinstance(e, StorageClosed) for e in calls.errors.values())
-    assert raw_keys(durable_store) == (["first"] if boundary == BEFORE_COMMIT else ["a", "b", "first"])
-
-
-@pytest.mark.parametrize("boundary", [BEFORE_COMMIT, AFTER_COMMIT])
-async def test_a_crash_in_a_batch_its_caller_runs_alone_stops_the_actor(
-    durable_store: Store, boundary: str
-) -> None:
-    """One caller alone runs its request as a batch in its own task (the actor is quiet); a crash
-    there stops the actor as one in the actor's task would: the crash comes out of the actor, the
-    caller is not answered, and a request waiting behind it is answered `StorageClosed` without
-    running. Wrong implementations caught: a crash caught in the caller's task (the actor would run
-    on: the waiting request would commit), and one that leaves the waiting caller unanswered (the
-    test would hang)."""
-    gate = Gate()
     async with trio.open_nursery() as callers:
         with pytest.RaisesGroup(CrashPoint, allow_unwrapped=True, flatten_subgroups=True):
             async with trio.open_nursery() as nursery:
                 actor = await start_actor(nursery, durable_store, fault=CrashAt(Boundary(boundary), 1))
                 calls = Calls(actor, callers)
-                calls.start("alone", gate.proc, "alone")
-                await gate.wait_entered()
-                calls.start("behind", put, "behind")
-                await wait_all_tasks_blocked()
-                gate.open()
+                calls.start("a", put, "a")
+                calls.start("b", put, "b")
     assert calls.results == {}
-    assert set(calls.errors) == {"alone", "behind"}
+    assert set(calls.errors) == {"a", "b"}
     assert all(isinstance(e, StorageClosed) for e in calls.errors.values())
-    assert raw_keys(durable_store) == ([] if boundary == BEFORE_COMMIT else ["alone"])
+    assert raw_keys(durable_store) == ([] if boundary == BEFORE_COMMIT else ["a", "b"])

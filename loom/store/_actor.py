@@ -15,12 +15,6 @@ guarded, each request in a savepoint of its own (``SAVEPOINT r; procedure(...); 
 guarded too, until `GUARDED_BATCHES` have run without such a failure being met unguarded. What commits
 is the same either way: a procedure depends only on the database, the time and its arguments.
 
-A request that finds the actor quiet (its last batch was one request, nobody waited behind it, and
-nothing waits or runs now: one caller publishing one request after another) runs as a batch of its own
-in the caller's task, where the actor would have run it alone all the same: that spares two passes of
-the trio loop (the actor's task woken, then the caller's), most of what one producer's publish costs
-beside its commit. Under load the mailbox gathers requests as before, and the next batch takes them all.
-
 Only after COMMIT succeeds does it reply to every caller and publish the batch's
 notices. A storage failure (I/O error, disk full, a failed commit, a lost connection)
 fails the whole batch explicitly to every caller. The batch is shielded from
@@ -46,42 +40,46 @@ with backoff before it runs the next one; requests wait in the bounded mailbox m
 from __future__ import annotations
 
 import logging
+import random
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
-import attrs
-import outcome
 import trio
 
 from ..records.clock import Clock
 from ..records.errors import StorageClosed, StorageError, StorageUnavailable
 from ..records.notices import Committed, Notice, StoreChanged
-from ._batch import CrashPoint, FaultHook, Procedure, Request, StorageFailure, StorageStats
-from ._dialect import Store
+from ._batch import (
+    CONFLICT_RETRIES,
+    Conflict,
+    CrashPoint,
+    FaultHook,
+    Procedure,
+    Request,
+    Resync,
+    StorageFailure,
+    StorageStats,
+)
+from ._dialect import RowConflict, Store
 from ._feed import Notices
+from ._notify import summarize
 from ._thread import WorkerThread
-from ._transact import GUARDED_BATCHES as GUARDED_BATCHES
-from ._transact import Transactions
 from ._tx import Tx
+from ._tx_base import RunGuarded
 
 log = logging.getLogger("loom.storage")
+
+GUARDED_BATCHES = 32
+"""After a batch that had to run again guarded, how many batches run guarded from the start (a request
+that fails once tends to come with others: each would cost an unguarded run for nothing)."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@attrs.frozen
-class _InFlight:
-    """A batch handed to the worker thread, until its answer is taken (`StorageActor._landed`)."""
-
-    batch: list[Request]
-    batch_no: int | None
-    now_ms: int
-    started: float
-
-
-class StorageActor(Transactions, Notices):
+class StorageActor(Notices):
     def __init__(
         self,
         store: Store,
@@ -113,19 +111,6 @@ class StorageActor(Transactions, Notices):
         """How many more batches run guarded from the start (see the module's docstring)."""
         self._running = False
         self.stats = StorageStats()
-        self._batch_no = 0
-        self._in_batch = False
-        """A batch runs (in the actor's task, or alone in its caller's): one at a time."""
-        self._batch_over = trio.Event()
-        """Set when a batch ends (a task that waits for one makes a fresh one first)."""
-        self._quiet = True
-        """The last batch was one request, and none waited when it ended: the next may run alone."""
-        self._crash: BaseException | None = None
-        """What stopped a batch run in its caller's task: the actor's task raises it (`_run_alone`)."""
-        self._wake = trio.Event()
-        """Set when a request enters the mailbox or a batch ends: the actor's task looks again."""
-        self._handed: _InFlight | None = None
-        """A batch run alone whose caller was cancelled while it ran: the actor's task answers it."""
 
     # -- public -----------------------------------------------------------
 
@@ -158,13 +143,10 @@ class StorageActor(Transactions, Notices):
             # before and once after): the wait for its answer below is this call's checkpoint. A
             # caller already cancelled sends nothing, as ``send`` would not.
             await trio.lowlevel.checkpoint_if_cancelled()
-            if self._quiet and not self._in_batch and self._conn is not None and not self._waiting():
-                return await self._run_alone(request)
             try:
                 self._send.send_nowait(request)
             except trio.WouldBlock:
                 await self._send.send(request)
-            self._wake.set()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             await trio.lowlevel.checkpoint_if_cancelled()
             raise StorageClosed("the storage actor stopped") from None
@@ -175,66 +157,6 @@ class StorageActor(Transactions, Notices):
         if isinstance(request.error, StorageClosed):
             await trio.lowlevel.checkpoint_if_cancelled()
         raise request.error
-
-    def _waiting(self) -> bool:
-        return self._receive.statistics().current_buffer_used > 0
-
-    async def _run_alone(self, request: Request) -> Any:
-        """Run ``request`` as a batch of its own in the caller's task (see the module docstring), as the
-        actor's task would, numbered in turn. A caller cancelled meanwhile leaves at once, as one
-        waiting in the mailbox would: its batch goes on, and the actor's task answers it
-        (``_handed``). A crash stops the actor all the same: its task raises it (`_serve`), and the
-        caller gets `StorageClosed`, as every request of the batch would."""
-        self._in_batch = True
-        batch_no = None
-        if not request.read:
-            self._batch_no += 1
-            batch_no = self._batch_no
-        flight = self._take_off([request], batch_no)
-        try:
-            answer = await self._thread.answer()
-        except BaseException:  # cancelled: the call goes on without this caller
-            self._handed = flight
-            self._wake.set()
-            self._batch_over.set()
-            raise
-        try:
-            self._landed(flight, answer)
-        except BaseException as exc:
-            self._crash = exc  # `_landed` stopped the actor and answered the request
-        finally:
-            self._batch_ended(1)
-        if request.ok:
-            return request.value
-        assert request.error is not None
-        raise request.error
-
-    async def _land_handed(self) -> None:
-        """Answer the batch a cancelled caller left in flight (`_run_alone`)."""
-        flight, self._handed = self._handed, None
-        assert flight is not None
-        try:
-            with trio.CancelScope(shield=True):
-                answer = await self._thread.answer()
-            self._landed(flight, answer)
-        finally:
-            self._batch_ended(len(flight.batch))
-
-    def _batch_ended(self, requests: int) -> None:
-        self._in_batch = False
-        waiting = self._waiting()
-        self._quiet = requests == 1 and not waiting
-        self._batch_over.set()
-        if waiting or self._crash is not None:
-            self._wake.set()  # the actor's task takes what waits (or stops); else it sleeps on
-
-    async def _no_batch_running(self) -> None:
-        while self._in_batch:
-            if self._handed is not None:
-                await self._land_handed()
-                continue
-            self._batch_over = trio.Event()
-            await self._batch_over.wait()
 
     @property
     def shared(self) -> bool:
@@ -280,7 +202,6 @@ class StorageActor(Transactions, Notices):
             self._fail_pending(StorageClosed("the storage actor stopped"))
             self._receive.close()
             with trio.CancelScope(shield=True):
-                await self._no_batch_running()  # a caller's own batch ends before the connection closes
                 await self._close()
 
     def _open_with(self, proc: Callable[[Tx, int], object]) -> None:
@@ -298,20 +219,9 @@ class StorageActor(Transactions, Notices):
             raise
 
     async def _serve(self) -> None:
+        batch_no = 0
         while True:
-            # requests stay in the mailbox (its room is the backpressure) until a batch can take them:
-            # none runs, not even one a caller runs alone (`_run_alone`)
-            while True:
-                if self._crash is not None:
-                    raise self._crash  # a batch run alone stopped the actor
-                if self._handed is not None:
-                    await self._land_handed()
-                elif not self._in_batch and self._waiting():
-                    break
-                else:
-                    self._wake = trio.Event()
-                    await self._wake.wait()
-            batch = [self._receive.receive_nowait()]
+            batch = [await self._receive.receive()]
             while len(batch) < self._max_batch:
                 try:
                     batch.append(self._receive.receive_nowait())
@@ -319,18 +229,13 @@ class StorageActor(Transactions, Notices):
                     break
             reads = all(request.read for request in batch)
             if not reads:
-                self._batch_no += 1
-            batch_no = self._batch_no
-            self._in_batch = True
-            try:
-                with trio.CancelScope(shield=True):
-                    if self._conn is None:
-                        await self._reconnect()
-                    # reads alone commit nothing: no batch number, no crash point, no notice (not even
-                    # `Committed`: a watcher that reads at each notice is not woken by its own reads)
-                    await self._run_batch(batch, None if reads else batch_no)
-            finally:
-                self._batch_ended(len(batch))
+                batch_no += 1
+            with trio.CancelScope(shield=True):
+                if self._conn is None:
+                    await self._reconnect()
+                # reads alone commit nothing: no batch number, no crash point, no notice (not even
+                # `Committed`: a watcher that reads at each notice is not woken by its own reads)
+                await self._run_batch(batch, None if reads else batch_no)
 
     async def _reconnect(self) -> None:
         """Open the connection again after it was lost, waiting longer after each failure; requests
@@ -352,20 +257,12 @@ class StorageActor(Transactions, Notices):
                 return
 
     async def _run_batch(self, batch: list[Request], batch_no: int | None) -> None:
-        """Run a batch in the worker thread and answer its requests (the caller shields it)."""
-        flight = self._take_off(batch, batch_no)
-        self._landed(flight, await self._thread.answer())
-
-    def _take_off(self, batch: list[Request], batch_no: int | None) -> _InFlight:
         now_ms = self._clock.now_ms()
-        self._thread.start(self._execute_until_settled, batch, now_ms, batch_no)
-        return _InFlight(batch, batch_no, now_ms, trio.current_time())
-
-    def _landed(self, flight: _InFlight, answer: outcome.Outcome[tuple[list[Notice], bool]]) -> None:
-        """Answer a batch's requests from what its run in the thread did, and tell what it committed."""
-        batch, batch_no, now_ms, started = flight.batch, flight.batch_no, flight.now_ms, flight.started
+        started = trio.current_time()
         try:
-            notices, relaxed = answer.unwrap()
+            notices, relaxed = await self._thread.run_sync(
+                self._execute_until_settled, batch, now_ms, batch_no
+            )
         except StorageFailure as failure:
             self.stats.failed_batches += 1
             others = f"this request and {len(batch) - 1} others in its batch"
@@ -410,6 +307,150 @@ class StorageActor(Transactions, Notices):
         self._committed(
             notices, Committed(batch=batch_no, at_ms=now_ms, requests=len(batch), seconds=seconds)
         )
+
+    def _execute_until_settled(
+        self, batch: list[Request], now_ms: int, batch_no: int | None
+    ) -> tuple[list[Notice], bool]:
+        """Run the batch; one that raced another node runs again (after a short random pause), and a
+        relaxed one that turned out to settle something runs again in full. Also says whether the
+        batch committed relaxed."""
+        relaxed = batch_no is not None and all(request.read or request.relaxed for request in batch)
+        guarded = self._guarded > 0
+        self._guarded -= guarded
+        attempt = 0
+        while True:
+            if self._conn is None:  # a rollback before this run lost the connection (`_rollback`)
+                lost = ConnectionError("the connection was lost while the batch was rolled back to run again")
+                raise StorageFailure(lost, lost=True)
+            try:
+                return self._execute(batch, now_ms, batch_no, relaxed, guarded), relaxed
+            except Resync:
+                relaxed = False
+            except RunGuarded:
+                guarded = True
+                self._guarded = GUARDED_BATCHES
+                self.stats.guarded_reruns += 1
+            except Conflict as conflict:
+                if attempt == CONFLICT_RETRIES:
+                    raise StorageFailure(conflict.cause) from conflict.cause
+                time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
+                attempt += 1
+
+    def _execute(
+        self, batch: list[Request], now_ms: int, batch_no: int | None, relaxed: bool, guarded: bool
+    ) -> list[Notice]:
+        conn = self._conn
+        assert conn is not None
+        if not relaxed:
+            return self._transact(conn, batch, now_ms, batch_no, relaxed, guarded)
+        try:
+            self.store.relax(conn, True)
+        except Exception as exc:
+            if self._dialect.is_storage_failure(exc):
+                raise self._failure(exc, in_commit=False) from exc
+            raise
+        try:
+            return self._transact(conn, batch, now_ms, batch_no, relaxed, guarded)
+        finally:
+            if self._conn is conn:
+                try:
+                    self.store.relax(conn, False)
+                except BaseException:
+                    # every later commit would skip the disk: stop rather than run on so
+                    self._abandon()
+                    raise
+
+    def _transact(
+        self,
+        conn: Any,
+        batch: list[Request],
+        now_ms: int,
+        batch_no: int | None,
+        relaxed: bool,
+        guarded: bool,
+    ) -> list[Notice]:
+        dialect = self._dialect
+        tx = Tx(conn, dialect, guarded=guarded)
+        try:
+            dialect.send_later(conn, dialect.begin)
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise self._failure(exc, in_commit=False) from exc
+            raise
+        in_commit = False
+        try:
+            for request in batch:
+                request.ok, request.value, request.error = False, None, None
+                try:
+                    with tx.savepoint():
+                        request.value = request.proc(tx, now_ms, *request.args, **request.kwargs)
+                        if relaxed and (tx.touched or tx.freed_pools):
+                            raise Resync  # the settle hook would write what must reach the disk
+                        if self._settle is not None:
+                            self._settle(tx, now_ms)
+                    request.ok = True
+                except Exception as exc:
+                    if tx.is_storage_failure(exc):
+                        raise
+                    request.error = exc
+            if dialect.notify is not None:
+                payload = summarize(tx.notices, self.origin, routing=self.routing)
+                if payload is not None:
+                    dialect.send_later(conn, dialect.notify, (payload,))  # it goes with the COMMIT
+            if self._fault is not None and batch_no is not None:
+                self._fault("before_commit", batch_no)
+            in_commit = True
+            conn.execute("COMMIT")
+        except CrashPoint:
+            self._abandon()
+            raise
+        except Exception as exc:
+            self._rollback()
+            if tx.is_storage_failure(exc):
+                if (dialect.is_conflict(exc) and not in_commit) or isinstance(exc, RowConflict):
+                    raise Conflict(exc) from exc
+                raise self._failure(exc, in_commit=in_commit) from exc
+            raise
+        except BaseException:
+            self._rollback()
+            raise
+        if self._fault is not None and batch_no is not None:
+            try:
+                self._fault("after_commit", batch_no)
+            except CrashPoint:
+                self._abandon()
+                raise
+        return tx.notices
+
+    def _failure(self, exc: BaseException, *, in_commit: bool) -> StorageFailure:
+        """A storage failure; one that lost the connection drops it, to be opened again."""
+        lost = self._dialect.is_disconnect(exc) and bool(self.store.reconnect_delays())
+        if lost:
+            self._abandon()
+        return StorageFailure(exc, lost=lost, in_commit=in_commit)
+
+    def _rollback(self) -> None:
+        if self._conn is None:
+            return
+        if self._conn.in_transaction:
+            try:
+                self._conn.execute("ROLLBACK")
+            except Exception as exc:
+                # The connection is unusable: drop it; a shared database is reconnected to, a
+                # file stops the runtime rather than run on a half state.
+                self._abandon()
+                if self._dialect.is_disconnect(exc) and self.store.reconnect_delays():
+                    return
+                raise
+
+    def _abandon(self) -> None:
+        """Drop the connection as a killed process would: no commit, no cleanup."""
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            try:
+                conn.close()
+            except Exception:
+                pass  # it was already broken: dropping it is all that is left to do
 
     def _fail_pending(self, error: BaseException) -> None:
         while True:

@@ -42,39 +42,31 @@ class WorkerThread:
 
     async def run_sync(self, fn: Callable[..., R], *args: Any) -> R:
         """Run ``fn(*args)`` in the thread and return (or raise) what it did."""
-        self.start(fn, *args)
-        with trio.CancelScope(shield=True):  # the call is never abandoned: a cancel waits for it
-            answer = await self.answer()
-        return answer.unwrap()  # type: ignore[no-any-return]
-
-    def start(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Hand ``fn(*args)`` to the thread; `answer` waits for what it did."""
         if self._busy:
             raise RuntimeError(f"{self._name}: one call at a time")  # the actor's own invariant
         if self._thread is None:
             self._start()
-        self._busy = True
-        self._jobs.put((fn, args))
-
-    async def answer(self) -> outcome.Outcome[Any]:
-        """What the call `start` handed over did, once it is over. A cancel leaves the call running
-        and its answer untaken: the next `answer`, in any task, waits for it and takes it."""
-        assert self._busy, "no call in flight"
         assert self._wake is not None
         reader = self._wake[1]
-        while True:
-            await trio.lowlevel.wait_readable(reader)
-            try:
-                if reader.recv(16):
-                    break
-            except BlockingIOError:  # pragma: no cover - woken with nothing to read
-                continue
-        result, self._result = self._result, None
-        self._busy = False
-        if self._thread is None:  # stopped meanwhile: its answer has come
-            self._close_wake()
+        self._busy = True
+        try:
+            self._jobs.put((fn, args))
+            # the call is never abandoned: a cancel waits for it (and is delivered at the next checkpoint)
+            with trio.CancelScope(shield=True):
+                while True:
+                    await trio.lowlevel.wait_readable(reader)
+                    try:
+                        if reader.recv(16):
+                            break
+                    except BlockingIOError:  # pragma: no cover - woken with nothing to read
+                        continue
+            result, self._result = self._result, None
+        finally:
+            self._busy = False
+            if self._thread is None:  # stopped meanwhile: its answer has come
+                self._close_wake()
         assert result is not None
-        return result
+        return result.unwrap()  # type: ignore[no-any-return]
 
     def stop(self) -> None:
         """Let the thread end once its current call (if any) is over; a later call starts a new one."""
