@@ -36,16 +36,21 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
 """How each kind of record a transaction keeps is read afresh (with its keeping turned off)."""
 
 
+def read_afresh(tx: Tx, kind: str, key: str) -> object:
+    """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off."""
+    caching, own, tx._caching, tx._keeping_own = tx._caching, tx._keeping_own, False, False
+    try:
+        return READERS[kind](tx, key)
+    finally:
+        tx._caching, tx._keeping_own = caching, own
+
+
 def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
     """`TxBase.known`, checked: the record a procedure made from its own writes is what a read answers."""
-    if kind in READERS and isinstance(tx, Tx) and tx._caching:
-        # (only a transaction alone on its database keeps it: on a shared one another node's commit
-        # may have changed the Work since it was read, and every read goes to the database)
-        caching, tx._caching = tx._caching, False
-        try:
-            read = READERS[kind](tx, key)
-        finally:
-            tx._caching = caching
+    if kind in READERS and isinstance(tx, Tx) and tx._keeps(kind, key):
+        # (a transaction alone on its database keeps it, and one on a shared database keeps what
+        # only it can see: a Work or attempt it inserted; another node may change any other row)
+        read = read_afresh(tx, kind, key)
         assert record == read, f"{kind} made from its writes is not what a read answers: {record} != {read}"
     KNOWN(tx, kind, key, record)
 
@@ -81,11 +86,7 @@ def checked_recall(tx: TxBase, kind: str, key: str) -> object:
     from what the transaction kept are what a read answers now."""
     record = RECALL(tx, kind, key)
     if record is not MISSING and kind in READERS and isinstance(tx, Tx):
-        caching, tx._caching = tx._caching, False
-        try:
-            read = READERS[kind](tx, key)
-        finally:
-            tx._caching = caching
+        read = read_afresh(tx, kind, key)
         assert record == read, (
             f"a {kind} kept by the transaction is not what a read answers: {record} != {read}"
         )

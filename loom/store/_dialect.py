@@ -84,7 +84,7 @@ class Dialect:
         return False
 
     def changes(self, conn: Any) -> int:
-        """How many rows the connection has changed since it opened (``caches_reads`` only)."""
+        """A count that moves whenever the connection changes a row (SQLite: the rows it changed)."""
         return int(conn.total_changes)
 
     def in_transaction(self, conn: Any) -> bool:

@@ -70,7 +70,7 @@ _DISCONNECTS = frozenset({"57P01", "57P02", "57P03"})  # admin or crash shutdown
 class PostgresDialect(Dialect):
     name = "postgresql"
     shared = True
-    caches_reads = False  # psycopg tells no change count: every read goes to the server
+    caches_reads = False  # another node may change a row between two statements: reads go to the server
     begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
     order_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {ORDER_LOCK})"
     due_hint = ""
@@ -96,6 +96,11 @@ class PostgresDialect(Dialect):
 
     def send_later(self, conn: Any, sql: str, parameters: Sequence[Any] = ()) -> None:
         conn.defer(sql, parameters)
+
+    def changes(self, conn: Any) -> int:
+        """A count that moves whenever this connection may have changed a row (its statements other
+        than a ``SELECT``): what a transaction keeps of the rows only it can see goes with it."""
+        return int(conn.writes)
 
     def is_disconnect(self, exc: BaseException) -> bool:
         if not isinstance(exc, psycopg.Error):
@@ -145,6 +150,9 @@ class PostgresConnection:
         self.raw = raw
         self._deferred: list[tuple[str, Sequence[Any]]] = []
         self._pipelined = psycopg.Pipeline.is_supported()
+        self.writes = 0
+        """Statements other than a ``SELECT`` sent since the connection opened: a change of any row
+        of this connection's moves it (`PostgresDialect.changes`; ``SELECT`` changes no row here)."""
 
     def defer(self, sql: str, parameters: Sequence[Any] = ()) -> None:
         """Run ``sql`` (its result unread) with the next statement (at once without pipeline mode)."""
@@ -170,11 +178,14 @@ class PostgresConnection:
             yield
 
     def _run(self, sql: str, parameters: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+        if not sql.startswith("SELECT"):
+            self.writes += 1
         if not parameters:
             return self.raw.execute(sql)
         return self.raw.execute(_format(sql), _params(parameters))
 
     def executemany(self, sql: str, parameters: Any, /) -> None:
+        self.writes += 1
         rows = [_params(p) for p in parameters]
         with self._pipeline() if self._deferred else contextlib.nullcontext(), self.raw.cursor() as cur:
             cur.executemany(_format(sql), rows)

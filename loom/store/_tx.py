@@ -301,6 +301,7 @@ class Tx(
             " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
             (id, scope, kind, parent_id, predecessor_id, generation, now_ms, now_ms),
         )
+        self.inserted(id)
         self.touch(id)
         # every other column takes its default (the schema's), as `work_from_row` would read them
         row = (id, scope, kind, WorkState.READY.value, 1, 0, None, parent_id, predecessor_id, generation)

@@ -20,6 +20,9 @@ class _Missing:
 MISSING: Any = _Missing()
 """`TxBase.recall` found nothing it may answer."""
 
+_OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
+"""What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
+
 
 class _Lazy:
     """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it."""
@@ -50,6 +53,11 @@ class TxBase:
         """Records this transaction read since it last changed a row (`recall`)."""
         self._reads_at = -1
         self._caching = dialect.caches_reads
+        self._own: set[str] = set()
+        """Works and attempts this transaction inserted: nobody else sees them before it commits, so
+        what it read of them (`recall`) answers on a shared database too, while it changes no row."""
+        self._keeping_own = True
+        """Whether records of `_own` are kept where the database is shared (off: every read goes to it)."""
         self._events: dict[str, Any] = {}
         """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
         stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
@@ -118,7 +126,7 @@ class TxBase:
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
         A read that misses keeps its answer with `keep`."""
-        if not self._caching or not self._reads_current():
+        if not self._keeps(kind, key) or not self._reads_current():
             return MISSING
         record = self._reads.get((kind, key), MISSING)
         if type(record) is _Lazy:
@@ -127,14 +135,14 @@ class TxBase:
 
     def keep(self, kind: str, key: str, record: Any) -> Any:
         """Keep what a read just answered (right after `recall` missed: no row changed between)."""
-        if self._caching:
+        if self._keeps(kind, key):
             self._reads[kind, key] = record
         return record
 
     def known(self, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
         record it read and what it wrote since. Reads answer it (`recall`) until a row changes again."""
-        if self._caching:
+        if self._keeps(kind, key):
             self._reads_current()
             self._reads[kind, key] = record
 
@@ -142,9 +150,18 @@ class TxBase:
         """`known`, with the record made by ``make`` only if a read asks for it before a row changes
         (most such records are never read: making each would cost more than the reads it saves).
         ``make`` depends only on this transaction's state, which no read changes."""
-        if self._caching:
+        if self._keeps(kind, key):
             self._reads_current()
             self._reads[kind, key] = _Lazy(make)
+
+    def _keeps(self, kind: str, key: str) -> bool:
+        """Whether a record of ``kind`` by ``key`` may be kept: always alone on the database; on a shared
+        one, a Work's or an attempt's that this transaction inserted (`_own`)."""
+        return self._caching or (self._keeping_own and kind in _OWN_KINDS and key in self._own)
+
+    def inserted(self, record_id: str) -> None:
+        """This transaction inserted the Work or attempt ``record_id`` (see `_own`)."""
+        self._own.add(record_id)
 
     def _reads_current(self) -> bool:
         """Whether the records kept still answer: no row changed since they were kept. When one did,
@@ -226,6 +243,7 @@ class _Savepoint:
                 tx._conn.execute(f"ROLLBACK TO {self._name}")
                 tx._conn.execute(f"RELEASE {self._name}")
                 tx._reads.clear()  # what it read may have been its own writes, now undone
+                tx._own.clear()  # and what it inserted may be gone
                 tx._events.clear()
                 tx._unrouted.clear()
                 tx._kv.clear()

@@ -263,6 +263,7 @@ class ExecutionsTx(TxBase):
                 budget_ms,
             ),
         )
+        self.inserted(id)
         self.touch(work_id)
         self.notify(LeaseExpiry(execution_id=id, expires_at_ms=expires_at_ms))
 
