@@ -377,6 +377,12 @@ async def test_a_keys_owner_found_and_an_event_read_are_kept_on_every_backend(
     assert queries.count(EVENT_BY_ID) == 1, "an Event was read again"
 
 
+def new_work(tx: Tx, work_id: str, now_ms: int) -> None:
+    tx.insert_work(
+        id=work_id, scope=SCOPE, kind=None, parent_id=None, predecessor_id=None, generation=1, now_ms=now_ms
+    )
+
+
 async def test_a_work_this_transaction_inserted_is_kept_on_every_backend(rt: Runtime) -> None:
     """A Work (or attempt) a transaction inserted is seen by nobody else before it commits, so what the
     transaction read of it answers its later reads on PostgreSQL too (a round trip each there), until it
@@ -389,28 +395,12 @@ async def test_a_work_this_transaction_inserted_is_kept_on_every_backend(rt: Run
 
     def reads(tx: Tx, now_ms: int) -> tuple[list[str], bool]:
         queries = counting_queries(tx)
-        tx.insert_work(
-            id="wk_new",
-            scope=SCOPE,
-            kind=None,
-            parent_id=None,
-            predecessor_id=None,
-            generation=1,
-            now_ms=now_ms,
-        )
+        new_work(tx, "wk_new", now_ms)
         assert tx.work("wk_new") == tx.work("wk_new") is not None
         assert tx.work(existing) == tx.work(existing) is not None
         try:
             with tx.savepoint():
-                tx.insert_work(
-                    id="wk_undone",
-                    scope=SCOPE,
-                    kind=None,
-                    parent_id=None,
-                    predecessor_id=None,
-                    generation=1,
-                    now_ms=now_ms,
-                )
+                new_work(tx, "wk_undone", now_ms)
                 assert tx.work("wk_undone") is not None
                 raise LookupError("undo it")
         except LookupError:
