@@ -37,12 +37,17 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
 
 
 def read_afresh(tx: Tx, kind: str, key: str) -> object:
-    """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off."""
-    caching, own, tx._caching, tx._keeping_own = tx._caching, tx._keeping_own, False, False
+    """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off (nothing
+    kept on the database alone, nothing of what it inserted: `TxBase._keeps`). While it reads,
+    ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out)."""
+    caching, own = tx._caching, tx._own
+    tx._caching, tx._own = False, set()
+    tx.reading_afresh = True  # type: ignore[attr-defined]
     try:
         return READERS[kind](tx, key)
     finally:
-        tx._caching, tx._keeping_own = caching, own
+        tx._caching, tx._own = caching, own
+        del tx.reading_afresh  # type: ignore[attr-defined]
 
 
 def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:

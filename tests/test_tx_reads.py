@@ -497,13 +497,13 @@ def counting_queries(tx: Tx) -> list[str]:
     one, all_ = tx._one, tx._all
 
     def counted_one(sql: str, params: tuple[object, ...] = ()) -> object:
-        if tx._keeping_own:  # (off while conftest's checks read afresh)
+        if not getattr(tx, "reading_afresh", False):  # (conftest's checks read afresh)
             queries.append(sql)
         return one(sql, params)
 
     def counted_all(sql: str, params: tuple[object, ...] = ()) -> object:
         # (conftest's check of kept pending inputs reads them with WORK_PENDING: loom reads WORK_PENDING_SEQ)
-        if tx._keeping_own and sql != WORK_PENDING:
+        if not getattr(tx, "reading_afresh", False) and sql != WORK_PENDING:
             queries.append(sql)
         return all_(sql, params)
 
@@ -764,7 +764,7 @@ def counting_work_reads(tx: Tx) -> list[str]:
     keep = tx.keep
 
     def counted(kind: str, key: str, record: object) -> object:
-        if kind == "work" and tx._keeping_own:  # (off while conftest's checks read afresh)
+        if kind == "work" and not getattr(tx, "reading_afresh", False):  # (conftest's checks read afresh)
             reads.append(key)
         return keep(kind, key, record)
 

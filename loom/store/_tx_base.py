@@ -56,8 +56,6 @@ class TxBase:
         self._own: set[str] = set()
         """Works and attempts this transaction inserted: nobody else sees them before it commits, so
         what it read of them (`recall`) answers on a shared database too, while it changes no row."""
-        self._keeping_own = True
-        """Whether records of `_own` are kept where the database is shared (off: every read goes to it)."""
         self._events: dict[str, Any] = {}
         """Events this transaction accepted or read (`Tx.event`): an Event row never changes, so they
         stay true until a savepoint rolled back (it may have undone an insert) or an Event is removed."""
@@ -157,7 +155,7 @@ class TxBase:
     def _keeps(self, kind: str, key: str) -> bool:
         """Whether a record of ``kind`` by ``key`` may be kept: always alone on the database; on a shared
         one, a Work's or an attempt's that this transaction inserted (`_own`)."""
-        return self._caching or (self._keeping_own and kind in _OWN_KINDS and key in self._own)
+        return self._caching or (kind in _OWN_KINDS and key in self._own)
 
     def inserted(self, record_id: str) -> None:
         """This transaction inserted the Work or attempt ``record_id`` (see `_own`)."""
