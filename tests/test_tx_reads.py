@@ -38,7 +38,7 @@ from loom import (
 )
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
-from loom.kernel.executions import record_outcome_in_tx
+from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
 from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.kinds import KindPolicy
 from loom.kernel.resolve import RouteRef, RouteRequest
@@ -48,7 +48,7 @@ from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
-from loom.store import Tx
+from loom.store import AdmissionFacts, Tx
 from loom.store._sql import EVENT_BY_ID, TIMER_BY_ID, TIMER_OR_REMOVED, WORK_PENDING, WORK_PENDING_SEQ
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
@@ -112,6 +112,35 @@ async def test_a_works_admission_facts_are_read_anew_after_a_write(rt: Runtime, 
     assert held_after, "the facts read after the hold answered what was read before it"
     assert equal
     assert same is (not loom_store.startswith("postgresql://")), "a repeated read was read again"
+
+
+async def test_a_claim_tells_the_works_admission_facts(rt: Runtime, loom_store: str) -> None:
+    """A claim tells its transaction the Work's admission facts as it left them, so the settle hook
+    after it reads none (`executions.claim_in_tx`). Catches: the claim no longer telling them (a query
+    on SQLite); conftest's check catches facts told wrong (a claim that said the Work has no pending
+    input, or is out of the ready queue while it is in it, failed the admission tests that way)."""
+    work_id = await a_work(rt)
+    facts_query = "SELECT w.state, w.held"
+
+    def claim_then_read(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+        work = tx.work(work_id)
+        assert work is not None
+        request = claim_request(CONFIG, work, owner="host", token="t-1", lease_ms=60_000, binding=NO_BINDING)
+        claim_in_tx(tx, now_ms, request)
+        queries = counting_queries(tx)
+        facts = tx.admission_facts(work_id)
+        assert facts is not None
+        return facts, [q for q in queries if q.startswith(facts_query)]
+
+    facts, reads = await storage_of(rt).submit(claim_then_read)
+    assert isinstance(facts, AdmissionFacts)
+    assert (facts.state, facts.execution_state, facts.has_pending) == (
+        WorkState.RUNNING,
+        ExecutionState.RUNNING,
+        True,
+    )
+    caches = not loom_store.startswith("postgresql://")
+    assert len(reads) == (0 if caches else 1), "the settle hook would read the facts the claim just made"
 
 
 async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runtime) -> None:

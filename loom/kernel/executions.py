@@ -35,7 +35,7 @@ from ..records.work import (
     WorkState,
     outcome_json,
 )
-from ..store import Tx
+from ..store import AdmissionFacts, QueuePlace, Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
 from .bindings import NO_BINDING as NO_BINDING
@@ -232,7 +232,8 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
                 f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
             )
     inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
-    ready_at_ms = tx.ready_at(work.id)
+    place = tx.queue_place(work.id)
+    ready_at_ms = place.ready_at_ms
     if work.execution_state is ExecutionState.PARKED:
         parked = tx.live_execution(work.id)
         assert parked is not None
@@ -297,6 +298,10 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     tx.notify(WorkChanged(work_id=work.id))
     if req.budgets:
         charge_in_tx(tx, now_ms, work, {"turns": 1, "attempts": 1}, req.budgets, req.limits)
+    else:
+        # what the settle hook reads next (`admission.settle_in_tx`), as this claim left the Work: its
+        # new attempt the only live one, every input it held still pending, its queue place as read
+        tx.known("facts", work.id, _running_facts(work, place, now_ms))
     request = RunRequest(
         work_id=work.id,
         execution_id=execution_id,
@@ -319,6 +324,21 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         owner=req.owner,
         expires_at_ms=expires,
         request=request,
+    )
+
+
+def _running_facts(work: Work, place: QueuePlace, now_ms: int) -> AdmissionFacts:
+    """The admission facts of ``work`` once a claim started its next attempt at ``now_ms``."""
+    return AdmissionFacts(
+        state=WorkState.RUNNING,
+        held=work.held,
+        retry=work.retry,
+        execution_state=ExecutionState.RUNNING,
+        has_pending=bool(work.pending_inputs),
+        ready_seq=place.ready_seq,
+        blocked=place.blocked,
+        scope=work.scope,
+        updated_at_ms=now_ms,
     )
 
 

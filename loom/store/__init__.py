@@ -16,6 +16,7 @@ from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
 from ._tx import Tx as Tx
 from ._tx_admission import AdmissionFacts as AdmissionFacts
+from ._tx_admission import QueuePlace as QueuePlace
 from ._tx_compaction import TABLES as TABLES
 from ._tx_compaction import AttemptRow as AttemptRow
 from ._tx_compaction import EventRow as EventRow

@@ -34,6 +34,15 @@ class AdmissionFacts:
     updated_at_ms: int
 
 
+@attrs.frozen
+class QueuePlace:
+    """A Work's place in the ready queue, as `AdmissionFacts` holds it, and when it took it."""
+
+    ready_seq: int | None
+    ready_at_ms: int | None
+    blocked: str | None
+
+
 class AdmissionTx(TxBase):
     def admission_facts(self, work_id: str) -> AdmissionFacts | None:
         """What decides whether ``work_id`` belongs in the ready queue; a repeated read with no write
@@ -64,10 +73,10 @@ class AdmissionTx(TxBase):
         )
         return self.keep("facts", work_id, facts)  # type: ignore[no-any-return]
 
-    def ready_at(self, work_id: str) -> int | None:
-        """When the Work joined the ready queue (``None``: it is not in it)."""
-        row = self._one("SELECT ready_at_ms FROM works WHERE id = ?", (work_id,))
-        return None if row is None or row[0] is None else int(row[0])
+    def queue_place(self, work_id: str) -> QueuePlace:
+        """Where a Work stands in the ready queue (all ``None``: it is not in it, or there is no such Work)."""
+        row = self._one("SELECT ready_seq, ready_at_ms, blocked FROM works WHERE id = ?", (work_id,))
+        return QueuePlace(*row) if row is not None else QueuePlace(None, None, None)
 
     def mark_changed(self, work_id: str, now_ms: int) -> None:
         """Record that a Work changed at ``now_ms`` (its place in the order of last change)."""
