@@ -17,6 +17,7 @@ from loom.store import SQLiteStore, Tx, _sql
 from loom.store._tx_base import MISSING, TxBase
 from loom.store._tx_inputs import InputsTx
 from loom.store._tx_timers import TimersTx
+from loom.store._tx_waits import _WAITS_EXIST, WaitsTx
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
 
@@ -115,17 +116,32 @@ def checked_timer(tx: TimersTx, timer_id: str) -> Timer | None:
 TIMER = TimersTx.timer
 
 
+def checked_waits_exist(tx: WaitsTx) -> tuple[bool, bool]:
+    """`WaitsTx.waits_exist`, checked: what it answers none of, a read finds none of."""
+    kept = WAITS_EXIST(tx)
+    read = tx._conn.execute(_WAITS_EXIST).fetchone()  # (not counted as the procedure's)
+    found = tuple(map(bool, read))
+    assert all(k or not r for k, r in zip(kept, found, strict=True)), (
+        f"waits kept as none (open, untaken wakes) {kept}, a read finds some: {found}"
+    )
+    return kept
+
+
+WAITS_EXIST = WaitsTx.waits_exist
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
     facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), every
     Work's pending inputs it kept (`InputsTx.pending_of`) and every timer row kept from the due head
-    (`TimersTx.timer`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
+    (`TimersTx.timer`), and every wait a transaction answers none of (`WaitsTx.waits_exist`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
+    monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)
 
 
 @pytest.fixture

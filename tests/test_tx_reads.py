@@ -631,6 +631,88 @@ async def test_a_wake_tells_the_work_as_it_wrote_it(loom_drivers: DriverFactory)
         assert len(queries) == (0 if caches else 2), f"the woken Work was read: {queries}"
 
 
+async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime, loom_store: str) -> None:
+    """A transaction alone on its database reads once whether any wait is open or any wake untaken,
+    and then neither routing (the open waits on an Event's key) nor a claim (the Work's untaken wake)
+    reads a wait while none exists. Catches: the waits read at each use (two reads per Event where
+    nothing waits); on PostgreSQL, where another node may add a wait, they are read at each use."""
+    work_id = await a_work(rt)
+
+    def look(tx: Tx, now_ms: int) -> tuple[list[object], object, list[str]]:
+        queries = counting_queries(tx)
+        on_key = tx.open_waits_on_key("k") + tx.open_waits_on_key("other")
+        wake = tx.untaken_wake(work_id)
+        return on_key, wake, [q for q in queries if "FROM waits" in q]
+
+    on_key, wake, reads = await storage_of(rt).submit(look)
+    assert (on_key, wake) == ([], None)
+    shared = loom_store.startswith("postgresql://")
+    # alone: the one read of whether any exists; shared: the key's open waits (read anew after
+    # nothing is written: the second key's too) and the Work's untaken wake
+    assert len(reads) == (3 if shared else 1), f"waits were read where none exists: {reads}"
+
+
+async def test_a_wait_this_transaction_opens_is_found_after_none_was(loom_drivers: DriverFactory) -> None:
+    """A wait that a transaction opens after it read that none is open is found by the next routing in
+    that transaction. Catches: the "none" kept through the transaction's own insert (the wait would
+    never be woken by an Event routed in the same commit); conftest's check catches "none" kept where
+    the store has one."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+
+        def park_then_look(tx: Tx, now_ms: int) -> tuple[tuple[bool, bool], list[str]]:
+            before = tx.waits_exist()
+            record_outcome_in_tx(
+                tx, now_ms, Authority.of(lease), Waiting(wait=WaitSpec(types=("w.go",))), KindPolicy()
+            )
+            return before, [w.work_id for w in tx.open_waits_on_key("k")]
+
+        before, found = await storage_of(driver.runtime).submit(park_then_look)
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert before == ((False, False) if caches else (True, True))
+        assert found == [work_id], "the wait opened in this transaction was not found"
+
+        def keep_none(tx: Tx, now_ms: int) -> list[object]:
+            tx.waits_exist()
+            tx._waits_exist = [False, False]
+            return list(tx.open_waits_on_key("k"))
+
+        if caches:
+            with pytest.raises(AssertionError, match="waits kept as none"):
+                await storage_of(driver.runtime).submit(keep_none)
+
+
+async def test_a_wake_this_transaction_makes_is_found_by_its_claim(loom_drivers: DriverFactory) -> None:
+    """A transaction that read that no wake is untaken, then woke a wait, finds that wake when it
+    claims the Work's continuation (`WaitsTx.untaken_wake`). Catches: the "none" kept through its own
+    wake (the continuation would start as a fresh attempt, without its winner)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, _ = await launched_attempt(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+
+        async def parked() -> bool:
+            waits = await driver.runtime.waits(work_id)
+            return bool(waits) and waits[-1].state is WaitState.ACTIVE
+
+        await driver.until(parked, "the wait to be active")
+        offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+
+        def wake_then_look(tx: Tx, now_ms: int) -> tuple[bool, str | None]:
+            untaken_before = tx.waits_exist()[1]
+            event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+            work = tx.work(work_id)
+            assert work is not None
+            deliver(tx, now_ms, event.id, work, route)
+            wake = tx.untaken_wake(work_id)
+            return untaken_before, wake.winner_event_id if wake is not None else None
+
+        untaken_before, winner = await storage_of(driver.runtime).submit(wake_then_look)
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert untaken_before is not caches
+        assert winner is not None, "the wake made in this transaction was not found"
+
+
 # -- what a transaction knows routed -------------------------------------------------------------
 # `Tx.routed_through`: the search for unrouted Events that an order check, a claim and a completion each
 # make starts past what this transaction knows routed (the routing watermark, then on through each

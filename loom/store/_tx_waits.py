@@ -22,7 +22,12 @@ _WOKEN_AT = WAIT_COLUMNS.replace(" ", "").split(",").index("woken_at_ms")
 _UNTAKEN_WAKE = (
     f"{WAIT_SELECT} WHERE work_id = ? AND state = '{WaitState.WOKEN.value}' AND taken_at_ms IS NULL"
 )
+_OPEN_STATES = (WaitState.ACTIVE.value, WaitState.BLOCKED.value)
 _OPEN = f"('{WaitState.ACTIVE.value}', '{WaitState.BLOCKED.value}')"
+_WAITS_EXIST = (
+    f"SELECT EXISTS (SELECT 1 FROM waits WHERE state IN {_OPEN}),"
+    f" EXISTS (SELECT 1 FROM waits WHERE state = '{WaitState.WOKEN.value}' AND taken_at_ms IS NULL)"
+)
 
 
 def wait_from_row(row: tuple[Any, ...]) -> Wait:
@@ -72,12 +77,37 @@ class WaitsTx(TxBase):
         row = self._one(f"{WAIT_SELECT} WHERE work_id = ? AND state IN {_OPEN}", (work_id,))
         return wait_from_row(row) if row else None
 
+    def waits_exist(self) -> tuple[bool, bool]:
+        """Whether any wait may be open, and whether any woken wait's continuation may not have started.
+        ``False`` is sure: the first call of a transaction alone on its database reads both, and only its
+        own writes make either true again (a wait it inserts or opens, a wake), so most Events routed and
+        attempts started where nothing waits read no wait at all. On a shared database another node may
+        add one at any time: both are always true there."""
+        if not self._caching:
+            return True, True
+        if self._waits_exist is None:
+            row = self._one(_WAITS_EXIST)
+            assert row is not None
+            self._waits_exist = [bool(row[0]), bool(row[1])]
+        return self._waits_exist[0], self._waits_exist[1]
+
+    def _wait_written(self, state: str, *, taken: bool) -> None:
+        """This transaction wrote a wait, leaving it in ``state`` (``taken``: its continuation started)."""
+        self._waits_on_key.clear()
+        if self._waits_exist is not None:
+            if state in _OPEN_STATES:
+                self._waits_exist[0] = True
+            elif state == WaitState.WOKEN.value and not taken:
+                self._waits_exist[1] = True
+
     def open_waits_on_key(self, key: str) -> list[Wait]:
         """Active or blocked waits watching ``key``. A repeated read is answered from the first until the
         transaction writes a wait (routing reads them before and after it routes an Event; SQLite only)."""
         known = self._waits_on_key.get(key)
         if known is not None:
             return list(known)
+        if not self.waits_exist()[0]:
+            return []
         rows = self._all(
             f"{WAIT_SELECT} w WHERE w.state IN {_OPEN} AND w.id IN (SELECT wait_id FROM wait_keys WHERE key = ?)",
             (key,),
@@ -93,6 +123,8 @@ class WaitsTx(TxBase):
         # The state is written into the statement: a parameter compared with a column that a partial
         # index's WHERE compares with a constant (waits_untaken) makes SQLite prepare the statement again
         # at every use (about 20 us), a literal lets it keep the prepared one
+        if not self.waits_exist()[1]:
+            return None
         rows = self._all(_UNTAKEN_WAKE, (work_id,))
         if not rows:
             return None
@@ -109,7 +141,7 @@ class WaitsTx(TxBase):
         ]
 
     def insert_wait(self, wait: Wait) -> None:
-        self._waits_on_key.clear()
+        self._wait_written(wait.state.value, taken=False)
         self._conn.execute(
             f"INSERT INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -153,7 +185,7 @@ class WaitsTx(TxBase):
         assert not unknown, f"wait: unknown fields {unknown}"
         values = [json.dumps(v, sort_keys=True) if k == "detail" else v for k, v in fields.items()]
         sets = "".join(f", {name} = ?" for name in fields)
-        self._waits_on_key.clear()
+        self._wait_written(state, taken=fields.get("taken_at_ms") is not None)
         cur = self._conn.execute(
             f"UPDATE waits SET state = ?{sets} WHERE id = ? AND state = ?",
             (state, *values, wait.id, wait.state.value),
