@@ -15,6 +15,7 @@ from guards import pytest_runtest_call, pytest_runtest_protocol, reap_children
 from loom.records.timers import Timer
 from loom.store import SQLiteStore, Tx, _sql
 from loom.store._tx_base import MISSING, TxBase
+from loom.store._tx_executions import _OPEN_INTENTS_EXIST, ExecutionsTx
 from loom.store._tx_inputs import InputsTx
 from loom.store._tx_timers import TimersTx
 from loom.store._tx_waits import _WAITS_EXIST, WaitsTx
@@ -130,18 +131,31 @@ def checked_waits_exist(tx: WaitsTx) -> tuple[bool, bool]:
 WAITS_EXIST = WaitsTx.waits_exist
 
 
+def checked_open_intents_exist(tx: ExecutionsTx) -> bool:
+    """`ExecutionsTx.open_intents_exist`, checked: when it answers none is open, a read finds none."""
+    kept = OPEN_INTENTS_EXIST(tx)
+    (read,) = tx._conn.execute(_OPEN_INTENTS_EXIST).fetchone()  # (not counted as the procedure's)
+    assert kept or not read, "intents kept as none open, a read finds one"
+    return kept
+
+
+OPEN_INTENTS_EXIST = ExecutionsTx.open_intents_exist
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
     facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), every
     Work's pending inputs it kept (`InputsTx.pending_of`) and every timer row kept from the due head
-    (`TimersTx.timer`), and every wait a transaction answers none of (`WaitsTx.waits_exist`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
+    (`TimersTx.timer`), and every wait or open intent a transaction answers none of (`WaitsTx.waits_exist`,
+    `ExecutionsTx.open_intents_exist`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)
+    monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from loom import (
     Deliver,
     EventIn,
     ExecutionState,
+    IntentKind,
     Lease,
     ManualClock,
     Runtime,
@@ -40,6 +41,7 @@ from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
 from loom.kernel.firing import fire_due_in_tx
+from loom.kernel.intents import stale_open_intents_in_tx
 from loom.kernel.kinds import KindPolicy
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
@@ -711,6 +713,52 @@ async def test_a_wake_this_transaction_makes_is_found_by_its_claim(loom_drivers:
         caches = storage_of(driver.runtime).store.dialect.caches_reads
         assert untaken_before is not caches
         assert winner is not None, "the wake made in this transaction was not found"
+
+
+async def test_where_no_intent_is_open_an_attempts_end_reads_none(loom_drivers: DriverFactory) -> None:
+    """An attempt's end stales its open intents; a transaction alone on its database reads once
+    whether any intent is open, and reads no attempt's intents while none is, until it inserts one
+    (`ExecutionsTx.open_intents_exist`). Catches: the intents read at each attempt's end (one read
+    per attempt where no inject or interrupt is in flight); an intent this transaction inserted missed
+    by its attempt's end (the "none" kept through its own insert: the intent would retarget nothing
+    and never go stale); conftest's check catches a "none" kept where the store has one."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+        event = await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-2", type="w.go", scope="acme", key="k")
+        )
+
+        def look_insert_look(tx: Tx, now_ms: int) -> tuple[int, list[str], list[str]]:
+            queries = counting_queries(tx)
+            stale_open_intents_in_tx(tx, now_ms, "ex-other")  # (an attempt's end: a kernel step)
+            none = tx.open_intents_of_execution(lease.execution_id)
+            reads = len([q for q in queries if "FROM intents" in q])
+            tx.insert_intent(
+                id="in-1",
+                kind=IntentKind.INJECT,
+                work_id=work_id,
+                event_id=event.id,
+                execution_id=lease.execution_id,
+                epoch=lease.epoch,
+                now_ms=now_ms,
+            )
+            found = [i.id for i in tx.open_intents_of_execution(lease.execution_id)]
+            return reads, [str(i) for i in none], found
+
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        reads, none, found = await storage_of(driver.runtime).submit(look_insert_look)
+        assert none == []
+        assert reads == (1 if caches else 2), "an attempt's intents were read where none is open"
+        assert found == ["in-1"], "the intent this transaction inserted was not found"
+
+        def keep_none(tx: Tx, now_ms: int) -> bool:
+            tx.open_intents_exist()
+            tx._open_intents = False
+            return tx.open_intents_exist()
+
+        if caches:
+            with pytest.raises(AssertionError, match="intents kept as none open"):
+                await storage_of(driver.runtime).submit(keep_none)
 
 
 # -- what a transaction knows routed -------------------------------------------------------------

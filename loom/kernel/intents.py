@@ -58,9 +58,8 @@ def intent_id(kind: IntentKind, event_id: str, execution_id: str) -> str:
 
 def stale_open_intents_in_tx(tx: Tx, now_ms: int, execution_id: str) -> None:
     """The attempt ended: its undispatched or unanswered intents never retarget another attempt."""
-    for intent in tx.intents_of_execution(execution_id):
-        if intent.status in OPEN_INTENT_STATUSES:
-            tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
+    for intent in tx.open_intents_of_execution(execution_id):
+        tx.set_intent_status(intent, IntentStatus.STALE, now_ms)
 
 
 def begin_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str) -> Dispatch | None:

@@ -72,6 +72,9 @@ class TxBase:
         self._waits_exist: list[bool] | None = None
         """Whether any wait may be open, and whether any woken wait's continuation may not have started
         (`WaitsTx.waits_exist`): read once (a database alone only), then only ever set by its writes."""
+        self._open_intents: bool | None = None
+        """Whether an intent may be open (`ExecutionsTx.open_intents_exist`): read once (a database
+        alone only), then only ever set by this transaction's writes."""
         self._timer_rows: dict[str, tuple[Any, ...]] = {}
         """Timers' rows as the due head read them whole, each until this transaction writes that timer
         (`TimersTx.due_head`: on a shared database it holds their locks)."""
@@ -251,7 +254,7 @@ class _Savepoint:
                 tx._pending.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
-                tx._waits_exist = None  # it may have removed the last one
+                tx._waits_exist = tx._open_intents = None  # it may have removed the last one
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]

@@ -12,6 +12,7 @@ from ..records.work import (
     CAPACITY_STATES,
     EXECUTION_LIFECYCLE,
     INTENT_LIFECYCLE,
+    OPEN_INTENT_STATUSES,
     Execution,
     ExecutionState,
     Intent,
@@ -21,6 +22,8 @@ from ..records.work import (
 )
 from . import _sql
 from ._tx_base import MISSING, TxBase
+
+_OPEN_INTENTS_EXIST = f"SELECT EXISTS (SELECT 1 FROM intents WHERE status IN {_sql.OPEN_INTENTS})"
 
 _LIVE = _sql.LIVE
 ENDED_STATES = frozenset(
@@ -335,6 +338,8 @@ class ExecutionsTx(TxBase):
                 error_fallback.value if error_fallback else None,
             ),
         )
+        if self._open_intents is not None:
+            self._open_intents = True
 
     def set_intent_status(
         self,
@@ -354,6 +359,27 @@ class ExecutionsTx(TxBase):
             (new.value, 1 if attempted else 0, next_attempt_ms, now_ms, intent.id, intent.status.value),
         )
         self._written(cur, f"intent {intent.id}", intent.status, new)
+        if self._open_intents is not None and new in OPEN_INTENT_STATUSES:
+            self._open_intents = True
+
+    def open_intents_exist(self) -> bool:
+        """Whether an intent may be open (undispatched, or dispatched and unanswered). ``False`` is sure:
+        the first call of a transaction alone on its database reads it, and only its own writes (an intent
+        inserted, or moved back to an open status) make it true again, so most attempts that end where
+        no intent is open read none. On a shared database another node may add one: always true there."""
+        if not self._caching:
+            return True
+        if self._open_intents is None:
+            row = self._one(_OPEN_INTENTS_EXIST)
+            assert row is not None
+            self._open_intents = bool(row[0])
+        return self._open_intents
+
+    def open_intents_of_execution(self, execution_id: str) -> list[Intent]:
+        """The attempt's open intents, by id (no read where none is open: `open_intents_exist`)."""
+        if not self.open_intents_exist():
+            return []
+        return [i for i in self.intents_of_execution(execution_id) if i.status in OPEN_INTENT_STATUSES]
 
     def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ?", (execution_id,))
