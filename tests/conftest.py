@@ -34,6 +34,7 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
     "facts": Tx.admission_facts,
     "execution_state": Tx.execution_state,
     "execution": Tx.execution,
+    "place": Tx.queue_place,
 }
 """How each kind of record a transaction keeps is read afresh (with its keeping turned off)."""
 

@@ -39,6 +39,7 @@ from loom import (
 )
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
+from loom.kernel.causal import check_and_charge_in_tx, utc_minute
 from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
 from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.intents import stale_open_intents_in_tx
@@ -48,6 +49,7 @@ from loom.kernel.routing import route_in_tx
 from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
 from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
+from loom.records.events import CausalRejection
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import AdmissionFacts, Tx
@@ -508,6 +510,28 @@ async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers
         assert len(reads) == (0 if caches else 1), "the Work was read again after its completion"
 
 
+async def test_a_completion_tells_its_works_admission_facts(loom_drivers: DriverFactory) -> None:
+    """A completion with no proofs and no usage tells its transaction the Work's admission facts and
+    queue place as it left them, so the settle hook (or the start it chains) reads neither. Catches:
+    a completion that no longer tells them (a query each on SQLite); conftest's check catches facts
+    told wrong (say, an input the attempt took still counted pending)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+
+        def complete_then_read(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+            record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
+            queries = counting_queries(tx)
+            facts = tx.admission_facts(work_id)
+            tx.queue_place(work_id)
+            return facts, queries[:]
+
+        facts, queries = await storage_of(driver.runtime).submit(complete_then_read)
+        assert isinstance(facts, AdmissionFacts)
+        assert (facts.state, facts.execution_state, facts.has_pending) == (WorkState.COMPLETED, None, False)
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        assert len(queries) == (0 if caches else 2), f"facts or place read after the completion: {queries}"
+
+
 def deliver(tx: Tx, now_ms: int, event_id: str, work: Work, route: RouteRef) -> None:
     """Route ``event_id`` into ``work`` through ``route``, as the router would (`route_in_tx`)."""
     request = RouteRequest(
@@ -761,6 +785,47 @@ async def test_where_no_intent_is_open_an_attempts_end_reads_none(loom_drivers: 
                 await storage_of(driver.runtime).submit(keep_none)
 
 
+async def test_a_derived_events_causal_check_takes_two_statements_and_charges_nothing_when_full(
+    rt: Runtime,
+) -> None:
+    """A derived Event charged to one root: where no root is pinned, no root's limits are read (a
+    transaction alone on its database reads once whether any is, and its own pins say yes again),
+    and the root's bucket is checked and charged in one statement that leaves a full bucket as it is
+    (`causal.check_and_charge_in_tx`). Catches: a root's limits read for every derived Event, a
+    bucket read before its charge, a full bucket charged anyway (the second derived Event in the
+    minute of a root allowed one), a pin this transaction made missed by the next check."""
+    parent = await rt.publish(EventIn(source="shop", delivery_id="d-root", type="order.placed", scope=SCOPE))
+    one = CausalLimits(per_minute=1)
+
+    def child(n: int) -> EventIn:
+        return EventIn(source="shop", delivery_id=f"d-child-{n}", type="order.noted", scope=SCOPE)
+
+    def charge_twice(tx: Tx, now_ms: int) -> tuple[list[str], object, int, tuple[int, int] | None]:
+        queries = counting_queries(tx)
+        first = check_and_charge_in_tx(tx, now_ms, child(1), parent, None, one)
+        assert not isinstance(first, CausalRejection), first
+        statements = queries[:]
+        second = check_and_charge_in_tx(tx, now_ms, child(2), parent, None, one)
+        tx.pin_causal_root("root-x", 7, 3)
+        return (
+            statements,
+            second,
+            tx.bucket_count(parent.root_id, utc_minute(now_ms)),
+            tx.causal_root_limits("root-x"),
+        )
+
+    statements, second, count, pinned = await storage_of(rt).submit(charge_twice)
+    caches = storage_of(rt).store.dialect.caches_reads
+    assert len(statements) == 2, f"a derived Event's causal check took {statements}"
+    assert not any(q.startswith("SELECT count FROM causal_buckets") for q in statements), statements
+    if caches:
+        assert not any("WHERE root_id" in q for q in statements if "causal_roots" in q), statements
+    assert isinstance(second, CausalRejection), "the second derived Event passed a root allowed one"
+    assert second.observed == 1
+    assert count == 1, "the rejected Event was charged"
+    assert pinned == (7, 3), "the root this transaction pinned was not read"
+
+
 # -- what a transaction knows routed -------------------------------------------------------------
 # `Tx.routed_through`: the search for unrouted Events that an order check, a claim and a completion each
 # make starts past what this transaction knows routed (the routing watermark, then on through each
@@ -973,6 +1038,32 @@ async def test_a_work_routed_to_is_answered_as_routing_wrote_it(rt: Runtime) -> 
     assert pending, "the routed Event is not the Work's newest pending input"
     if storage_of(rt).store.dialect.caches_reads:
         assert reads == [], "the Work was read again after routing wrote it"
+
+
+async def test_routing_into_a_work_tells_its_admission_facts(rt: Runtime) -> None:
+    """Routing an Event into a Work it read also tells the transaction the Work's admission facts and
+    queue place (routing moves no Work in the queue): the settle hook after it reads neither. Catches:
+    routing that no longer tells them (a query each on SQLite); conftest's check catches facts told
+    wrong (say, the queue place of a Work read before a savepoint moved it)."""
+    work_id = await a_work(rt)
+    offer = EventIn(source="shop", delivery_id="d-11", type="order.paid", scope=SCOPE, key="k")
+    route = RouteRef(name="orders", scope=SCOPE, declared=Policy.QUEUE, policy=Policy.QUEUE)
+
+    def accept_route_read(tx: Tx, now_ms: int) -> tuple[list[str], object]:
+        event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+        work = tx.work(work_id)
+        assert work is not None
+        deliver(tx, now_ms, event.id, work, route)
+        queries = counting_queries(tx)
+        facts = tx.admission_facts(work_id)
+        tx.queue_place(work_id)
+        return queries[:], facts
+
+    queries, facts = await storage_of(rt).submit(accept_route_read)
+    assert isinstance(facts, AdmissionFacts)
+    assert facts.has_pending
+    caches = storage_of(rt).store.dialect.caches_reads
+    assert len(queries) == (0 if caches else 2), f"facts or place read after routing: {queries}"
 
 
 async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:

@@ -92,7 +92,11 @@ def check_and_charge_in_tx(
             observed=pos.depth,
         )
     else:
+        # one root (most derived Events): checked and charged in one statement, nothing charged when full
+        single = len(per_root) == 1 and min(lim.per_minute for lim in per_root.values()) >= 1
         for root, lim in per_root.items():
+            if single and tx.charge_bucket_under(root, minute, lim.per_minute):
+                return pos
             count = tx.bucket_count(root, minute)
             if count >= lim.per_minute:
                 rejection = _rejection(

@@ -35,7 +35,7 @@ from ..records.work import (
     WorkState,
     outcome_json,
 )
-from ..store import AdmissionFacts, QueuePlace, Tx
+from ..store import AdmissionFacts, Tx
 from ._common import require_event, require_work
 from .authority import Authority, authorize, authorize_recovery
 from .bindings import NO_BINDING as NO_BINDING
@@ -301,7 +301,11 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
     else:
         # what the settle hook reads next (`admission.settle_in_tx`), as this claim left the Work: its
         # new attempt the only live one, every input it held still pending, its queue place as read
-        tx.known("facts", work.id, _running_facts(work, place, now_ms))
+        running = ExecutionState.RUNNING
+        facts = AdmissionFacts.told(
+            work, WorkState.RUNNING, place, now_ms, live=running, pending=bool(work.pending_inputs)
+        )
+        tx.known("facts", work.id, facts)
     request = RunRequest(
         work_id=work.id,
         execution_id=execution_id,
@@ -324,21 +328,6 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         owner=req.owner,
         expires_at_ms=expires,
         request=request,
-    )
-
-
-def _running_facts(work: Work, place: QueuePlace, now_ms: int) -> AdmissionFacts:
-    """The admission facts of ``work`` once a claim started its next attempt at ``now_ms``."""
-    return AdmissionFacts(
-        state=WorkState.RUNNING,
-        held=work.held,
-        retry=work.retry,
-        execution_state=ExecutionState.RUNNING,
-        has_pending=bool(work.pending_inputs),
-        ready_seq=place.ready_seq,
-        blocked=place.blocked,
-        scope=work.scope,
-        updated_at_ms=now_ms,
     )
 
 
@@ -427,6 +416,7 @@ def record_outcome_in_tx(
     # the segment's clock was read with the attempt (no query): it is still true when the segment ends
     clock = tx.execution_segment_clock(execution.id) if authorized is None else None
     work = require_work(tx, execution.work_id)
+    place = tx.queue_place(work.id)  # (answered from the Work's read: no query)
     if budgets and outcome.usage:
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     apply_proofs_in_tx(tx, now_ms, execution, outcome.consumed_inputs)
@@ -469,6 +459,12 @@ def record_outcome_in_tx(
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
         tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
+        # and its admission facts and queue place, for the start or the settle hook that follows
+        pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)
+        tx.known(
+            "facts", work.id, AdmissionFacts.told(work, next_state, place, now_ms, live=None, pending=pending)
+        )
+        tx.known("place", work.id, place)  # (an end moves no Work in the queue: the settle hook does)
     tx.notify(WorkChanged(work_id=work.id))
     if isinstance(outcome, Failed):
         apply_failure_in_tx(

@@ -32,7 +32,7 @@ from ..records.work import (
     Unmatched,
     Work,
 )
-from ..store import Tx
+from ..store import AdmissionFacts, Tx
 from ._common import new_work_id
 from .accept import accept_derived_in_tx
 from .checkpoints import control_checkpoint
@@ -255,6 +255,7 @@ def _deliver(
 ) -> RouteResult:
     """``created``: the Work was inserted by this routing, at the revision its first input counts in."""
     policy = req.route.declared if req.route else Policy.QUEUE
+    place = tx.kept_queue_place(work.id)  # (kept from the Work's read while no row changed since)
     # the Work was read in this transaction, nothing written since: its live attempt's state is current,
     # and the attempt itself is read only when a control policy needs its capabilities
     running = work.execution_state is ExecutionState.RUNNING
@@ -340,6 +341,16 @@ def _deliver(
     )
     if not created:
         revision = tx.update_work(work.id, now_ms)
+        if place is not None and not new_keys and live is None:
+            # and its admission facts, for the settle hook after this request (its queue place as
+            # read with it: routing moves no Work in the queue)
+            live_state, pending = work.execution_state, True
+            tx.known(
+                "facts",
+                work.id,
+                AdmissionFacts.told(work, work.state, place, now_ms, live=live_state, pending=pending),
+            )
+            tx.known("place", work.id, place)
         if not new_keys and live is None:
             # the Work as this routing wrote it: the start that follows, and the next Event routed to
             # it in this transaction, read it from here

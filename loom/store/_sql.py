@@ -222,12 +222,15 @@ def work_with_parts(json_pairs: str) -> str:
     return (
         f"SELECT {columns}, x.id, x.state,"
         f" (SELECT {keys} FROM work_keys k WHERE k.work_id = w.id),"
-        " (SELECT o.id FROM waits o WHERE o.work_id = w.id AND o.state IN ('active', 'blocked') LIMIT 1)"
+        " (SELECT o.id FROM waits o WHERE o.work_id = w.id AND o.state IN ('active', 'blocked') LIMIT 1),"
+        " w.ready_seq, w.ready_at_ms"
         f" FROM works w LEFT JOIN executions x ON x.work_id = w.id AND x.state IN {LIVE} WHERE w.id = ?"
     )
 
 
 _WORK_WIDTH = WORK_COLUMNS.count(",") + 1
+WORK_QUEUE_PLACE = _WORK_WIDTH + 4
+"""Where `work_with_parts` puts the Work's ``ready_seq`` and ``ready_at_ms`` (`Tx.queue_place`)."""
 
 
 def _pairs(value: Any) -> list[Any]:

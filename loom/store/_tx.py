@@ -20,7 +20,7 @@ from ..records.notices import WorkSettled
 from ..records.timers import Timer, TimerState
 from ..records.work import WORK_LIFECYCLE, Checkpoint, Work, WorkState
 from . import _sql
-from ._tx_admission import AdmissionTx
+from ._tx_admission import AdmissionTx, QueuePlace
 from ._tx_base import MISSING
 from ._tx_budgets import BudgetsTx
 from ._tx_compaction import CompactionTx
@@ -200,18 +200,45 @@ class Tx(
     # -- causal bounds ----------------------------------------------------
 
     def causal_root_limits(self, root_id: str) -> tuple[int, int] | None:
+        """A root's pinned limits (``None``: it has none, the defaults). Where no root is pinned (every
+        root accepted under the default limits), no read: a transaction alone on its database reads
+        once whether any is, and only its own pins say yes again (`roots_pinned`)."""
+        if not self.roots_pinned():
+            return None
         row = self._one("SELECT max_depth, per_minute FROM causal_roots WHERE root_id = ?", (root_id,))
         return (int(row[0]), int(row[1])) if row else None
+
+    def roots_pinned(self) -> bool:
+        """Whether any root may have pinned limits (``False`` is sure; on a shared database, always true)."""
+        if not self._caching:
+            return True
+        if self._pinned_roots is None:
+            self._pinned_roots = self._one("SELECT EXISTS (SELECT 1 FROM causal_roots)") == (1,)
+        return self._pinned_roots
 
     def pin_causal_root(self, root_id: str, max_depth: int, per_minute: int) -> None:
         self._conn.execute(
             "INSERT INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             (root_id, max_depth, per_minute),
         )
+        if self._pinned_roots is not None:
+            self._pinned_roots = True
 
     def bucket_count(self, root_id: str, minute: int) -> int:
         row = self._one(_sql.BUCKET_COUNT, (root_id, minute))
         return int(row[0]) if row else 0
+
+    def charge_bucket_under(self, root_id: str, minute: int, limit: int) -> bool:
+        """Add one to a root's bucket for ``minute`` if it holds fewer than ``limit`` (at least 1): whether
+        it did (a full bucket is left as it is). The check and the charge in one statement."""
+        assert limit >= 1, "a bucket that takes nothing is checked, not charged"
+        row = self._one(
+            "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
+            " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1"
+            " WHERE causal_buckets.count < ? RETURNING count",
+            (root_id, minute, limit),
+        )
+        return row is not None
 
     def charge_bucket(self, root_id: str, minute: int) -> None:
         """Add one to a root's bucket for ``minute`` (the count is not read back: the check before the
@@ -268,7 +295,10 @@ class Tx(
         row = self._one(_sql.work_with_parts(self.dialect.json_pairs), (work_id,))
         if row is None:
             return self.keep("work", work_id, None)  # type: ignore[no-any-return]
-        return self.keep("work", work_id, _sql.work_from_parts(row, self.pending_of(work_id)))  # type: ignore[no-any-return]
+        work = _sql.work_from_parts(row, self.pending_of(work_id))
+        at = _sql.WORK_QUEUE_PLACE
+        self.keep("place", work_id, QueuePlace(row[at], row[at + 1], work.blocked))
+        return self.keep("work", work_id, work)  # type: ignore[no-any-return]
 
     def kept_work(self, work_id: str) -> Work | None:
         """The Work as this transaction keeps it (read, or told, with no row changed since), without

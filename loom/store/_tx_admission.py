@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, WorkState
+from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, Work, WorkState
 from . import _sql
 from ._tx_base import MISSING, TxBase
 
@@ -32,6 +32,31 @@ class AdmissionFacts:
     blocked: str | None
     scope: str
     updated_at_ms: int
+
+    @classmethod
+    def told(
+        cls,
+        work: Work,
+        state: WorkState,
+        place: QueuePlace,
+        now_ms: int,
+        *,
+        live: ExecutionState | None,
+        pending: bool,
+    ) -> AdmissionFacts:
+        """The facts of ``work`` (as read) once a procedure moved it to ``state`` at ``now_ms``, with
+        ``live`` its live attempt's state (for a procedure to tell: `TxBase.known`)."""
+        return cls(
+            state=state,
+            held=work.held,
+            retry=work.retry,
+            execution_state=live,
+            has_pending=pending,
+            ready_seq=place.ready_seq,
+            blocked=place.blocked,
+            scope=work.scope,
+            updated_at_ms=now_ms,
+        )
 
 
 @attrs.frozen
@@ -73,8 +98,18 @@ class AdmissionTx(TxBase):
         )
         return self.keep("facts", work_id, facts)  # type: ignore[no-any-return]
 
+    def kept_queue_place(self, work_id: str) -> QueuePlace | None:
+        """The Work's place in the ready queue as this transaction keeps it (read with the Work, or
+        told), without reading it; ``None`` if it keeps none."""
+        known = self.recall("place", work_id)
+        return None if known is MISSING else known
+
     def queue_place(self, work_id: str) -> QueuePlace:
-        """Where a Work stands in the ready queue (all ``None``: it is not in it, or there is no such Work)."""
+        """Where a Work stands in the ready queue (all ``None``: it is not in it, or there is no such Work);
+        answered from the Work's read, while no row changed since (`Tx.work`)."""
+        known = self.kept_queue_place(work_id)
+        if known is not None:
+            return known
         row = self._one("SELECT ready_seq, ready_at_ms, blocked FROM works WHERE id = ?", (work_id,))
         return QueuePlace(*row) if row is not None else QueuePlace(None, None, None)
 

@@ -72,6 +72,9 @@ class TxBase:
         self._waits_exist: list[bool] | None = None
         """Whether any wait may be open, and whether any woken wait's continuation may not have started
         (`WaitsTx.waits_exist`): read once (a database alone only), then only ever set by its writes."""
+        self._pinned_roots: bool | None = None
+        """Whether a root may have pinned causal limits (`Tx.roots_pinned`): read once (a database alone
+        only), then only ever set by this transaction's pins."""
         self._open_intents: bool | None = None
         """Whether an intent may be open (`ExecutionsTx.open_intents_exist`): read once (a database
         alone only), then only ever set by this transaction's writes."""
@@ -254,7 +257,9 @@ class _Savepoint:
                 tx._pending.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
-                tx._waits_exist = tx._open_intents = None  # it may have removed the last one
+                tx._waits_exist = tx._open_intents = tx._pinned_roots = (
+                    None  # it may have removed the last one
+                )
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]
