@@ -235,6 +235,7 @@ def wake_wait_in_tx(
     assert event is not None
     work = tx.work(wait.work_id)
     assert work is not None
+    place = tx.kept_queue_place(work.id)  # (kept with the Work while no row changed since)
     bridge_in = EventIn(
         source=CORE_SOURCE,
         delivery_id=core_delivery_id("wait.woken", wait.id),
@@ -260,6 +261,8 @@ def wake_wait_in_tx(
     revision = tx.set_work_state(work, WorkState.READY, now_ms) if work.state is WorkState.WAITING else None
     # the start that mostly follows in this transaction reads the Work again: tell it as woken
     tx.known_lazily("work", work.id, lambda: _woken(tx, work, revision, now_ms))
+    if place is not None:
+        tx.known("place", work.id, place)  # (a wake moves no Work in the ready queue: the settle hook does)
     tx.notify(WorkChanged(work_id=work.id))
     return attrs.evolve(
         wait, state=WaitState.WOKEN, winner_event_id=event.id, bridge_event_id=bridge.id, woken_at_ms=now_ms
