@@ -343,13 +343,11 @@ def _deliver(
         revision = tx.update_work(work.id, now_ms)
         if place is not None and not new_keys and live is None:
             # and its admission facts, for the settle hook after this request (its queue place as
-            # read with it: routing moves no Work in the queue)
-            live_state, pending = work.execution_state, True
-            tx.known(
-                "facts",
-                work.id,
-                AdmissionFacts.told(work, work.state, place, now_ms, live=live_state, pending=pending),
-            )
+            # read with it: routing moves no Work in the queue; its pending inputs as kept, with the
+            # one just added, unless a replay found it there, taken already)
+            live_state, pending = work.execution_state, bool(tx.pending_of(work.id))
+            facts = AdmissionFacts.told(work, work.state, place, now_ms, live=live_state, pending=pending)
+            tx.known("facts", work.id, facts)
             tx.known("place", work.id, place)
         if not new_keys and live is None:
             # the Work as this routing wrote it: the start that follows, and the next Event routed to
