@@ -257,9 +257,8 @@ class _Savepoint:
                 tx._pending.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
-                tx._waits_exist = tx._open_intents = tx._pinned_roots = (
-                    None  # it may have removed the last one
-                )
+                # "none exists" is read again: it may have undone a removal
+                tx._waits_exist = tx._open_intents = tx._pinned_roots = None
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]
