@@ -468,6 +468,19 @@ async def launched_attempt(driver: Driver) -> tuple[str, Lease]:
     return work_id, driver.fake.launches_of(work_id)[0].lease
 
 
+async def waiting_work(driver: Driver) -> str:
+    """A Work whose first attempt ended on a wait for ``w.go`` Events on its key ``k``, active: its id."""
+    work_id, _ = await launched_attempt(driver)
+    driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
+
+    async def parked() -> bool:
+        waits = await driver.runtime.waits(work_id)
+        return bool(waits) and waits[-1].state is WaitState.ACTIVE
+
+    await driver.until(parked, "the wait to be active")
+    return work_id
+
+
 async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_drivers: DriverFactory) -> None:
     """An attempt's read also keeps its lease token and its segment's clock for the fenced call that
     asks for them next. Catches: a token answered from that read after the attempt was written (a
@@ -491,45 +504,29 @@ async def test_an_attempts_token_and_clock_are_read_anew_after_a_write(loom_driv
 
 
 async def test_a_completion_leaves_its_work_answered_without_a_read(loom_drivers: DriverFactory) -> None:
-    """A completion with no proofs and no usage tells its transaction the Work as it wrote it, so the
-    next start it chains reads no Work (`record_outcome_in_tx`). Catches: the completion no longer
-    telling it (the read after it is a query on SQLite); conftest's check catches a Work told wrong."""
+    """A completion with no proofs and no usage tells its transaction the Work as it wrote it, its
+    admission facts and its queue place, so the next start it chains, or the settle hook, reads none of
+    them (`record_outcome_in_tx`). Catches: the completion no longer telling one (a query each on
+    SQLite); conftest's check catches one told wrong (say, an input the attempt took still pending)."""
     async with loom_drivers(config=RUN) as driver:
         work_id, lease = await launched_attempt(driver)
 
-        def complete_then_read(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
-            record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
-            reads = counting_work_reads(tx)
-            work = tx.work(work_id)
-            assert work is not None
-            return work.state, reads
-
-        state, reads = await storage_of(driver.runtime).submit(complete_then_read)
-        assert state == "completed"
-        caches = storage_of(driver.runtime).store.dialect.caches_reads
-        assert len(reads) == (0 if caches else 1), "the Work was read again after its completion"
-
-
-async def test_a_completion_tells_its_works_admission_facts(loom_drivers: DriverFactory) -> None:
-    """A completion with no proofs and no usage tells its transaction the Work's admission facts and
-    queue place as it left them, so the settle hook (or the start it chains) reads neither. Catches:
-    a completion that no longer tells them (a query each on SQLite); conftest's check catches facts
-    told wrong (say, an input the attempt took still counted pending)."""
-    async with loom_drivers(config=RUN) as driver:
-        work_id, lease = await launched_attempt(driver)
-
-        def complete_then_read(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+        def complete_then_read(tx: Tx, now_ms: int) -> tuple[object, object, list[str]]:
             record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
             queries = counting_queries(tx)
+            work = tx.work(work_id)
+            assert work is not None
             facts = tx.admission_facts(work_id)
             tx.queue_place(work_id)
-            return facts, queries[:]
+            return work.state, facts, queries[:]
 
-        facts, queries = await storage_of(driver.runtime).submit(complete_then_read)
+        state, facts, queries = await storage_of(driver.runtime).submit(complete_then_read)
+        assert state == "completed"
         assert isinstance(facts, AdmissionFacts)
         assert (facts.state, facts.execution_state, facts.has_pending) == (WorkState.COMPLETED, None, False)
         caches = storage_of(driver.runtime).store.dialect.caches_reads
-        assert len(queries) == (0 if caches else 2), f"facts or place read after the completion: {queries}"
+        # on a shared database: the Work and its pending inputs, its facts, its place
+        assert len(queries) == (0 if caches else 4), f"read again after the completion: {queries}"
 
 
 def deliver(tx: Tx, now_ms: int, event_id: str, work: Work, route: RouteRef) -> None:
@@ -628,14 +625,7 @@ async def test_a_wake_tells_the_work_as_it_wrote_it(loom_drivers: DriverFactory)
     Work and no queue place then). Catches: a wake that no longer tells them (nothing kept on SQLite);
     conftest's check catches a Work told wrong (say, with its woken wait still open)."""
     async with loom_drivers(config=RUN) as driver:
-        work_id, _ = await launched_attempt(driver)
-        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
-
-        async def parked() -> bool:
-            waits = await driver.runtime.waits(work_id)
-            return bool(waits) and waits[-1].state is WaitState.ACTIVE
-
-        await driver.until(parked, "the wait to be active")
+        work_id = await waiting_work(driver)
         offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
         route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
 
@@ -714,14 +704,7 @@ async def test_a_wake_this_transaction_makes_is_found_by_its_claim(loom_drivers:
     claims the Work's continuation (`WaitsTx.untaken_wake`). Catches: the "none" kept through its own
     wake (the continuation would start as a fresh attempt, without its winner)."""
     async with loom_drivers(config=RUN) as driver:
-        work_id, _ = await launched_attempt(driver)
-        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("w.go",))))
-
-        async def parked() -> bool:
-            waits = await driver.runtime.waits(work_id)
-            return bool(waits) and waits[-1].state is WaitState.ACTIVE
-
-        await driver.until(parked, "the wait to be active")
+        work_id = await waiting_work(driver)
         offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
         route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
 
@@ -1017,54 +1000,33 @@ async def test_an_event_accepted_leaves_what_was_read_answered(rt: Runtime) -> N
 
 async def test_a_work_routed_to_is_answered_as_routing_wrote_it(rt: Runtime) -> None:
     """Routing an Event into a Work tells the transaction the Work as it wrote it (its new revision, the
-    input pending): the start that follows and the next Event routed to it read no Work. Catches:
-    routing that no longer tells it (a read after it is a query on SQLite); conftest's check catches a
-    Work told wrong (say, without its new input)."""
+    input pending), its admission facts and its queue place (routing moves no Work in the queue): the
+    start that follows, the next Event routed to it and the settle hook read none of them. Catches:
+    routing that no longer tells one (a read after it is a query on SQLite); conftest's check catches
+    one told wrong (say, a Work without its new input)."""
     work_id = await a_work(rt)
     offer = EventIn(source="shop", delivery_id="d-10", type="order.paid", scope=SCOPE, key="k")
     route = RouteRef(name="orders", scope=SCOPE, declared=Policy.QUEUE, policy=Policy.QUEUE)
 
-    def accept_route_read(tx: Tx, now_ms: int) -> tuple[list[str], bool]:
-        event = accept_in_tx(tx, now_ms, offer, CausalLimits())
-        work = tx.work(work_id)
-        assert work is not None
-        reads = counting_work_reads(tx)
-        deliver(tx, now_ms, event.id, work, route)
-        after = tx.work(work_id)
-        assert after is not None
-        assert after.revision == work.revision + 1
-        return reads, after.pending_inputs == (*work.pending_inputs, event.id)
-
-    reads, pending = await storage_of(rt).submit(accept_route_read)
-    assert pending, "the routed Event is not the Work's newest pending input"
-    if storage_of(rt).store.dialect.caches_reads:
-        assert reads == [], "the Work was read again after routing wrote it"
-
-
-async def test_routing_into_a_work_tells_its_admission_facts(rt: Runtime) -> None:
-    """Routing an Event into a Work it read also tells the transaction the Work's admission facts and
-    queue place (routing moves no Work in the queue): the settle hook after it reads neither. Catches:
-    routing that no longer tells them (a query each on SQLite); conftest's check catches facts told
-    wrong (say, the queue place of a Work read before a savepoint moved it)."""
-    work_id = await a_work(rt)
-    offer = EventIn(source="shop", delivery_id="d-11", type="order.paid", scope=SCOPE, key="k")
-    route = RouteRef(name="orders", scope=SCOPE, declared=Policy.QUEUE, policy=Policy.QUEUE)
-
-    def accept_route_read(tx: Tx, now_ms: int) -> tuple[list[str], object]:
+    def accept_route_read(tx: Tx, now_ms: int) -> tuple[list[str], bool, object]:
         event = accept_in_tx(tx, now_ms, offer, CausalLimits())
         work = tx.work(work_id)
         assert work is not None
         deliver(tx, now_ms, event.id, work, route)
         queries = counting_queries(tx)
+        after = tx.work(work_id)
+        assert after is not None
+        assert after.revision == work.revision + 1
         facts = tx.admission_facts(work_id)
         tx.queue_place(work_id)
-        return queries[:], facts
+        return queries[:], after.pending_inputs == (*work.pending_inputs, event.id), facts
 
-    queries, facts = await storage_of(rt).submit(accept_route_read)
+    queries, pending, facts = await storage_of(rt).submit(accept_route_read)
+    assert pending, "the routed Event is not the Work's newest pending input"
     assert isinstance(facts, AdmissionFacts)
     assert facts.has_pending
-    caches = storage_of(rt).store.dialect.caches_reads
-    assert len(queries) == (0 if caches else 2), f"facts or place read after routing: {queries}"
+    if storage_of(rt).store.dialect.caches_reads:
+        assert queries == [], f"the Work, its facts or its place was read again after routing: {queries}"
 
 
 async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
