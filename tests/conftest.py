@@ -143,13 +143,26 @@ def checked_open_intents_exist(tx: ExecutionsTx) -> bool:
 OPEN_INTENTS_EXIST = ExecutionsTx.open_intents_exist
 
 
+def checked_roots_pinned(tx: Tx) -> bool:
+    """`Tx.roots_pinned`, checked: when it answers no root is pinned, a read finds none."""
+    kept = ROOTS_PINNED(tx)
+    (read,) = tx._conn.execute("SELECT EXISTS (SELECT 1 FROM causal_roots)").fetchone()
+    assert kept or not read, "roots kept as none pinned, a read finds one"
+    return kept
+
+
+ROOTS_PINNED = Tx.roots_pinned
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
-    facts, attempt and attempt state a transaction answers from what it kept (`TxBase.recall`), every
-    Work's pending inputs it kept (`InputsTx.pending_of`) and every timer row kept from the due head
-    (`TimersTx.timer`), and every wait or open intent a transaction answers none of (`WaitsTx.waits_exist`,
-    `ExecutionsTx.open_intents_exist`), in every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks fail a wrong one)."""
+    facts, queue place, attempt and attempt state a transaction answers from what it kept
+    (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every timer row kept
+    from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
+    answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`), in
+    every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
+    fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
@@ -157,6 +170,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
+    monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
 
 
 @pytest.fixture

@@ -777,7 +777,8 @@ async def test_a_derived_events_causal_check_takes_two_statements_and_charges_no
     and the root's bucket is checked and charged in one statement that leaves a full bucket as it is
     (`causal.check_and_charge_in_tx`). Catches: a root's limits read for every derived Event, a
     bucket read before its charge, a full bucket charged anyway (the second derived Event in the
-    minute of a root allowed one), a pin this transaction made missed by the next check."""
+    minute of a root allowed one), a pin this transaction made missed by the next check; conftest's
+    check catches "none pinned" kept where the store has one."""
     parent = await rt.publish(EventIn(source="shop", delivery_id="d-root", type="order.placed", scope=SCOPE))
     one = CausalLimits(per_minute=1)
 
@@ -808,6 +809,15 @@ async def test_a_derived_events_causal_check_takes_two_statements_and_charges_no
     assert second.observed == 1
     assert count == 1, "the rejected Event was charged"
     assert pinned == (7, 3), "the root this transaction pinned was not read"
+
+    def keep_none(tx: Tx, now_ms: int) -> bool:
+        tx.roots_pinned()
+        tx._pinned_roots = False
+        return tx.roots_pinned()
+
+    if caches:
+        with pytest.raises(AssertionError, match="roots kept as none pinned"):
+            await storage_of(rt).submit(keep_none)
 
 
 # -- what a transaction knows routed -------------------------------------------------------------
