@@ -416,7 +416,7 @@ def record_outcome_in_tx(
     # the segment's clock was read with the attempt (no query): it is still true when the segment ends
     clock = tx.execution_segment_clock(execution.id) if authorized is None else None
     work = require_work(tx, execution.work_id)
-    place = tx.queue_place(work.id)  # (answered from the Work's read: no query)
+    place = tx.kept_queue_place(work.id)  # (kept with the Work's read; never a query of its own)
     if budgets and outcome.usage:
         charge_in_tx(tx, now_ms, work, outcome.usage, budgets, limits or CausalLimits())
     apply_proofs_in_tx(tx, now_ms, execution, outcome.consumed_inputs)
@@ -459,12 +459,11 @@ def record_outcome_in_tx(
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
         tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
-        # and its admission facts and queue place, for the start or the settle hook that follows
-        pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)
-        tx.known(
-            "facts", work.id, AdmissionFacts.told(work, next_state, place, now_ms, live=None, pending=pending)
-        )
-        tx.known("place", work.id, place)  # (an end moves no Work in the queue: the settle hook does)
+        if place is not None:  # and its admission facts and queue place, for what follows
+            pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)
+            facts = AdmissionFacts.told(work, next_state, place, now_ms, live=None, pending=pending)
+            tx.known("facts", work.id, facts)
+            tx.known("place", work.id, place)  # (an end moves no Work in the queue: the settle hook does)
     tx.notify(WorkChanged(work_id=work.id))
     if isinstance(outcome, Failed):
         apply_failure_in_tx(
