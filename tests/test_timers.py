@@ -48,6 +48,7 @@ from loom.records.timers import (
     TimerSpec,
     TimerState,
 )
+from loom.records.validation import MAX_PAYLOAD_BYTES
 from loom.records.work import Handoff, Lease
 from loom.store import Tx
 from loom.testing import T0_MS, RuntimeDriver, wait_routed
@@ -565,6 +566,7 @@ class CalendarDouble:
                 occurrence,
                 attrs.evolve(following, delivery_id=occurrence.delivery_id),
             ),
+            "oversize": (attrs.evolve(occurrence, payload={"blob": "x" * MAX_PAYLOAD_BYTES}), following),
             "changes_source": (attrs.evolve(occurrence, source="elsewhere"), following),
             "changes_parent": (attrs.evolve(occurrence, parent_id="ev_forged"), following),
             "keeps_source": (
@@ -638,6 +640,8 @@ async def test_arming_asks_the_policy_and_refuses_an_answer_that_breaks_the_cont
         ("changes_source", "changes the source"),
         ("changes_parent", "changes the timer's parent"),
         ("raise", "raised ValueError"),
+        # the firing checks the size of what it writes (arming checked the template's alone)
+        ("oversize", f"event.payload is larger than {MAX_PAYLOAD_BYTES} bytes"),
     ],
 )
 async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract_at_fire(

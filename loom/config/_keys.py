@@ -16,7 +16,8 @@ from typing import Any
 import attrs
 
 from ..records.errors import ConfigError
-from ..records.validation import MAX_INT, MAX_PAYLOAD_DEPTH, MIN_INT, describe_value, is_valid_unicode
+from ..records.frozen import is_valid_unicode
+from ..records.validation import MAX_INT, MAX_PAYLOAD_DEPTH, MIN_INT, describe_value
 
 MAX_NAME_LEN = 200
 

@@ -40,7 +40,8 @@ def accept_in_tx(
     A new root pins the causal limits in force for its whole chain.
 
     ``checked`` is the payload as ``checked_payload(event, allow_core=trusted)`` returned it for this
-    very ``event`` (the ingress validates in the publisher's task): the Event's fields are immutable
+    very ``event`` (the ingress validates in the publisher's task; a timer's firing, whose template was
+    checked when it was armed, checks only what the firing adds): the Event's fields are immutable
     text and what is stored is that text, so the rules are not checked twice, nor the text read back.
     Without it, every rule is checked here.
     """
@@ -121,14 +122,16 @@ def accept_derived_in_tx(
     *,
     cause_id: str | None = None,
     execution_id: str | None = None,
+    checked: CheckedPayload | None = None,
 ) -> Event | CausalRejection:
     """Accept an Event derived from trusted authority ``parent_id``.
 
     Dedup comes before charging, so a replay costs nothing. Over the depth limit or a
     root's per-minute budget, a redacted rejection is committed instead of the Event
-    and returned; the caller raises `CausalRefused` after the commit.
+    and returned; the caller raises `CausalRefused` after the commit. ``checked``: as for
+    `accept_in_tx`.
     """
-    payload = validated_payload(event, allow_core=True)
+    payload = validated_payload(event, allow_core=True) if checked is None else checked.text
     check_text("parent_id", parent_id)
     check_text("cause_id", cause_id, optional=True)
     parent = tx.event(parent_id)
@@ -143,9 +146,9 @@ def accept_derived_in_tx(
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
-    checked = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
-    if isinstance(checked, CausalRejection):
-        return checked
+    position = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
+    if isinstance(position, CausalRejection):
+        return position
     accepted = _insert(
         tx,
         now_ms,
@@ -153,10 +156,11 @@ def accept_derived_in_tx(
         event_id(event.source, event.delivery_id),
         parent_id=parent.id,
         cause_id=cause.id if cause else None,
-        root_id=checked.root_id,
-        depth=checked.depth,
+        root_id=position.root_id,
+        depth=position.depth,
         execution_id=execution_id,
         payload=payload,
+        value=checked.value if checked is not None else None,
     )
     assert accepted is not None
     return accepted

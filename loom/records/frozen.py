@@ -7,6 +7,7 @@ methods raise ``TypeError``. A caller who wants to change one makes a copy: ``di
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
@@ -110,6 +111,64 @@ def frozen_object(value: Any) -> Any:
 
 def frozen_optional_object(value: Any) -> Any:
     return None if value is None else frozen_object(value)
+
+
+def is_valid_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+NOT_PLAIN: Any = object()
+"""What `freeze_plain` answers for data it does not take."""
+_PLAIN_OBJECTS = (dict, FrozenDict)
+_PLAIN_ARRAYS = (list, tuple, FrozenList)
+
+
+def freeze_plain(value: Any, *, max_depth: int, low: int, high: int, depth: int = 1) -> Any:
+    """`freeze` for plain JSON data, each object's keys sorted (as canonical JSON text has them): objects
+    (``dict``, `FrozenDict`) with valid Unicode string keys, arrays (``list``, ``tuple``, `FrozenList`),
+    valid Unicode strings, integers from ``low`` to ``high``, finite floats, booleans and null, at most
+    ``max_depth`` levels deep. `NOT_PLAIN` for anything else (a subclass of one of these too): the
+    caller takes a path that says what is wrong, or reads the data as JSON text reads back."""
+    kind = type(value)
+    if kind is str:
+        return value if is_valid_unicode(value) else NOT_PLAIN
+    if kind is int:
+        return value if low <= value <= high else NOT_PLAIN
+    if value is None or kind is bool:
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else NOT_PLAIN
+    if depth > max_depth:
+        return NOT_PLAIN
+    if kind in _PLAIN_OBJECTS:
+        items = []
+        for key, item in value.items():
+            if type(key) is not str or not is_valid_unicode(key):
+                return NOT_PLAIN
+            frozen = freeze_plain(item, max_depth=max_depth, low=low, high=high, depth=depth + 1)
+            if frozen is NOT_PLAIN:
+                return NOT_PLAIN
+            items.append((key, frozen))
+        items.sort(key=_first)
+        return FrozenDict(items)
+    if kind in _PLAIN_ARRAYS:
+        array = []
+        for item in value:
+            frozen = freeze_plain(item, max_depth=max_depth, low=low, high=high, depth=depth + 1)
+            if frozen is NOT_PLAIN:
+                return NOT_PLAIN
+            array.append(frozen)
+        return FrozenList(array)
+    return NOT_PLAIN
+
+
+def _first(pair: tuple[str, Any]) -> str:
+    return pair[0]
 
 
 def thaw(value: Any) -> Any:

@@ -25,7 +25,7 @@ import attrs
 from .core_events import CORE_PREFIX
 from .errors import InvalidRequest
 from .events import EventIn
-from .frozen import frozen_object
+from .frozen import NOT_PLAIN, FrozenDict, freeze_plain, frozen_object, is_valid_unicode
 from .subscriptions import SubscriptionSpec
 from .waits import Waiting, WaitSpec
 from .work import Completed, Failed, Handoff, Lease, Outcome, RunRequest
@@ -71,15 +71,6 @@ def describe_value(value: object) -> str:
 
 
 _describe = describe_value
-
-
-def is_valid_unicode(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_text(
@@ -193,13 +184,27 @@ def check_json_value(field: str, value: Any, depth: int = 1) -> None:
     raise InvalidRequest(f"{field} holds a {type(value).__name__}, which is not JSON data", field=field)
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+canonical_json = _CANONICAL.encode
+"""JSON data's canonical text: keys sorted, no spaces, ASCII only (``json.dumps`` with those options,
+its encoder made once)."""
+
+
 def payload_json(payload: object, *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """Check a JSON object (see `check_json_value`) and return its canonical JSON text, at most
     ``max_bytes`` long."""
     if not isinstance(payload, dict):
         raise InvalidRequest(f"{field} must be a JSON object, got {type(payload).__name__}", field=field)
     check_json_value(field, payload)
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return sized_payload_json(payload, field=field, max_bytes=max_bytes)
+
+
+def sized_payload_json(
+    payload: Mapping[str, Any], *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES
+) -> str:
+    """The canonical JSON text of a payload already checked (`check_json_value`), at most ``max_bytes``
+    long."""
+    text = canonical_json(payload)
     if len(text) > max_bytes:  # ASCII-only text (non-ASCII is escaped): one byte per character
         raise InvalidRequest(f"{field} is larger than {max_bytes} bytes as JSON ({len(text)})", field=field)
     return text
@@ -209,7 +214,7 @@ def value_json(value: object, *, field: str = "value", max_bytes: int = MAX_VALU
     """Check a result value (any JSON value, see `check_json_value`) and return its canonical JSON text,
     at most ``max_bytes`` long: a larger one is refused, naming its size (store a reference instead)."""
     check_json_value(field, value)
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    text = canonical_json(value)
     if len(text) > max_bytes:  # ASCII-only text (non-ASCII is escaped): one byte per character
         raise InvalidRequest(
             f"{field} is larger than {max_bytes} bytes as JSON ({len(text)}): keep large results elsewhere "
@@ -232,6 +237,13 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
 
 def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """`validate_event_in`, returning the payload's canonical JSON text (serialised once)."""
+    _check_fields(event, allow_core=allow_core)
+    assert isinstance(event, EventIn)
+    return payload_json(event.payload, max_bytes=max_bytes)
+
+
+def _check_fields(event: object, *, allow_core: bool) -> None:
+    """Every rule of `validate_event_in` but the payload's."""
     if not isinstance(event, EventIn):
         raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
     check_text("event.source", event.source)
@@ -248,7 +260,6 @@ def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int
     validate_scope(event.scope)
     check_text("event.key", event.key, max_len=MAX_KEY_LEN, optional=True)
     check_text("event.work_id", event.work_id, optional=True)
-    return payload_json(event.payload, max_bytes=max_bytes)
 
 
 @attrs.frozen
@@ -263,7 +274,24 @@ class CheckedPayload:
 
 def checked_payload(event: object, *, allow_core: bool = False) -> CheckedPayload:
     """`validated_payload`, with the text read back (`CheckedPayload`)."""
-    text = validated_payload(event, allow_core=allow_core)
+    _check_fields(event, allow_core=allow_core)
+    assert isinstance(event, EventIn)
+    return checked_object(event.payload)
+
+
+def checked_object(
+    payload: object, *, field: str = "event.payload", max_bytes: int = MAX_PAYLOAD_BYTES
+) -> CheckedPayload:
+    """`payload_json`, with the text read back (`CheckedPayload`). Plain JSON data (``dict``, ``list``,
+    ``tuple``, ``str``, ``int``, ``float``, ``bool``, ``None``, and frozen data) is checked and frozen in
+    one walk, its objects' keys in the text's order; anything else (a subclass of one of these, or a
+    value the rules refuse) takes the text and reads it back, so the value is always what the text
+    reads as, and a refusal names its field as `payload_json` does."""
+    if type(payload) is dict or type(payload) is FrozenDict:
+        value = freeze_plain(payload, max_depth=MAX_PAYLOAD_DEPTH, low=MIN_INT, high=MAX_INT)
+        if value is not NOT_PLAIN:
+            return CheckedPayload(sized_payload_json(value, field=field, max_bytes=max_bytes), value)
+    text = payload_json(payload, field=field, max_bytes=max_bytes)
     return CheckedPayload(text, frozen_object(json.loads(text)))
 
 
