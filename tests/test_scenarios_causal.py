@@ -31,6 +31,7 @@ def _accept_without_bounds(tx: Tx, now_ms: int, event: EventIn, parent_id: str) 
     parent = tx.event(parent_id)
     assert parent is not None
     from loom.records.ids import event_id
+    from loom.records.validation import checked_payload
 
     return _insert(
         tx,
@@ -42,6 +43,7 @@ def _accept_without_bounds(tx: Tx, now_ms: int, event: EventIn, parent_id: str) 
         root_id=parent.root_id,
         depth=parent.depth + 1,
         execution_id=None,
+        checked=checked_payload(event, allow_core=True),
     )
 
 

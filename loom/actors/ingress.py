@@ -21,7 +21,7 @@ from ..kernel.chains import accept_then_route_in_tx
 from ..kernel.resolve import RoutePlan
 from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
-from ..records.validation import check_text, checked_payload, validate_event_in
+from ..records.validation import CheckedPayload, check_text, checked_payload
 from ..records.work import Lease
 from ..store import StorageActor
 
@@ -97,16 +97,17 @@ class IngressActor:
         Event is refused here, naming the field, and the others are accepted without it."""
         answers: list[Event | LoomError | None] = []
         valid: list[EventIn] = []
+        payloads: list[CheckedPayload] = []
         for event in events:
             try:
-                validate_event_in(event)
+                payloads.append(checked_payload(event))
             except LoomError as refused:
                 answers.append(refused)
             else:
                 answers.append(None)
                 valid.append(event)
         if valid:
-            accepted = iter(await self._storage.submit(accept_batch_in_tx, valid, self._limits()))
+            accepted = iter(await self._storage.submit(accept_batch_in_tx, valid, self._limits(), payloads))
             answers = [next(accepted) if answer is None else answer for answer in answers]
         return [answer for answer in answers if answer is not None]
 
@@ -122,7 +123,7 @@ class IngressActor:
 
         Raises `CausalRefused` after the refusal's diagnostic has committed.
         """
-        validate_event_in(event, allow_core=True)
+        payload = checked_payload(event, allow_core=True)
         check_text("parent_id", parent_id)
         check_text("cause_id", cause_id, optional=True)
         result = await self._storage.submit(
@@ -132,6 +133,7 @@ class IngressActor:
             self._limits(),
             cause_id=cause_id,
             execution_id=execution_id,
+            checked=payload,
         )
         if isinstance(result, CausalRejection):
             raise CausalRefused(result.describe(), rejection=result)

@@ -7,9 +7,7 @@ holds these procedures commits.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import attrs
 
@@ -18,7 +16,7 @@ from ..records.errors import InvalidRequest, LoomError, NotFound
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import event_id
 from ..records.notices import EventAccepted
-from ..records.validation import CheckedPayload, check_text, validated_payload
+from ..records.validation import CheckedPayload, check_text, checked_payload
 from ..store import Tx
 from .causal import check_and_charge_in_tx
 
@@ -45,14 +43,14 @@ def accept_in_tx(
     text and what is stored is that text, so the rules are not checked twice, nor the text read back.
     Without it, every rule is checked here.
     """
-    payload = validated_payload(event, allow_core=trusted) if checked is None else checked.text
-    value = checked.value if checked is not None else None
+    if checked is None:
+        checked = checked_payload(event, allow_core=trusted)
     new_id = event_id(event.source, event.delivery_id)
     if event.work_id is None and limits == _DEFAULT_LIMITS:
         # nothing to check or pin before the insert, so the insert is the duplicate check. On a shared
         # database the insert takes the acceptance-order lock first, so another node's acceptance of
         # the same delivery has committed (and the insert sees it) or has not begun its own insert
-        inserted = _insert_root(tx, now_ms, event, new_id, payload, value, if_new=True)
+        inserted = _insert_root(tx, now_ms, event, new_id, checked, if_new=True)
         if inserted is not None:
             return inserted
     existing = delivered(tx, event.source, event.delivery_id, event)
@@ -62,20 +60,13 @@ def accept_in_tx(
     if limits != _DEFAULT_LIMITS:
         # a root under the default limits is pinned implicitly (see causal.root_limits)
         tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
-    accepted = _insert_root(tx, now_ms, event, new_id, payload, value)
+    accepted = _insert_root(tx, now_ms, event, new_id, checked)
     assert accepted is not None
     return accepted
 
 
 def _insert_root(
-    tx: Tx,
-    now_ms: int,
-    event: EventIn,
-    new_id: str,
-    payload: str,
-    value: Mapping[str, Any] | None,
-    *,
-    if_new: bool = False,
+    tx: Tx, now_ms: int, event: EventIn, new_id: str, checked: CheckedPayload, *, if_new: bool = False
 ) -> Event | None:
     """`_insert` for a root Event: its own causal root, at depth 0."""
     return _insert(
@@ -88,26 +79,31 @@ def _insert_root(
         root_id=new_id,
         depth=0,
         execution_id=None,
-        payload=payload,
-        value=value,
+        checked=checked,
         if_new=if_new,
     )
 
 
 def accept_batch_in_tx(
-    tx: Tx, now_ms: int, events: Sequence[EventIn], limits: CausalLimits
+    tx: Tx,
+    now_ms: int,
+    events: Sequence[EventIn],
+    limits: CausalLimits,
+    checked: Sequence[CheckedPayload] | None = None,
 ) -> list[Event | LoomError]:
     """Accept root Events in the order given, in one transaction: each is accepted, answered as a
     duplicate (of an earlier commit or of an earlier item of the batch), or refused on its own.
 
     A refusal (`accept_in_tx` raises before it writes anything for that Event) is returned in the
     Event's place and the others go on; a storage failure fails the whole batch, and nothing of it
-    is committed.
+    is committed. ``checked``: each Event's checked payload, in order (as for `accept_in_tx`).
     """
+    if checked is not None and len(checked) != len(events):
+        raise InvalidRequest(f"{len(events)} events came with {len(checked)} checked payloads")
     answers: list[Event | LoomError] = []
-    for event in events:
+    for i, event in enumerate(events):
         try:
-            answers.append(accept_in_tx(tx, now_ms, event, limits))
+            answers.append(accept_in_tx(tx, now_ms, event, limits, checked=checked[i] if checked else None))
         except (InvalidRequest, NotFound) as refused:
             answers.append(refused)
     return answers
@@ -131,7 +127,8 @@ def accept_derived_in_tx(
     and returned; the caller raises `CausalRefused` after the commit. ``checked``: as for
     `accept_in_tx`.
     """
-    payload = validated_payload(event, allow_core=True) if checked is None else checked.text
+    if checked is None:
+        checked = checked_payload(event, allow_core=True)
     check_text("parent_id", parent_id)
     check_text("cause_id", cause_id, optional=True)
     parent = tx.event(parent_id)
@@ -159,8 +156,7 @@ def accept_derived_in_tx(
         root_id=position.root_id,
         depth=position.depth,
         execution_id=execution_id,
-        payload=payload,
-        value=checked.value if checked is not None else None,
+        checked=checked,
     )
     assert accepted is not None
     return accepted
@@ -223,15 +219,12 @@ def _insert(
     root_id: str,
     depth: int,
     execution_id: str | None,
-    payload: str | None = None,
-    value: Mapping[str, Any] | None = None,
+    checked: CheckedPayload,
     if_new: bool = False,
 ) -> Event | None:
-    """Insert an Event whose payload's canonical text is ``payload`` (checked here if ``None``), and
-    ``value``, when given, that text read back. With ``if_new``: only if its delivery identity was
-    never accepted (``None`` if it was; `Tx.insert_event`)."""
-    if payload is None:
-        payload = validated_payload(event, allow_core=True)
+    """Insert an Event whose payload is ``checked`` (its canonical text is stored, its value held). With
+    ``if_new``: only if its delivery identity was never accepted (``None`` if it was;
+    `Tx.insert_event`)."""
     seq = tx.insert_event(
         id=new_id,
         source=event.source,
@@ -241,7 +234,7 @@ def _insert(
         key=event.key,
         work_id=event.work_id,
         execution_id=execution_id,
-        payload_json=payload,
+        payload_json=checked.text,
         parent_id=parent_id,
         cause_id=cause_id,
         root_id=root_id,
@@ -261,7 +254,7 @@ def _insert(
         key=event.key,
         work_id=event.work_id,
         execution_id=execution_id,
-        payload=json.loads(payload) if value is None else value,
+        payload=checked.value,
         parent_id=parent_id,
         cause_id=cause_id,
         root_id=root_id,
