@@ -34,6 +34,9 @@ from loom.testing.internals import storage_of
 
 PRODUCERS = 100
 RAW_BATCH = 500
+MANY_PRODUCERS = 10
+"""Producers of the ``publish_many`` figure, each offering `MANY_BATCH` Events per call."""
+MANY_BATCH = 100
 
 # The same row shape and uniqueness rules as loom's events table.
 RAW_SCHEMA = """
@@ -116,14 +119,21 @@ def offer(i: int) -> loom.EventIn:
     )
 
 
-async def loom_acceptance(store: Store, events: int, producers: int) -> tuple[float, str]:
-    """Publish ``events`` distinct Events from ``producers`` concurrent tasks; return events/s."""
+async def loom_acceptance(store: Store, events: int, producers: int, batch: int = 1) -> tuple[float, str]:
+    """Publish ``events`` distinct Events from ``producers`` concurrent tasks, one by one (``rt.publish``)
+    or ``batch`` per call (``rt.publish_many``); return events/s."""
     async with loom.open_runtime(store, clock=loom.SystemClock(), load_entry_points=False) as rt:
 
         async def produce(first: int) -> None:
-            for i in range(first, events, producers):
-                accepted = await rt.publish(offer(i))
-                assert not accepted.duplicate
+            mine = range(first, events, producers)
+            if batch == 1:
+                for i in mine:
+                    accepted = await rt.publish(offer(i))
+                    assert not accepted.duplicate
+                return
+            for at in range(0, len(mine), batch):
+                answers = await rt.publish_many([offer(i) for i in mine[at : at + batch]])
+                assert all(isinstance(a, loom.Event) and not a.duplicate for a in answers), answers
 
         start, cpu = time.perf_counter(), time.process_time()
         async with trio.open_nursery() as nursery:
@@ -149,8 +159,10 @@ class Round:
     raw_batch: float
     loom_1: float
     loom_100: float
+    loom_many: float
     detail_1: str
     detail_100: str
+    detail_many: str
 
 
 def one_round(tmp: Path, n: int, args: argparse.Namespace) -> Round:
@@ -161,16 +173,19 @@ def one_round(tmp: Path, n: int, args: argparse.Namespace) -> Round:
         raw_batch = pg.raw_batched(new(), args.events, RAW_BATCH)
         loom_1, detail_1 = trio.run(loom_acceptance, as_store(new()), args.serial_events, 1)
         loom_100, detail_100 = trio.run(loom_acceptance, as_store(new()), args.events, PRODUCERS)
-        return Round(raw_row, raw_batch, loom_1, loom_100, detail_1, detail_100)
+        many = trio.run(loom_acceptance, as_store(new()), args.events, MANY_PRODUCERS, MANY_BATCH)
+        return Round(raw_row, raw_batch, loom_1, loom_100, many[0], detail_1, detail_100, many[1])
     raw_row = raw_commit_per_row(tmp / f"raw-row-{n}.db", args.serial_events, sync)
     raw_batch = raw_batched(tmp / f"raw-batch-{n}.db", args.events, sync)
     store_1 = SQLiteStore(path=str(tmp / f"loom-1-{n}.db"), synchronous=sync)
     loom_1, detail_1 = trio.run(loom_acceptance, store_1, args.serial_events, 1)
     store_100 = SQLiteStore(path=str(tmp / f"loom-100-{n}.db"), synchronous=sync)
     loom_100, detail_100 = trio.run(loom_acceptance, store_100, args.events, PRODUCERS)
+    store_many = SQLiteStore(path=str(tmp / f"loom-many-{n}.db"), synchronous=sync)
+    many = trio.run(loom_acceptance, store_many, args.events, MANY_PRODUCERS, MANY_BATCH)
     for name in os.listdir(tmp):
         (tmp / name).unlink()
-    return Round(raw_row, raw_batch, loom_1, loom_100, detail_1, detail_100)
+    return Round(raw_row, raw_batch, loom_1, loom_100, many[0], detail_1, detail_100, many[1])
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -250,6 +265,11 @@ def report(args: argparse.Namespace, tmp: Path, baseline: str, how: str) -> int:
         f"loom durable acceptance, {PRODUCERS} producers: {spread([r.loom_100 for r in rounds], rate)} "
         f"events/s ({args.events:,} events; last round: {rounds[-1].detail_100})"
     )
+    print(
+        f"loom durable acceptance, publish_many of {MANY_BATCH} Events from {MANY_PRODUCERS} producers: "
+        f"{spread([r.loom_many for r in rounds], rate)} events/s ({args.events:,} events; last round: "
+        f"{rounds[-1].detail_many})"
+    )
     # Ratios are taken within each round (figures measured back to back), then the median.
     print(f"ratio loom-1/raw-commit-per-row: {spread([r.loom_1 / r.raw_row for r in rounds], '.2f')}")
     print(
@@ -257,6 +277,7 @@ def report(args: argparse.Namespace, tmp: Path, baseline: str, how: str) -> int:
         f"{spread([r.loom_100 / r.raw_row for r in rounds], '.2f')}"
     )
     print(f"ratio loom-{PRODUCERS}/raw-batched: {spread([r.loom_100 / r.raw_batch for r in rounds], '.2f')}")
+    print(f"ratio loom-many/raw-batched: {spread([r.loom_many / r.raw_batch for r in rounds], '.2f')}")
     return 0
 
 
