@@ -1,6 +1,7 @@
 """Validation of untrusted input: plain functions that raise `InvalidRequest` naming the bad field.
 
-Nothing is stored when one of them refuses; kernel procedures call them again (they trust no caller).
+Nothing is stored when one of them refuses; kernel procedures call them again (they trust no caller),
+except the checks whose result they are handed (an Event's `CheckedPayload`, made where it was offered).
 The limits, as documented for users:
 
 * text (ids, keys, sources, reasons) is valid Unicode (no lone surrogates), without control
@@ -237,13 +238,11 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
 
 def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """`validate_event_in`, returning the payload's canonical JSON text (serialised once)."""
-    _check_fields(event, allow_core=allow_core)
-    assert isinstance(event, EventIn)
-    return payload_json(event.payload, max_bytes=max_bytes)
+    return payload_json(_checked_fields(event, allow_core=allow_core).payload, max_bytes=max_bytes)
 
 
-def _check_fields(event: object, *, allow_core: bool) -> None:
-    """Every rule of `validate_event_in` but the payload's."""
+def _checked_fields(event: object, *, allow_core: bool) -> EventIn:
+    """The Event, checked by every rule of `validate_event_in` but the payload's."""
     if not isinstance(event, EventIn):
         raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
     check_text("event.source", event.source)
@@ -260,6 +259,7 @@ def _check_fields(event: object, *, allow_core: bool) -> None:
     validate_scope(event.scope)
     check_text("event.key", event.key, max_len=MAX_KEY_LEN, optional=True)
     check_text("event.work_id", event.work_id, optional=True)
+    return event
 
 
 @attrs.frozen
@@ -274,9 +274,7 @@ class CheckedPayload:
 
 def checked_payload(event: object, *, allow_core: bool = False) -> CheckedPayload:
     """`validated_payload`, with the text read back (`CheckedPayload`)."""
-    _check_fields(event, allow_core=allow_core)
-    assert isinstance(event, EventIn)
-    return checked_object(event.payload)
+    return checked_object(_checked_fields(event, allow_core=allow_core).payload)
 
 
 def checked_object(
@@ -298,10 +296,10 @@ def checked_object(
 MAX_LEASE_MS = 7 * 24 * 3_600_000
 """The longest lease a claim or renewal may ask for (a week)."""
 MAX_RETRY_AFTER_MS = 24 * 3_600_000
+"""The longest retry hint an executor may give (a day); a longer one is refused, never retried at once."""
 CORE_UNITS = ("turns", "attempts")
 """Budget units the runtime counts itself: every started turn (an attempt or a continuation after a
 wait), and every new attempt."""
-"""The longest retry hint an executor may give (a day); a longer one is refused, never retried at once."""
 
 
 def check_lease(field: str, lease: object) -> Lease:
