@@ -667,6 +667,54 @@ async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract_at_fire
         assert len(await rt.firings("cal")) == 1, "an invalid timer leaves the due set"
 
 
+def _put_legacy_timer(tx: Tx, now_ms: int, timer_id: str, scope: str) -> None:
+    """A timer row as an older loom with laxer rules might have left it (written without `validate_spec`)."""
+    tx.put_timer(
+        Timer(
+            id=timer_id,
+            revision=1,
+            state=TimerState.ARMED,
+            fire_at_ms=now_ms,
+            source="clock",
+            type="clock.tick",
+            scope=scope,
+            key=None,
+            work_id=None,
+            payload={},
+            delivery_id=timer_id,
+            interval_ms=None,
+            recurrence=None,
+            spec=None,
+            parent_id=None,
+            execution_id=None,
+            occurrences=0,
+            reason=None,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        ),
+        None,
+    )
+
+
+async def test_a_template_todays_rules_refuse_leaves_its_timer_invalid_and_accepts_nothing(
+    loom_store: str, host_driven: None
+) -> None:
+    # catches: a firing that trusts the stored template because arming checked it (rows armed under
+    # older rules, or written by anything but `arm_in_tx`, would be accepted as Events today's rules
+    # refuse)
+    async with RuntimeDriver.open(loom_store) as driver:
+        rt = driver.runtime
+        await storage_of(rt).submit(_put_legacy_timer, "legacy", "not a scope!")
+        await rt.arm(tick("fine", T0))
+        fired = {f.timer_id: f for f in (await rt.poll(limit=10)).firings}
+        assert fired["legacy"].result is FiringResult.INVALID
+        assert "its event template is refused: event.scope" in (fired["legacy"].detail or "")
+        assert fired["fine"].result is FiringResult.ACCEPTED
+        (diagnostic,) = await rt.diagnostics(kind="invalid_timer")
+        assert diagnostic.subject == "legacy"
+        assert [e.delivery_id for e in await deliveries(rt, "clock")] == ["fine"]
+
+
 async def test_an_unregistered_recurrence_kind_is_invalid_and_never_starves_other_timers(
     loom_store: str, host_driven: None
 ) -> None:

@@ -38,8 +38,7 @@ def accept_in_tx(
     A new root pins the causal limits in force for its whole chain.
 
     ``checked`` is the payload as ``checked_payload(event, allow_core=trusted)`` returned it for this
-    very ``event`` (the ingress validates in the publisher's task; a timer's firing, whose template was
-    checked when it was armed, checks only what the firing adds): the Event's fields are immutable
+    very ``event`` (the ingress validates in the publisher's task): the Event's fields are immutable
     text and what is stored is that text, so the rules are not checked twice, nor the text read back.
     Without it, every rule is checked here.
     """

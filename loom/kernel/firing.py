@@ -15,7 +15,7 @@ import attrs
 
 from ..config import CausalLimits
 from ..records.errors import InvalidRequest
-from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
+from ..records.events import CausalRejection, DiagnosticKind, Event
 from ..records.notices import TimerArmed, TimerCancelled, TimerFired
 from ..records.timers import (
     FireRequest,
@@ -28,7 +28,6 @@ from ..records.timers import (
     Timer,
     TimerState,
 )
-from ..records.validation import CheckedPayload, check_text, checked_object
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
 from .recurrence import check_answer
@@ -207,20 +206,12 @@ def _accept(
     extra = {"timer": timer.id, "occurrence_ms": occurrence.occurrence_ms, **occurrence.payload}
     event_in = timer_template(timer, occurrence.delivery_id, extra)
     try:
-        checked = _fired_payload(event_in)
+        # the template is checked again, as any offered Event: a row armed under older rules fails here
         if timer.parent_id is None:
-            accepted: Event | CausalRejection = accept_in_tx(
-                tx, now_ms, event_in, limits, trusted=True, checked=checked
-            )
+            accepted: Event | CausalRejection = accept_in_tx(tx, now_ms, event_in, limits, trusted=True)
         else:
             accepted = accept_derived_in_tx(
-                tx,
-                now_ms,
-                event_in,
-                timer.parent_id,
-                limits,
-                execution_id=timer.execution_id,
-                checked=checked,
+                tx, now_ms, event_in, timer.parent_id, limits, execution_id=timer.execution_id
             )
     except InvalidRequest as exc:
         return _invalid(tx, now_ms, timer, f"its event template is refused: {exc}")
@@ -263,14 +254,6 @@ def _accept(
     if kind is not None and not accepted.duplicate:
         kind.on_fired(tx, now_ms, timer, accepted, limits)
     return firing
-
-
-def _fired_payload(event_in: EventIn) -> CheckedPayload:
-    """The fired Event's payload, as `checked_payload` gives it, without checking again the template's
-    fields, which arming checked (`validate_spec`): what a firing makes is checked, its delivery id
-    and its payload (the template's, with the firing's fields and a recurrence's occurrence)."""
-    check_text("event.delivery_id", event_in.delivery_id)
-    return checked_object(event_in.payload)
 
 
 def _settle(
