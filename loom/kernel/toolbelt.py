@@ -15,7 +15,7 @@ from ..records.events import CausalRejection, Event, EventIn
 from ..records.ids import core_delivery_id, stable_id
 from ..records.notices import WorkChanged
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
-from ..records.validation import check_keys, check_text, validate_event_in
+from ..records.validation import check_keys, check_text, checked_event_fields, checked_payload
 from ..records.waits import Waiting
 from ..records.work import Execution, Work
 from ..store import Tx
@@ -32,7 +32,7 @@ def emit_in_tx(
 ) -> Event | CausalRejection:
     """Emit a derived Event from the attempt's trigger, charged to the causal bounds."""
     execution = authorize(tx, now_ms, auth)
-    validate_event_in(event)  # an execution may not emit the privileged core.* family
+    checked = checked_payload(event)  # an execution may not emit the privileged core.* family
     work = require_work(tx, execution.work_id)
     if event.scope != work.scope:
         raise InvalidRequest(
@@ -40,7 +40,7 @@ def emit_in_tx(
         )
     parent = _authority_parent(execution)
     return accept_derived_in_tx(
-        tx, now_ms, event, parent, limits, cause_id=cause_id, execution_id=execution.id
+        tx, now_ms, event, parent, limits, cause_id=cause_id, execution_id=execution.id, checked=checked
     )
 
 
@@ -119,9 +119,10 @@ def arm_derived_in_tx(
     """Arm a timer under an execution's lease; it inherits the attempt's trigger as its parent,
     so its firing stays on the trigger's causal chain even days later."""
     execution = authorize(tx, now_ms, auth)
-    # an execution may not schedule the privileged core.* family (a forged core.execution.timeout)
+    # an execution may not schedule the privileged core.* family (a forged core.execution.timeout):
+    # the template's fields are checked as an Event's (`validate_spec` checked its payload)
     validate_spec(spec)
-    validate_event_in(timer_template(spec, spec.delivery_id or spec.id))
+    checked_event_fields(timer_template(spec, spec.delivery_id or spec.id))
     parent = _authority_parent(execution)
     work = tx.work(execution.work_id)
     assert work is not None

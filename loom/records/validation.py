@@ -238,11 +238,12 @@ def validate_event_in(event: object, *, allow_core: bool = False) -> EventIn:
 
 def validated_payload(event: object, *, allow_core: bool = False, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
     """`validate_event_in`, returning the payload's canonical JSON text (serialised once)."""
-    return payload_json(_checked_fields(event, allow_core=allow_core).payload, max_bytes=max_bytes)
+    return payload_json(checked_event_fields(event, allow_core=allow_core).payload, max_bytes=max_bytes)
 
 
-def _checked_fields(event: object, *, allow_core: bool) -> EventIn:
-    """The Event, checked by every rule of `validate_event_in` but the payload's."""
+def checked_event_fields(event: object, *, allow_core: bool = False) -> EventIn:
+    """The Event, checked by every rule of `validate_event_in` but the payload's (for a caller that
+    checks the payload itself, or has)."""
     if not isinstance(event, EventIn):
         raise InvalidRequest(f"expected an EventIn, got {type(event).__name__}")
     check_text("event.source", event.source)
@@ -274,7 +275,7 @@ class CheckedPayload:
 
 def checked_payload(event: object, *, allow_core: bool = False) -> CheckedPayload:
     """`validated_payload`, with the text read back (`CheckedPayload`)."""
-    return checked_object(_checked_fields(event, allow_core=allow_core).payload)
+    return checked_object(checked_event_fields(event, allow_core=allow_core).payload)
 
 
 def checked_object(
