@@ -668,32 +668,10 @@ async def test_core_refuses_a_recurrence_answer_that_breaks_the_contract_at_fire
 
 
 def _put_legacy_timer(tx: Tx, now_ms: int, timer_id: str, scope: str) -> None:
-    """A timer row as an older loom with laxer rules might have left it (written without `validate_spec`)."""
-    tx.put_timer(
-        Timer(
-            id=timer_id,
-            revision=1,
-            state=TimerState.ARMED,
-            fire_at_ms=now_ms,
-            source="clock",
-            type="clock.tick",
-            scope=scope,
-            key=None,
-            work_id=None,
-            payload={},
-            delivery_id=timer_id,
-            interval_ms=None,
-            recurrence=None,
-            spec=None,
-            parent_id=None,
-            execution_id=None,
-            occurrences=0,
-            reason=None,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-        ),
-        None,
-    )
+    """A timer row as an older loom with laxer rules might have left it: armed, then its scope rewritten
+    without `validate_spec`."""
+    armed = arm_in_tx(tx, now_ms, tick(timer_id, now_ms))
+    tx.put_timer(attrs.evolve(armed, scope=scope), armed)
 
 
 async def test_a_template_todays_rules_refuse_leaves_its_timer_invalid_and_accepts_nothing(
