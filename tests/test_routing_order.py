@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+import trio.testing
 
-from loom import CheckpointStatus, Config, EventIn, Unmatched
+from loom import CheckpointStatus, Completed, Config, EventIn, Unmatched, WorkState
+from loom.plugins.handlers import work_id_for_key
 from loom.testing import RuntimeDriver
+from loom.testing.internals import activity_of
 
 
 async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_store: str) -> None:
@@ -61,4 +64,63 @@ async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_s
         await driver.until(both_routed, "the later event to be routed once the earlier one is settled")
         assert (await rt.checkpoint(earlier.id)).status is CheckpointStatus.UNMATCHED  # type: ignore[union-attr]
         assert (await rt.work(work.id)).pending_inputs == (opened.id, later.id)
+        await driver.stop()
+
+
+async def test_a_completion_waiting_for_an_earlier_event_wakes_when_a_lane_routes_it(loom_store: str) -> None:
+    """An attempt's terminal completion waits while an Event of its Work is unrouted; the commit that
+    routes that Event (from its lane, after a held handler) holds nothing else the router acts on,
+    and still wakes the waiting completion. Catches: a router that skips commits of Events routed and
+    nothing more without asking whether a step waits for one (the completion would wait forever)."""
+    config = Config.from_dict(
+        {
+            "scopes": {
+                "acme": {
+                    "bindings": {"fake": {"executor": "fake"}},
+                    "routes": [
+                        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
+                        {"name": "by-key", "types": ["x.*"], "create_work": True, "binding": "fake"},
+                    ],
+                }
+            }
+        }
+    )
+    release = trio.Event()
+    entered = trio.Event()
+
+    async def held(event: Any, scope: str, work: Any, route: Any) -> Unmatched:
+        entered.set()
+        await release.wait()
+        return Unmatched(reason="nothing to do")
+
+    async with trio.open_nursery() as nursery:
+        driver = RuntimeDriver(nursery, loom_store, config=config)
+        driver.handlers.table["held"] = held
+        await driver.start()
+        rt = driver.runtime
+        await rt.publish(EventIn(source="t", delivery_id="open", type="x.open", scope="acme", key="k"))
+        work_id = work_id_for_key("acme", "k")
+
+        async def launched() -> bool:
+            return bool(driver.fake.launches_of(work_id))
+
+        await driver.until(launched, "the Work's attempt to launch")
+        earlier = await rt.publish(
+            EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work_id)
+        )
+        await entered.wait()
+        driver.fake.finish(work_id, Completed())
+        activity = activity_of(rt)
+        with trio.move_on_after(driver.stall_s) as stalled:
+            while not activity.routed_waiters:  # the completion waits for the earlier Event's checkpoint
+                await trio.testing.wait_all_tasks_blocked()
+        assert not stalled.cancelled_caught, "the completion never waited for the unrouted Event"
+        assert (await rt.work(work_id)).state is WorkState.RUNNING
+        release.set()
+
+        async def completed() -> bool:
+            return (await rt.work(work_id)).state is WorkState.COMPLETED
+
+        await driver.until(completed, "the completion to go on once the earlier Event is routed")
+        assert (await rt.checkpoint(earlier.id)).status is CheckpointStatus.UNMATCHED  # type: ignore[union-attr]
         await driver.stop()

@@ -545,6 +545,36 @@ async def test_a_feed_that_wants_some_kinds_is_offered_only_batches_holding_one(
     ]
 
 
+async def test_a_feed_with_concerns_is_offered_a_batch_it_is_concerned_by_or_one_behind_unread_ones(
+    store: Store, nursery: trio.Nursery
+) -> None:
+    """The router and the subscription reconciler ask, at each commit, whether its notices give them
+    anything to do (an acceptance that routed its Events in its own commit gives the router nothing).
+    What a subscriber learns from a batch it has not read yet may make a later batch concern it, so
+    once one is offered every batch is, until it has read them all. Catches ``concerns`` ignored (the
+    first batch offered), its answer inverted, and a batch held back while an earlier one is unread
+    (the last ``["notice-b"]``)."""
+    actor = await start_actor(nursery, store)
+    asked: list[list[object]] = []
+
+    def concerns(notices: list[object]) -> bool:
+        asked.append(list(notices))
+        return "notice-c" in notices
+
+    feed = actor.feed(concerns=concerns)
+    await actor.submit(put, "a", "notice-a")
+    await actor.submit(put, "b", "notice-b")
+    assert not feed.pending
+    await actor.submit(put, "c", "notice-c")
+    await actor.submit(put, "d", "notice-b")  # not its concern, yet an offered batch waits unread
+    assert asked == [["notice-a"], ["notice-b"], ["notice-c"]], "asked only while nothing waits unread"
+    assert await feed.next_batch() == ["notice-c"]
+    assert await feed.next_batch() == ["notice-b"]
+    assert not feed.pending
+    await actor.submit(put, "e", "notice-b")
+    assert not feed.pending, "read up: a batch that does not concern it is held back again"
+
+
 # -- backpressure -----------------------------------------------------------
 
 

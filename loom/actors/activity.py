@@ -2,7 +2,7 @@
 
 Every task the router starts counts as busy until it returns; a task that waits for something
 outside the runtime (a running execution, a change it depends on, a clock) steps out of the count
-while it waits. ``changes`` counts commits that may unblock a waiting step.
+while it waits.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ class Activity:
     def __init__(self) -> None:
         self._busy = 0
         self._quiet = trio.Event()
-        self.changes = 0
-        self._changed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.feed_pending = False
         """A committed notice batch waits to be read (the pool is not idle until it is)."""
@@ -50,26 +48,16 @@ class Activity:
         while not self.idle:
             await self._quiet.wait()
 
-    def signal_change(self) -> None:
-        self.changes += 1
-        changed, self._changed = self._changed, trio.Event()
-        changed.set()
-
-    async def wait_change(self, changes: int) -> None:
-        """Wait (not busy) until something changed after ``changes`` was read."""
-        if self.changes != changes:
-            return
-        self.leave()
-        try:
-            await self._changed.wait()
-        finally:
-            self.enter()
-
     def routed(self, event_id: str) -> None:
         """``event_id`` got its checkpoint: wake whoever waits for it."""
         waiter = self._routed.pop(event_id, None)
         if waiter is not None:
             waiter.set()
+
+    @property
+    def routed_waiters(self) -> bool:
+        """Whether a step waits for an Event's routing checkpoint (`wait_routed`)."""
+        return bool(self._routed)
 
     def wake_all(self) -> None:
         """Notices were missed: every waiter looks again."""

@@ -165,7 +165,7 @@ class SubscriptionReconciler:
     async def run(
         self, *, task_status: trio.TaskStatus[SubscriptionReconciler] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        feed = self._feed = self._storage.feed(capacity=4096)
+        feed = self._feed = self._storage.feed(capacity=4096, concerns=self._concerns)
         try:
             task_status.started(self)
             while True:
@@ -184,6 +184,21 @@ class SubscriptionReconciler:
             self._storage.unsubscribe(feed)
             self._feed = None
             self._progress.signal()
+
+    def _concerns(self, notices: list[Notice]) -> bool:
+        """Whether a committed batch may give the reconciler work (`NoticeFeed.concerns`): a
+        subscription changed, or an Event came on a key one watches (`_on_notice` is what it does
+        with them). While a pass runs (it may be learning of new keys) every batch does."""
+        if self._busy or self._sweep:
+            return True
+        watched = self._watched
+        for notice in notices:
+            if isinstance(notice, EventAccepted):
+                if notice.event.key in watched:
+                    return True
+            elif isinstance(notice, SubscriptionChanged | Lagged | StoreChanged):
+                return True
+        return False
 
     def _on_notice(self, notice: Notice) -> None:
         if isinstance(notice, EventAccepted):

@@ -106,7 +106,7 @@ class RouterPool:
 
     async def run(self, *, task_status: trio.TaskStatus[RouterPool] = trio.TASK_STATUS_IGNORED) -> None:
         storage, activity = self._s.storage, self._s.activity
-        feed = storage.feed()
+        feed = storage.feed(concerns=self.concerned_by)
         storage.routing = True
         try:
             async with trio.open_nursery() as nursery:
@@ -148,6 +148,25 @@ class RouterPool:
             self._accepting = False
             storage.routing = False
             storage.unsubscribe(feed)
+
+    def concerned_by(self, notices: list[Notice]) -> bool:
+        """Whether a committed batch gives the router anything to do (`NoticeFeed.concerns`). One that
+        only accepted Events and routed each in its own commit (as most acceptance commits do) does
+        not, unless a step waits for an Event's routing (`Activity.wait_routed`); a notice the router
+        takes no action on (a Work changed) does not either."""
+        if self._s.activity.routed_waiters:
+            return True
+        routed: set[str] | None = None
+        for notice in notices:
+            if isinstance(notice, EventRouted | WorkChanged):
+                continue
+            if isinstance(notice, EventAccepted):
+                if routed is None:
+                    routed = {n.event_id for n in notices if isinstance(n, EventRouted)}
+                if notice.event.id in routed:
+                    continue
+            return True
+        return False
 
     def on_reload(self) -> None:
         """A new configuration generation is in force: Work a budget held is released if its ledgers
@@ -206,9 +225,6 @@ class RouterPool:
             self.lanes.enqueue(event.id, event.seq, event.work_id, event.key)
         elif isinstance(notice, EventRouted):
             self._s.activity.routed(notice.event_id)  # a lane or a completion may wait for this one
-            self._s.activity.signal_change()
-        elif isinstance(notice, WorkChanged):
-            self._s.activity.signal_change()
         elif isinstance(notice, WorkReady):
             self.starter.kick()
         elif isinstance(notice, IntentPending):

@@ -28,13 +28,17 @@ class NoticeFeed:
     ``commits``, every committed batch ends with a `Committed` notice, even one with nothing else.
     With ``wants``, a batch is offered only if it holds a notice of one of these types (a
     `StoreChanged` always is, and `Lagged` always comes): a subscriber that reads a few kinds is not
-    woken by every commit.
+    woken by every commit. With ``concerns``, a batch is offered only if ``concerns(notices)`` is true,
+    or batches offered earlier wait unread: what the subscriber learns from those may make this one
+    concern it, and ``concerns`` answers from what it knows now (it runs in the storage actor's task at
+    each commit, so it must be quick and must not block).
     """
 
     _send: trio.MemorySendChannel[list[Notice]]
     _receive: trio.MemoryReceiveChannel[list[Notice]]
     commits: bool = False
     wants: tuple[type[Notice], ...] | None = None
+    concerns: Callable[[list[Notice]], bool] | None = None
     lagged: bool = False
     _buffered: int = 0
     """Batches offered and not yet read (what the channel holds; cheaper than asking it)."""
@@ -79,12 +83,21 @@ class Notices:
         self._listeners: list[CommitListener] = []
 
     def feed(
-        self, capacity: int = 1024, *, commits: bool = False, wants: tuple[type[Notice], ...] | None = None
+        self,
+        capacity: int = 1024,
+        *,
+        commits: bool = False,
+        wants: tuple[type[Notice], ...] | None = None,
+        concerns: Callable[[list[Notice]], bool] | None = None,
     ) -> NoticeFeed:
         """Subscribe to commit notices (see `NoticeFeed`); `unsubscribe` when done."""
         send, receive = trio.open_memory_channel[list[Notice]](capacity)
         feed = NoticeFeed(
-            send, receive, commits=commits, wants=None if wants is None else (*wants, StoreChanged)
+            send,
+            receive,
+            commits=commits,
+            wants=None if wants is None else (*wants, StoreChanged),
+            concerns=concerns,
         )
         self._feeds.append(feed)
         return feed
@@ -128,7 +141,11 @@ class Notices:
         for feed in list(self._feeds):
             if feed.commits:
                 feed._offer(with_commit)
-            elif notices and (feed.wants is None or any(isinstance(n, feed.wants) for n in notices)):
+            elif (
+                notices
+                and (feed.wants is None or any(isinstance(n, feed.wants) for n in notices))
+                and (feed.concerns is None or feed.pending or feed.concerns(notices))
+            ):
                 feed._offer(notices)
 
     def _tell(self, notices: list[Notice]) -> None:

@@ -6,6 +6,8 @@ directly (a driver that breaks one rule on purpose) or asks the timer actor when
 
 from __future__ import annotations
 
+from ..actors.activity import Activity
+from ..actors.router import RouterPool
 from ..actors.timers import TimerActor
 from ..runtime import Runtime
 from ..store import StorageActor
@@ -22,3 +24,17 @@ def timer_actor_of(runtime: Runtime) -> TimerActor:
     if timers is None:
         raise LookupError("the timers actor is not running in this runtime")
     return timers
+
+
+def router_of(runtime: Runtime) -> RouterPool:
+    """The running router (``concerned_by(notices)``: whether a committed batch wakes it)."""
+    router = runtime._p.router
+    if router is None:
+        raise LookupError("the router is not running in this runtime")
+    return router
+
+
+def activity_of(runtime: Runtime) -> Activity:
+    """What the running router's parts have in flight (``routed_waiters``: a step waits for an Event's
+    routing checkpoint)."""
+    return router_of(runtime)._s.activity
