@@ -74,27 +74,22 @@ class Recorder:
         execute, executemany = _sqlite.WriterConnection.execute, _sqlite.WriterConnection.executemany
         log = self.statements
 
-        def recorded_execute(conn: Any, sql: str, parameters: Any = (), /) -> Any:
-            try:
-                cursor = execute(conn, sql, parameters)
-            except sqlite3.Error:
-                log.append((False, sql, parameters, True))
-                raise
-            log.append((False, sql, parameters, False))
-            return cursor
+        def recorded(run: Callable[..., Any], many: bool) -> Callable[..., Any]:
+            def method(conn: Any, sql: str, parameters: Any = (), /) -> Any:
+                if many:
+                    parameters = list(parameters)  # an iterator would be spent by the run
+                try:
+                    cursor = run(conn, sql, parameters)
+                except sqlite3.Error:
+                    log.append((many, sql, parameters, True))
+                    raise
+                log.append((many, sql, parameters, False))
+                return cursor
 
-        def recorded_many(conn: Any, sql: str, parameters: Any, /) -> Any:
-            rows = list(parameters)
-            try:
-                cursor = executemany(conn, sql, rows)
-            except sqlite3.Error:
-                log.append((True, sql, rows, True))
-                raise
-            log.append((True, sql, rows, False))
-            return cursor
+            return method
 
-        _sqlite.WriterConnection.execute = recorded_execute  # type: ignore[method-assign]
-        _sqlite.WriterConnection.executemany = recorded_many  # type: ignore[method-assign]
+        _sqlite.WriterConnection.execute = recorded(execute, False)  # type: ignore[method-assign]
+        _sqlite.WriterConnection.executemany = recorded(executemany, True)  # type: ignore[method-assign]
 
         def uninstall() -> None:
             _sqlite.WriterConnection.execute = execute  # type: ignore[method-assign]

@@ -14,29 +14,39 @@ from loom.testing import RuntimeDriver
 from loom.testing.internals import activity_of
 
 
-async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_store: str) -> None:
-    config = Config.from_dict(
-        {
-            "scopes": {
-                "acme": {
-                    "routes": [
-                        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
-                        {"name": "by-key", "types": ["x.*"], "create_work": True},
-                    ]
-                }
-            }
-        }
-    )
-    release = trio.Event()
-    entered = trio.Event()
+def config_with_a_held_route(binding: str | None = None) -> Config:
+    """``y.*`` Events go through the ``held`` route handler; ``x.*`` Events create Work by key (run
+    under ``binding``, the fake executor's, when given)."""
+    by_key: dict[str, Any] = {"name": "by-key", "types": ["x.*"], "create_work": True}
+    scope: dict[str, Any] = {
+        "routes": [
+            {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
+            by_key,
+        ]
+    }
+    if binding is not None:
+        by_key["binding"] = binding
+        scope["bindings"] = {binding: {"executor": "fake"}}
+    return Config.from_dict({"scopes": {"acme": scope}})
 
-    async def held(event: Any, scope: str, work: Any, route: Any) -> Unmatched:
-        entered.set()
-        await release.wait()
+
+class Held:
+    """A route handler held until `release` is set, then matching nothing."""
+
+    def __init__(self) -> None:
+        self.entered = trio.Event()
+        self.release = trio.Event()
+
+    async def __call__(self, event: Any, scope: str, work: Any, route: Any) -> Unmatched:
+        self.entered.set()
+        await self.release.wait()
         return Unmatched(reason="nothing to do")
 
+
+async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_store: str) -> None:
+    held = Held()
     async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, loom_store, config=config)
+        driver = RuntimeDriver(nursery, loom_store, config=config_with_a_held_route())
         driver.handlers.table["held"] = held
         await driver.start()
         rt = driver.runtime
@@ -49,14 +59,14 @@ async def test_a_later_event_waits_for_an_earlier_one_that_ends_unmatched(loom_s
         earlier = await rt.publish(
             EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work.id)
         )
-        await entered.wait()
+        await held.entered.wait()
         later = await rt.publish(EventIn(source="t", delivery_id="e2", type="x.more", scope="acme", key="k"))
 
         async def later_blocked() -> bool:
             return await rt.checkpoint(later.id) is None
 
         assert await later_blocked(), "a later event was routed before an earlier one of its Work"
-        release.set()
+        held.release.set()
 
         async def both_routed() -> bool:
             return await rt.checkpoint(earlier.id) is not None and await rt.checkpoint(later.id) is not None
@@ -72,29 +82,9 @@ async def test_a_completion_waiting_for_an_earlier_event_wakes_when_a_lane_route
     routes that Event (from its lane, after a held handler) holds nothing else the router acts on,
     and still wakes the waiting completion. Catches: a router that skips commits of Events routed and
     nothing more without asking whether a step waits for one (the completion would wait forever)."""
-    config = Config.from_dict(
-        {
-            "scopes": {
-                "acme": {
-                    "bindings": {"fake": {"executor": "fake"}},
-                    "routes": [
-                        {"name": "held", "types": ["y.*"], "handler": "scenario", "config": {"fn": "held"}},
-                        {"name": "by-key", "types": ["x.*"], "create_work": True, "binding": "fake"},
-                    ],
-                }
-            }
-        }
-    )
-    release = trio.Event()
-    entered = trio.Event()
-
-    async def held(event: Any, scope: str, work: Any, route: Any) -> Unmatched:
-        entered.set()
-        await release.wait()
-        return Unmatched(reason="nothing to do")
-
+    held = Held()
     async with trio.open_nursery() as nursery:
-        driver = RuntimeDriver(nursery, loom_store, config=config)
+        driver = RuntimeDriver(nursery, loom_store, config=config_with_a_held_route(binding="fake"))
         driver.handlers.table["held"] = held
         await driver.start()
         rt = driver.runtime
@@ -108,7 +98,7 @@ async def test_a_completion_waiting_for_an_earlier_event_wakes_when_a_lane_route
         earlier = await rt.publish(
             EventIn(source="t", delivery_id="e1", type="y.note", scope="acme", work_id=work_id)
         )
-        await entered.wait()
+        await held.entered.wait()
         driver.fake.finish(work_id, Completed())
         activity = activity_of(rt)
         with trio.move_on_after(driver.stall_s) as stalled:
@@ -116,7 +106,7 @@ async def test_a_completion_waiting_for_an_earlier_event_wakes_when_a_lane_route
                 await trio.testing.wait_all_tasks_blocked()
         assert not stalled.cancelled_caught, "the completion never waited for the unrouted Event"
         assert (await rt.work(work_id)).state is WorkState.RUNNING
-        release.set()
+        held.release.set()
 
         async def completed() -> bool:
             return (await rt.work(work_id)).state is WorkState.COMPLETED
