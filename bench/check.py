@@ -134,6 +134,44 @@ FLOORS = (
     ),
 )
 
+CEILING = ("ceiling.py", ("--events", "1000", "--wakes", "300", "--timers", "2000", "--attempts", "300"))
+"""One short run of `ceiling.py`: each hot path's write statements per item (a count: an extra statement
+per item fails it), and loom's rate as a fraction of those statements replayed alone (halving it takes
+a loom that does twice the work around the same statements)."""
+
+FLOORS += tuple(
+    Floor(
+        f"write statements per item, {path} (at most)",
+        *CEILING,
+        rf"(?m)^{path}: .*\(([\d.]+) statements per item\)",
+        limit,
+        at_least=False,
+        reached=reached,
+    )
+    for path, limit, reached in (
+        ("acceptance", 2.6, "2.1"),
+        ("route-100", 20.0, "14.4-17.5, with the inputs each attempt takes"),
+        ("wakes", 30.0, "28.3-28.4"),
+        ("timers", 4.5, "4.0"),
+        ("recovery", 15.5, "14.1-14.3"),
+    )
+) + tuple(
+    Floor(
+        f"{path}: loom / its write statements replayed alone",
+        *CEILING,
+        rf"(?m)^{path}: .*loom/replay ([\d.]+)",
+        0.1,
+        reached=reached,
+    )
+    for path, reached in (
+        ("acceptance", "0.34-0.44"),
+        ("route-100", "0.23-0.31"),
+        ("wakes", "0.25-0.32"),
+        ("timers", "0.30-0.37"),
+        ("recovery", "0.31-0.47"),
+    )
+)
+
 
 def run(script: str, args: tuple[str, ...]) -> str:
     proc = subprocess.run(
