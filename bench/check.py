@@ -164,11 +164,11 @@ FLOORS += tuple(
         reached=reached,
     )
     for path, reached in (
-        ("acceptance", "0.34-0.44"),
+        ("acceptance", "0.33-0.44"),
         ("route-100", "0.23-0.31"),
-        ("wakes", "0.25-0.32"),
-        ("timers", "0.30-0.37"),
-        ("recovery", "0.31-0.47"),
+        ("wakes", "0.24-0.32"),
+        ("timers", "0.30-0.41"),
+        ("recovery", "0.25-0.47"),
     )
 )
 
