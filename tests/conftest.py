@@ -17,6 +17,7 @@ from loom.store import SQLiteStore, Tx, _sql
 from loom.store._tx_base import MISSING, TxBase
 from loom.store._tx_executions import _OPEN_INTENTS_EXIST, ExecutionsTx
 from loom.store._tx_inputs import InputsTx
+from loom.store._tx_subscriptions import WAIT_SUBSCRIPTIONS_EXIST, SubscriptionsTx
 from loom.store._tx_timers import TimersTx
 from loom.store._tx_waits import _WAITS_EXIST, WaitsTx
 from loom.testing import T0_MS, ManualClock
@@ -154,13 +155,26 @@ def checked_roots_pinned(tx: Tx) -> bool:
 ROOTS_PINNED = Tx.roots_pinned
 
 
+def checked_wait_subscriptions_exist(tx: SubscriptionsTx) -> bool:
+    """`SubscriptionsTx.wait_subscriptions_exist`, checked: when it answers no wait declared one, a read
+    finds none."""
+    kept = WAIT_SUBSCRIPTIONS_EXIST_OF(tx)
+    (read,) = tx._conn.execute(WAIT_SUBSCRIPTIONS_EXIST).fetchone()  # (not counted as the procedure's)
+    assert kept or not read, "wait subscriptions kept as none, a read finds one"
+    return kept
+
+
+WAIT_SUBSCRIPTIONS_EXIST_OF = SubscriptionsTx.wait_subscriptions_exist
+
+
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
     facts, queue place, attempt and attempt state a transaction answers from what it kept
     (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every timer row kept
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
-    answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`), in
+    answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
+    `SubscriptionsTx.wait_subscriptions_exist`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
@@ -171,6 +185,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
+    monkeypatch.setattr(SubscriptionsTx, "wait_subscriptions_exist", checked_wait_subscriptions_exist)
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
 from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
 from loom.records.events import CausalRejection
+from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import AdmissionFacts, Tx
@@ -766,6 +767,67 @@ async def test_where_no_intent_is_open_an_attempts_end_reads_none(loom_drivers: 
 
         if caches:
             with pytest.raises(AssertionError, match="intents kept as none open"):
+                await storage_of(driver.runtime).submit(keep_none)
+
+
+async def test_where_no_wait_declared_a_subscription_a_wake_reads_none(loom_drivers: DriverFactory) -> None:
+    """A wake ends the subscriptions its wait declared; a transaction alone on its database reads once
+    whether any wait declared one, and reads no wait's subscriptions while none did, until it writes
+    one (`SubscriptionsTx.wait_subscriptions_exist`). Catches: the subscriptions read at each wake (one
+    read per wake where no wait declares any); a subscription this transaction declared missed by a
+    wake in it (the "none" kept through its own insert: it would stay live after its wait woke);
+    conftest's check catches a "none" kept where the store has one."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id = await waiting_work(driver)
+        wait = (await driver.runtime.waits(work_id))[-1]
+
+        def look_insert_look(tx: Tx, now_ms: int) -> tuple[int, list[str], list[str]]:
+            queries = counting_queries(tx)
+            none = [
+                *tx.end_subscriptions_of_wait("wt-a", SubscriptionState.WOKEN, "woke", now_ms),
+                *tx.end_subscriptions_of_wait("wt-b", SubscriptionState.WOKEN, "woke", now_ms),
+            ]
+            reads = len([q for q in queries if "FROM subscriptions" in q])
+            tx.insert_subscription(
+                Subscription(
+                    namespace="wait",
+                    id="s-1",
+                    work_id=work_id,
+                    dependent_key="k",
+                    wait_id=wait.id,
+                    source_key="other",
+                    source_scope="acme",
+                    target_scope="acme",
+                    types=("w.*",),
+                    after=0,
+                    filter_name=None,
+                    filter=None,
+                    label="",
+                    state=SubscriptionState.PENDING,
+                    checkpoint_seq=0,
+                    revision=1,
+                    authorized=None,
+                    reason=None,
+                    created_at_ms=now_ms,
+                    updated_at_ms=now_ms,
+                )
+            )
+            ended = tx.end_subscriptions_of_wait(wait.id, SubscriptionState.WOKEN, "woke", now_ms)
+            return reads, [s.name for s in none], [s.name for s in ended]
+
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+        reads, none, ended = await storage_of(driver.runtime).submit(look_insert_look)
+        assert none == []
+        assert reads == (1 if caches else 2), "a wait's subscriptions were read where no wait declared one"
+        assert ended == ["wait/s-1"], "the subscription this transaction declared was not ended"
+
+        def keep_none(tx: Tx, now_ms: int) -> bool:
+            tx.wait_subscriptions_exist()
+            tx._wait_subscriptions = False
+            return tx.wait_subscriptions_exist()
+
+        if caches:
+            with pytest.raises(AssertionError, match="wait subscriptions kept as none"):
                 await storage_of(driver.runtime).submit(keep_none)
 
 

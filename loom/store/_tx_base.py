@@ -78,6 +78,9 @@ class TxBase:
         self._open_intents: bool | None = None
         """Whether an intent may be open (`ExecutionsTx.open_intents_exist`): read once (a database
         alone only), then only ever set by this transaction's writes."""
+        self._wait_subscriptions: bool | None = None
+        """Whether a wait may have declared a subscription (`SubscriptionsTx.end_subscriptions_of_wait`):
+        read once (a database alone only), then only ever set by this transaction's writes."""
         self._timer_rows: dict[str, tuple[Any, ...]] = {}
         """Timers' rows as the due head read them whole, each until this transaction writes that timer
         (`TimersTx.due_head`: on a shared database it holds their locks)."""
@@ -258,7 +261,7 @@ class _Savepoint:
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
                 # "none exists" is read again: it may have undone a removal
-                tx._waits_exist = tx._open_intents = tx._pinned_roots = None
+                tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]

@@ -21,6 +21,7 @@ SUBSCRIPTION_COLUMNS = (
 )
 SUBSCRIPTION_SELECT = f"SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions"
 LIVE = f"('{SubscriptionState.PENDING.value}', '{SubscriptionState.ACTIVE.value}')"
+WAIT_SUBSCRIPTIONS_EXIST = "SELECT EXISTS (SELECT 1 FROM subscriptions WHERE wait_id IS NOT NULL)"
 _OPEN = f"('{SubscriptionState.PENDING.value}', '{SubscriptionState.ACTIVE.value}', '{SubscriptionState.DISABLED.value}')"
 
 
@@ -89,6 +90,7 @@ class SubscriptionsTx(TxBase):
         self._conn.execute(
             f"INSERT INTO subscriptions ({SUBSCRIPTION_COLUMNS}) VALUES ({marks})", _values(sub)
         )
+        self._subscription_written(sub)
 
     def redeclare_subscription(self, old: Subscription, new: Subscription) -> None:
         """Replace ``old`` (as it was read) with a new declaration of the same identity: a later wait of
@@ -101,6 +103,7 @@ class SubscriptionsTx(TxBase):
             (*_values(new)[2:], old.namespace, old.id, old.state.value, old.revision),
         )
         self._written(cur, f"subscription {old.name}", old.state, new.state)
+        self._subscription_written(new)
 
     def set_subscription_state(
         self, sub: Subscription, new: SubscriptionState, now_ms: int, *, reason: str | None = None
@@ -114,6 +117,7 @@ class SubscriptionsTx(TxBase):
             (new.value, reason, now_ms, sub.namespace, sub.id, sub.state.value),
         )
         self._written(cur, f"subscription {sub.name}", sub.state, new)
+        self._subscription_written(sub)
 
     def record_subscription_answer(
         self, sub: Subscription, now_ms: int, *, authorized: bool | None, reason: str | None
@@ -176,12 +180,31 @@ class SubscriptionsTx(TxBase):
     def end_subscriptions_of_wait(
         self, wait_id: str, new: SubscriptionState, reason: str, now_ms: int
     ) -> list[Subscription]:
-        """Move every open subscription the wait declared to ``new`` (woken or disabled)."""
+        """Move every open subscription the wait declared to ``new`` (woken or disabled). Where no wait
+        has declared one (read once per transaction on a database alone, as `waits_exist`), nothing is
+        read: most waits declare none, and each wake asks."""
+        if not self.wait_subscriptions_exist():
+            return []
         rows = self._all(f"{SUBSCRIPTION_SELECT} WHERE wait_id = ? AND state IN {LIVE}", (wait_id,))
         subs = [subscription_from_row(r) for r in rows]
         for sub in subs:
             self.set_subscription_state(sub, new, now_ms, reason=reason)
         return subs
+
+    def wait_subscriptions_exist(self) -> bool:
+        """Whether any wait may have declared a subscription (any state: a cheap read of one partial
+        index). Read once per transaction on a database alone, then only its own writes say yes again;
+        on a shared database another node may declare one at any time: always true there."""
+        if not self._caching:
+            return True
+        if self._wait_subscriptions is None:
+            self._wait_subscriptions = self._one(WAIT_SUBSCRIPTIONS_EXIST) == (1,)
+        return self._wait_subscriptions
+
+    def _subscription_written(self, sub: Subscription) -> None:
+        """This transaction wrote ``sub`` (any state: a wait's subscription may be ended later in it)."""
+        if sub.wait_id is not None and self._wait_subscriptions is not None:
+            self._wait_subscriptions = True
 
     def rearm_subscriptions_of_wait(self, wait_id: str, reason: str, now_ms: int) -> list[Subscription]:
         """The wait's blocked subscriptions go back to pending: the next reconcile pass installs them."""
