@@ -19,7 +19,7 @@ from loom.store._tx_executions import _OPEN_INTENTS_EXIST, ExecutionsTx
 from loom.store._tx_inputs import InputsTx
 from loom.store._tx_subscriptions import WAIT_SUBSCRIPTIONS_EXIST, SubscriptionsTx
 from loom.store._tx_timers import TimersTx
-from loom.store._tx_waits import _WAITS_EXIST, WaitsTx
+from loom.store._tx_waits import _UNTAKEN_WAKE, _WAITS_EXIST, _WOKEN_AT, WaitsTx, wait_from_row
 from loom.testing import T0_MS, ManualClock
 from loom.testing.postgres import PostgresCluster
 
@@ -133,6 +133,19 @@ def checked_waits_exist(tx: WaitsTx) -> tuple[bool, bool]:
 WAITS_EXIST = WaitsTx.waits_exist
 
 
+def checked_untaken_wake(tx: WaitsTx, work_id: str) -> object:
+    """`WaitsTx.untaken_wake`, checked: the wake a transaction answers from the ones it made is what a
+    read answers now."""
+    kept = UNTAKEN_WAKE(tx, work_id)
+    rows = tx._conn.execute(_UNTAKEN_WAKE, (work_id,)).fetchall()  # (not counted as the procedure's)
+    read = wait_from_row(max(rows, key=lambda r: (r[_WOKEN_AT] or 0, r[0]))) if rows else None
+    assert kept == read, f"work {work_id}'s untaken wake as kept is not what a read answers: {kept} != {read}"
+    return kept
+
+
+UNTAKEN_WAKE = WaitsTx.untaken_wake
+
+
 def checked_open_intents_exist(tx: ExecutionsTx) -> bool:
     """`ExecutionsTx.open_intents_exist`, checked: when it answers none is open, a read finds none."""
     kept = OPEN_INTENTS_EXIST(tx)
@@ -171,7 +184,8 @@ WAIT_SUBSCRIPTIONS_EXIST_OF = SubscriptionsTx.wait_subscriptions_exist
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
     facts, queue place, attempt and attempt state a transaction answers from what it kept
-    (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every timer row kept
+    (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every untaken wake it kept
+    (`WaitsTx.untaken_wake`), every timer row kept
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
     `SubscriptionsTx.wait_subscriptions_exist`), in
@@ -183,6 +197,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)
+    monkeypatch.setattr(WaitsTx, "untaken_wake", checked_untaken_wake)
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
     monkeypatch.setattr(SubscriptionsTx, "wait_subscriptions_exist", checked_wait_subscriptions_exist)

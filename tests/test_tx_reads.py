@@ -724,6 +724,54 @@ async def test_a_wake_this_transaction_makes_is_found_by_its_claim(loom_drivers:
         assert winner is not None, "the wake made in this transaction was not found"
 
 
+async def test_a_wake_this_transaction_makes_is_answered_to_its_claim_without_a_read(
+    loom_drivers: DriverFactory,
+) -> None:
+    """Where no wake was untaken when a transaction first looked, the wakes it makes are the only
+    untaken ones: the claim of the continuation is answered from them as they were written, with no
+    read, and a wake whose continuation started is no longer answered (`WaitsTx.untaken_wake`).
+    Catches: the wake read again at each claim (one read per wake); a wake still answered after its
+    continuation started (a second claim would take it again). conftest's check compares every answer
+    with a read: a kept wake that is not what was written fails it (the first procedure here)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id = await waiting_work(driver)
+        offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+        caches = storage_of(driver.runtime).store.dialect.caches_reads
+
+        def wake(tx: Tx, now_ms: int) -> None:
+            tx.waits_exist()
+            event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+            work = tx.work(work_id)
+            assert work is not None
+            deliver(tx, now_ms, event.id, work, route)
+
+        def wake_then_keep_it_wrong(tx: Tx, now_ms: int) -> object:
+            wake(tx, now_ms)
+            assert tx._untaken is not None
+            (made,) = tx._untaken[work_id].values()
+            tx._untaken[work_id][made.id] = attrs.evolve(made, reason="not what was written")
+            return tx.untaken_wake(work_id)
+
+        if caches:
+            with pytest.raises(AssertionError, match="untaken wake as kept is not what a read answers"):
+                await storage_of(driver.runtime).submit(wake_then_keep_it_wrong)
+
+        def wake_claim_look(tx: Tx, now_ms: int) -> tuple[str | None, int, object]:
+            queries = counting_queries(tx)
+            wake(tx, now_ms)
+            found = tx.untaken_wake(work_id)
+            assert found is not None, "the wake made in this transaction was not found"
+            reads = len([q for q in queries if "taken_at_ms IS NULL" in q and "work_id = ?" in q])
+            tx.take_wake(found, now_ms)
+            return found.winner_event_id, reads, tx.untaken_wake(work_id)
+
+        winner, reads, after = await storage_of(driver.runtime).submit(wake_claim_look)
+        assert winner is not None
+        assert reads == (0 if caches else 1), "the untaken wake was read where the transaction made it"
+        assert after is None, "a wake whose continuation started was answered again"
+
+
 async def test_where_no_intent_is_open_an_attempts_end_reads_none(loom_drivers: DriverFactory) -> None:
     """An attempt's end stales its open intents; a transaction alone on its database reads once
     whether any intent is open, and reads no attempt's intents while none is, until it inserts one

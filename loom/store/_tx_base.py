@@ -72,6 +72,10 @@ class TxBase:
         self._waits_exist: list[bool] | None = None
         """Whether any wait may be open, and whether any woken wait's continuation may not have started
         (`WaitsTx.waits_exist`): read once (a database alone only), then only ever set by its writes."""
+        self._untaken: dict[str, dict[str, Any]] | None = None
+        """The woken waits whose continuation has not started, by Work and wait id, when this transaction
+        read that there were none and then made each itself (`WaitsTx.untaken_wake`; a database alone
+        only). ``None``: unknown, they are read."""
         self._pinned_roots: bool | None = None
         """Whether a root may have pinned causal limits (`Tx.roots_pinned`): read once (a database alone
         only), then only ever set by this transaction's pins."""
@@ -262,6 +266,7 @@ class _Savepoint:
                 tx._waits_on_key.clear()
                 # "none exists" is read again: it may have undone a removal
                 tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
+                tx._untaken = None
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None
                 del tx.notices[self._mark :]

@@ -366,6 +366,7 @@ class CompactionTx(TxBase):
         waits = "SELECT id FROM waits WHERE execution_id = ?"
         self._conn.execute(f"DELETE FROM subscriptions WHERE wait_id IN ({waits})", (execution_id,))
         self._waits_on_key.clear()
+        self._untaken = None  # (its wakes go with it)
         self._conn.execute(f"DELETE FROM wait_keys WHERE wait_id IN ({waits})", (execution_id,))
         self._conn.execute("DELETE FROM waits WHERE execution_id = ?", (execution_id,))
         self._conn.execute("DELETE FROM intents WHERE execution_id = ?", (execution_id,))
@@ -381,6 +382,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM subscriptions WHERE work_id = ?", (work_id,))
         conn.execute(f"DELETE FROM subscriptions WHERE wait_id IN ({waits})", (work_id,))
         self._waits_on_key.clear()
+        self._untaken = None  # (its wakes go with it)
         conn.execute(f"DELETE FROM wait_keys WHERE wait_id IN ({waits})", (work_id,))
         conn.execute("DELETE FROM waits WHERE work_id = ?", (work_id,))
         conn.execute("DELETE FROM intents WHERE work_id = ?", (work_id,))

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from ..records.events import Event
 from ..records.waits import WAIT_LIFECYCLE, Wait, WaitState
 from ..records.work import InputState
@@ -89,6 +91,8 @@ class WaitsTx(TxBase):
             row = self._one(_WAITS_EXIST)
             assert row is not None
             self._waits_exist = [bool(row[0]), bool(row[1])]
+            # none untaken now: every one from here on is this transaction's wake (`untaken_wake`)
+            self._untaken = None if row[1] else {}
         return self._waits_exist[0], self._waits_exist[1]
 
     def _wait_written(self, state: str, *, taken: bool) -> None:
@@ -125,6 +129,12 @@ class WaitsTx(TxBase):
         # at every use (about 20 us), a literal lets it keep the prepared one
         if not self.waits_exist()[1]:
             return None
+        if self._untaken is not None:  # each one this transaction's own wake, kept as it wrote it
+            made = self._untaken.get(work_id)
+            if not made:
+                return None
+            newest: Wait = max(made.values(), key=lambda w: (w.woken_at_ms or 0, w.id))
+            return newest
         rows = self._all(_UNTAKEN_WAKE, (work_id,))
         if not rows:
             return None
@@ -142,6 +152,8 @@ class WaitsTx(TxBase):
 
     def insert_wait(self, wait: Wait) -> None:
         self._wait_written(wait.state.value, taken=False)
+        if wait.state is WaitState.WOKEN:
+            self._untaken = None  # (not kept: read them)
         self._conn.execute(
             f"INSERT INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
@@ -191,6 +203,23 @@ class WaitsTx(TxBase):
             (state, *values, wait.id, wait.state.value),
         )
         self._written(cur, f"wait {wait.id}", wait.state, state)
+        if self._untaken is not None:
+            self._keep_untaken(wait, state, fields)
+
+    def _keep_untaken(self, wait: Wait, state: str, fields: dict[str, Any]) -> None:
+        """Keep `_untaken` true to what this write did: a wake adds the wait as written, a continuation's
+        start takes it out, any other write of a kept one writes it there too."""
+        made = self._untaken
+        assert made is not None
+        of_work = made.setdefault(wait.work_id, {})
+        kept = of_work.pop(wait.id, None)
+        if fields.get("taken_at_ms") is not None or state != WaitState.WOKEN.value:
+            return
+        if kept is None and wait.state is WaitState.WOKEN:
+            return  # woken before this transaction read that none is untaken: taken then
+        base = wait if kept is None else kept
+        changes = {k: v for k, v in fields.items() if k != "taken_at_ms"}
+        of_work[wait.id] = attrs.evolve(base, state=WaitState.WOKEN, **changes)
 
     def matching_candidates(
         self, work_id: str, keys: Sequence[str], after_seq: int, limit: int
