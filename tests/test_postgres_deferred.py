@@ -36,11 +36,11 @@ class Counted:
         self.statements: list[str] = []
         self._inside = False
 
-    def execute(self, sql: str, *args: Any) -> Any:
+    def execute(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         self.statements.append(sql.split()[0] + (" lock" if "advisory" in sql else ""))
         if not self._inside:
             self.trips += 1
-        return self._conn.execute(sql, *args)
+        return self._conn.execute(sql, *args, **kwargs)
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:
@@ -145,3 +145,36 @@ async def test_a_batch_a_deferred_statement_fails_fails_as_a_whole(url: str, nur
     await actor.submit(put)
     keys = [r["key"] for r in raw.query(url, "SELECT key FROM kv WHERE namespace = 't' ORDER BY key")]
     assert keys == ["next"]
+
+
+async def test_a_prepared_statement_the_server_lost_fails_no_request_and_is_prepared_again(url: str) -> None:
+    """psycopg prepares a statement after a few uses and keeps its name; when the server no longer has
+    it (dropped here behind psycopg's back), the statement fails. Its batch runs again, after the
+    ROLLBACK on which psycopg forgets what it prepared: the publish is accepted once, and the ones after
+    it too. The batches run guarded (a request failed just before), where a request's own error is
+    final. Catches: the driver's error handed to the publisher as the request's own (it is no
+    `LoomError`: a node whose publish raised it stopped in a kill drill)."""
+    async with open_runtime(url, clock=ManualClock(start_ms=T0_MS), load_entry_points=False) as rt:
+        storage = storage_of(rt)
+
+        def offer(i: int) -> EventIn:
+            return EventIn(source="s", delivery_id=f"d-{i}", type="thing.done", scope="elsewhere")
+
+        def fails(tx: Tx, now_ms: int) -> None:
+            raise ValueError("a request's own error: the batches that follow run guarded")
+
+        with pytest.raises(ValueError, match="own error"):
+            await storage.submit(fails)
+        for i in range(8):  # past psycopg's prepare threshold (5 uses); still guarded (32 batches)
+            await rt.publish(offer(i))
+        before = storage.stats.conflict_reruns
+
+        def drop_behind_psycopgs_back(tx: Tx, now_ms: int) -> None:
+            tx._conn.raw.pgconn.exec_(b"DEALLOCATE ALL")
+
+        await storage.submit(drop_behind_psycopgs_back)
+        accepted = [await rt.publish(offer(i)) for i in range(8, 11)]
+        assert not any(event.duplicate for event in accepted)
+        assert storage.stats.conflict_reruns > before, "the lost prepared statement was never met: no test"
+    rows = raw.query(url, "SELECT count(*) AS n FROM events WHERE source = 's'")
+    assert rows[0]["n"] == 11

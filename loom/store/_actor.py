@@ -333,6 +333,7 @@ class StorageActor(Notices):
             except Conflict as conflict:
                 if attempt == CONFLICT_RETRIES:
                     raise StorageFailure(conflict.cause) from conflict.cause
+                self.stats.conflict_reruns += 1
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
                 attempt += 1
 

@@ -54,6 +54,9 @@ class StorageStats:
     """Batches committed without waiting for the disk (`StorageActor.submit_relaxed`)."""
     guarded_reruns: int = 0
     """Batches that met a failing request (or step) unguarded and ran again guarded."""
+    conflict_reruns: int = 0
+    """Batches that met a conflict (another node's write, a lock, a prepared statement the server
+    lost) and ran again."""
 
 
 class StorageFailure(Exception):

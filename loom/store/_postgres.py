@@ -59,6 +59,7 @@ _CONFLICTS = frozenset(
         "23505",  # unique_violation: another node inserted the same key first
         "23503",  # foreign_key_violation: another node's compaction removed a row this batch refers to
         "55P03",  # lock_not_available
+        "26000",  # a prepared statement psycopg names, the server lost: rerun (`PostgresConnection.execute`)
     }
 )
 _FAILURE_CLASSES = frozenset({"08", "53", "57", "58", "XX", "F0", "25"})
@@ -153,20 +154,30 @@ class PostgresConnection:
         self.writes = 0
         """Statements other than a ``SELECT`` sent since the connection opened: a change of any row
         of this connection's moves it (`PostgresDialect.changes`; ``SELECT`` changes no row here)."""
+        self._stale_prepared = False
+        """A statement named a prepared one the server lost: ``DEALLOCATE ALL`` goes before the next
+        transaction, through psycopg, which forgets them all (else it names the lost one again)."""
 
     def defer(self, sql: str, parameters: Sequence[Any] = ()) -> None:
         """Run ``sql`` (its result unread) with the next statement (at once without pipeline mode)."""
+        if self._stale_prepared and not self.in_transaction:  # (a transaction's BEGIN is deferred)
+            self._stale_prepared = False
+            self.raw.execute("DEALLOCATE ALL")
         if self._pipelined:
             self._deferred.append((sql, parameters))
         else:
             self._run(sql, parameters)
 
     def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[tuple[Any, ...]]:
-        if not self._deferred:
-            return self._run(sql, parameters)
-        with self._pipeline():
-            cursor = self._run(sql, parameters)
-        return cursor  # its result arrived with the pipeline's end
+        try:
+            if not self._deferred:
+                return self._run(sql, parameters)
+            with self._pipeline():
+                cursor = self._run(sql, parameters)
+            return cursor  # its result arrived with the pipeline's end
+        except psycopg.errors.InvalidSqlStatementName:
+            self._stale_prepared = True
+            raise
 
     @contextlib.contextmanager
     def _pipeline(self) -> Iterator[None]:
@@ -174,21 +185,28 @@ class PostgresConnection:
         deferred, self._deferred = self._deferred, []
         with self.raw.pipeline():
             for sql, parameters in deferred:
-                self._run(sql, parameters)
+                self._run(sql, parameters, prepare=False)  # (never prepared: as a COMMIT, below)
             yield
 
-    def _run(self, sql: str, parameters: Sequence[Any]) -> psycopg.Cursor[tuple[Any, ...]]:
+    def _run(
+        self, sql: str, parameters: Sequence[Any], *, prepare: bool | None = None
+    ) -> psycopg.Cursor[tuple[Any, ...]]:
         if not sql.startswith("SELECT"):
             self.writes += 1
         if not parameters:
-            return self.raw.execute(sql)
-        return self.raw.execute(_format(sql), _params(parameters))
+            # never prepared (BEGIN, COMMIT): a COMMIT naming a lost one could not run its batch again
+            return self.raw.execute(sql, prepare=False)
+        return self.raw.execute(_format(sql), _params(parameters), prepare=prepare)
 
     def executemany(self, sql: str, parameters: Any, /) -> None:
         self.writes += 1
         rows = [_params(p) for p in parameters]
-        with self._pipeline() if self._deferred else contextlib.nullcontext(), self.raw.cursor() as cur:
-            cur.executemany(_format(sql), rows)
+        try:
+            with self._pipeline() if self._deferred else contextlib.nullcontext(), self.raw.cursor() as cur:
+                cur.executemany(_format(sql), rows)
+        except psycopg.errors.InvalidSqlStatementName:
+            self._stale_prepared = True
+            raise
 
     @property
     def in_transaction(self) -> bool:
