@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import trio
 
-from loom import EventIn, ManualClock, open_runtime
+from loom import EventIn, ManualClock, NotFound, open_runtime
 from loom.store import StorageActor, Tx, as_store
 from loom.store._postgres import PostgresConnection
 from loom.testing import T0_MS, raw
@@ -178,3 +178,24 @@ async def test_a_prepared_statement_the_server_lost_fails_no_request_and_is_prep
         assert storage.stats.conflict_reruns > before, "the lost prepared statement was never met: no test"
     rows = raw.query(url, "SELECT count(*) AS n FROM events WHERE source = 's'")
     assert rows[0]["n"] == 11
+
+
+async def test_a_read_whose_prepared_statements_the_server_lost_is_answered(url: str) -> None:
+    """The same on the reads' own connection: a read naming a prepared statement the server lost runs
+    again (psycopg forgot the name as it failed), and every later read is answered: a single statement,
+    and a Work's five in one snapshot. Catches: the driver's error handed to the reader's caller (it is
+    no `LoomError`)."""
+    async with open_runtime(url, clock=ManualClock(start_ms=T0_MS), load_entry_points=False) as rt:
+        await rt.publish(EventIn(source="s", delivery_id="d", type="thing.done", scope="elsewhere"))
+
+        async def reads() -> None:
+            assert len(await rt.events_newest(limit=5)) == 1
+            with pytest.raises(NotFound):
+                await rt.work("w-none")
+
+        for _ in range(8):  # past psycopg's prepare threshold (5 uses)
+            await reads()
+        reader = rt._p.reader  # type: ignore[attr-defined]
+        reader._raw.pgconn.exec_(b"DEALLOCATE ALL")  # behind psycopg's back
+        for _ in range(3):
+            await reads()

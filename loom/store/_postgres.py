@@ -210,8 +210,7 @@ class PostgresConnection:
 
     @property
     def in_transaction(self) -> bool:
-        """Whether a transaction is open, or a ``BEGIN`` waits to be sent (a rollback then sends it
-        and the ``ROLLBACK`` together)."""
+        """Whether a transaction is open, or a ``BEGIN`` waits to be sent (a rollback sends both)."""
         if self._deferred:
             return True
         status = self.raw.info.transaction_status
@@ -223,8 +222,7 @@ class PostgresConnection:
 
 
 def check_url(url: str) -> dict[str, str]:
-    """The parts of a PostgreSQL URL (or libpq conninfo); a malformed one is refused naming what is
-    wrong (the password is never repeated)."""
+    """The parts of a PostgreSQL URL (or libpq conninfo); a malformed one is refused naming what is wrong."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidRequest(f"a PostgreSQL store needs a postgresql:// URL, got {url!r}")
     try:
@@ -299,9 +297,8 @@ class PostgresStore:
         conn.close()
 
     def relax(self, conn: PostgresConnection, relaxed: bool) -> None:
-        """``synchronous_commit = off`` for the next commit (the server answers before its log reaches
-        the disk: a server crash may take it back, never a commit before it), then the server's own
-        setting again."""
+        """``synchronous_commit = off`` for the next commit (answered before its log reaches the disk: a
+        server crash may take it back, never a commit before it), then the server's own setting."""
         conn.defer("SET synchronous_commit = off" if relaxed else "RESET synchronous_commit")
 
     async def listen(
@@ -427,8 +424,7 @@ def migrate(raw: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
 
 
 class PostgresReader(Reader):
-    """The same reads on a connection of their own, in a worker thread; a lost connection fails the
-    read as `StorageUnavailable` and the next read connects again."""
+    """The same reads on a connection of their own, in a worker thread (see `_read` for failures)."""
 
     size_sql = POSTGRES.size_sql
 
@@ -466,8 +462,9 @@ class PostgresReader(Reader):
         return await anyio.to_thread.run_sync(self._read, queries, limiter=self._limiter)
 
     def _read(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
-        # A read changes nothing: one that finds its connection gone (a server restart since the
-        # last read) connects again and reads once more before it reports the store unavailable.
+        # A read changes nothing: one that finds its connection gone (a server restart since the last
+        # read) connects again, and one that named a prepared statement the server lost (psycopg forgot
+        # it as it failed, all of them at a snapshot's rollback) runs again, once, before it fails.
         for retry in (True, False):
             if not self._open:
                 raise StorageClosed("the store is closed: reads end with the runtime")
@@ -482,7 +479,10 @@ class PostgresReader(Reader):
                     if retry:
                         continue
                     raise StorageUnavailable(f"reading {self._store.describe()} failed: {exc}") from exc
-                if POSTGRES.is_storage_failure(exc):
+                lost = isinstance(exc, psycopg.errors.InvalidSqlStatementName)
+                if lost and retry:
+                    continue
+                if lost or POSTGRES.is_storage_failure(exc):
                     raise StorageError(f"reading {self._store.describe()} failed: {exc}") from exc
                 raise
         raise AssertionError("unreachable")
