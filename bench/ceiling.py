@@ -3,7 +3,7 @@ around them.
 
 Run from the repository root::
 
-    python bench/ceiling.py [--events N] [--wakes W] [--timers T] [--attempts A] [--dir DIR]
+    python bench/ceiling.py [--events N] [--wakes W] [--timers T] [--attempts A] [--jobs J] [--dir DIR]
 
 Each path runs once through loom (a fresh SQLite file, WAL, ``synchronous=FULL``) while every statement
 of the write connection (``execute`` and ``executemany``, with their parameters, from the file's creation
@@ -13,7 +13,7 @@ read only the first row fetched: loom fetched at least that, so the replay does 
 did; each statement that failed in the run failing again), and the part that was timed in the run is
 timed again: the same transactions, the same rows, the same indexes, without loom's Python, the
 thread hops and the executor. That is the fastest the path could go with the statements it makes on
-this disk. Paths (the workloads of `route.py`, `waits.py`, `timers.py` and `recovery.py`):
+this disk. Paths (the workloads of `route.py`, `waits.py`, `timers.py`, `recovery.py` and `peers.py`):
 
 * acceptance: ``rt.publish`` of N Events that match no route, from 100 producers;
 * route-100: N Events over 100 keys, each routed into its standing Work, consumed by no-op attempts;
@@ -21,7 +21,10 @@ this disk. Paths (the workloads of `route.py`, `waits.py`, `timers.py` and `reco
   continuation has started;
 * timers: T timers armed, then the clock moved past them: fired by the timer actor;
 * recovery: A attempts claimed by a node that is gone, then the store opened with their leases expired:
-  each recovered, its finished result adopted, until idle (the open included, as in recovery.py).
+  each recovered, its finished result adopted, until idle (the open included, as in recovery.py);
+* due-jobs: J timers armed, each firing an Event that a route gives to fresh Work whose function
+  completes at once (`peers.py`'s loom workload), then the clock moved past them: until every attempt
+  has completed.
 
 Each line gives loom's rate, the replay's, and what the replay allows at most of the ratios the issue
 sets (route-100, wakes and recovery against acceptance; timers against raw batched firing writes, in timers.py).
@@ -40,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import peers
 import recovery
 import route
 import timers
@@ -232,6 +236,41 @@ async def recovered(location: str, rec: Recorder, n: int) -> float:
     return n / seconds
 
 
+async def due_jobs(location: str, rec: Recorder, n: int) -> float:
+    clock = loom.ManualClock(start_ms=timers.T0)
+    executor = PythonExecutor()
+    done = trio.Event()
+    completed = 0
+
+    @executor.function("done")
+    async def job(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> loom.Outcome:
+        nonlocal completed
+        completed += 1
+        if completed == n:
+            done.set()
+        return loom.Completed()
+
+    async with loom.open_runtime(
+        location, clock=clock, config=peers.ROUTED, plugins=[executor], load_entry_points=False
+    ) as rt:
+        for i in range(n):
+            due = timers.T0 + timers.HOUR_MS
+            await rt.arm(
+                loom.TimerSpec(
+                    id=f"job-{i}", fire_at_ms=due, source="bench", type="bench.due", scope=peers.SCOPE
+                )
+            )
+        await rt.wait_idle()
+        rec.begin()
+        start = time.perf_counter()
+        clock.set(timers.T0 + timers.HOUR_MS)
+        await done.wait()
+        await rt.wait_idle()  # every completion has committed
+        seconds = time.perf_counter() - start
+        rec.end()
+    return n / seconds
+
+
 Workload = Callable[[str, Recorder, int], Awaitable[float]]
 
 
@@ -256,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wakes", type=int, default=2_000, help="Works parked, then woken")
     parser.add_argument("--timers", type=int, default=20_000, help="timers fired by the timer actor")
     parser.add_argument("--attempts", type=int, default=2_000, help="expired attempts recovered")
+    parser.add_argument("--jobs", type=int, default=2_000, help="timers run as jobs of fresh Work")
     parser.add_argument("--dir", default=None, help="where the database files go (default: temp dir)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="loom-ceiling-", dir=args.dir))
@@ -271,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             ("wakes", wakes, args.wakes, "wakes"),
             ("timers", fired, args.timers, "timers"),
             ("recovery", recovered, args.attempts, "attempts"),
+            ("due-jobs", due_jobs, args.jobs, "jobs"),
         ):
             loom_rate, sql_rate, count = measure(tmp, name, path, n)
             rates[name] = (loom_rate, sql_rate)

@@ -36,6 +36,7 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
     "execution_state": Tx.execution_state,
     "execution": Tx.execution,
     "place": Tx.queue_place,
+    "checkpoint": Tx.checkpoint,
 }
 """How each kind of record a transaction keeps is read afresh (with its keeping turned off)."""
 
@@ -65,6 +66,17 @@ def checked_known(tx: TxBase, kind: str, key: str, record: object) -> None:
 
 
 KNOWN = TxBase.known
+
+
+def checked_hold(tx: TxBase, work_id: str, kind: str, key: str, record: object) -> None:
+    """`TxBase.hold`, checked as `checked_known` (and each answer it gives later by `checked_recall`)."""
+    if kind in READERS and isinstance(tx, Tx) and tx._keeps(kind, key):
+        read = read_afresh(tx, kind, key)
+        assert record == read, f"{kind} held from its writes is not what a read answers: {record} != {read}"
+    HOLD(tx, work_id, kind, key, record)
+
+
+HOLD = TxBase.hold
 
 
 def checked_known_lazily(tx: TxBase, kind: str, key: str, make: Callable[[], object]) -> None:
@@ -182,9 +194,9 @@ WAIT_SUBSCRIPTIONS_EXIST_OF = SubscriptionsTx.wait_subscriptions_exist
 
 @pytest.fixture(autouse=True)
 def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every record a procedure derives from what it wrote (`TxBase.known`), every Work, admission
-    facts, queue place, attempt and attempt state a transaction answers from what it kept
-    (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every untaken wake it kept
+    """Every record a procedure derives from what it wrote (`TxBase.known`, `TxBase.hold`), every Work,
+    admission facts, queue place, attempt, attempt state and checkpoint a transaction answers from
+    what it kept or held (`TxBase.recall`), every Work's pending inputs it kept (`InputsTx.pending_of`), every untaken wake it kept
     (`WaitsTx.untaken_wake`), every timer row kept
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
@@ -193,6 +205,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
+    monkeypatch.setattr(TxBase, "hold", checked_hold)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)

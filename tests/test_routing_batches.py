@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+from test_tx_reads import counting_queries
 
 import loom.actors.timers
 import loom.kernel.chains
@@ -34,6 +35,7 @@ from loom.records.events import Event
 from loom.records.executor import Toolbelt
 from loom.records.work import Completed, Outcome, RunRequest, Work
 from loom.store import Tx
+from loom.store._sql import CHECKPOINT_BY_EVENT
 from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 
@@ -387,3 +389,38 @@ async def test_a_due_timer_is_fired_routed_and_its_work_started_in_one_commit(
             return
         assert sum(passes) == 1, f"the firing pass started the attempt, got {passes}"
         assert work.current_execution_id is not None
+
+
+async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt: Runtime) -> None:
+    """A Work the batch created is started without reading it again: its row, its admission facts and
+    its input's checkpoint are held from the routing's own writes through the other Events' routing
+    (`TxBase.hold`; on PostgreSQL the Work and its facts, which only this transaction can see, the
+    checkpoint is read). A later Event routed to the first Work changes it: its start reads it again
+    and takes both inputs. Catches: nothing held (a read of each per start), and a held Work answered
+    after a later Event changed it (its attempt would take one input; conftest's check fails it too)."""
+    events = [await rt.publish(order(n, key)) for n, key in enumerate(["a", "b", "c", "a"])]
+
+    def batch(tx: Tx, now_ms: int) -> tuple[RoutedBatch, list[str]]:
+        queries = counting_queries(tx)
+        routed = route_batch_then_start_in_tx(
+            tx, now_ms, [deferred(e) for e in events], CausalLimits(), admit()
+        )
+        return routed, list(queries)
+
+    routed, queries = await storage_of(rt).submit(batch)
+    inputs = {lease.work_id: [e.id for e in lease.request.inputs] for lease in routed.started}
+    works = [await rt.work_for_key(key) for key in "abc"]
+    assert [inputs[w.id] for w in works if w is not None] == [
+        [events[0].id, events[3].id],
+        [events[1].id],
+        [events[2].id],
+    ]
+    work_reads = [q for q in queries if q.startswith("SELECT w.id, w.scope")]
+    fact_reads = [q for q in queries if q.startswith("SELECT w.state, w.held")]
+    checkpoint_reads = [q for q in queries if q == CHECKPOINT_BY_EVENT]
+    # Each created Work's target is read (none found); the fourth Event's finds Work a held. Routing it
+    # there changes a: on SQLite the watermark's move after the batch is a write too, so a's start reads
+    # it and its facts again; on PostgreSQL (no watermark move in a routing commit) what that routing
+    # wrote answers. The checkpoints of b's and c's inputs are held on SQLite; a's input's is read.
+    shared = storage_of(rt).shared
+    assert (len(work_reads), len(fact_reads), len(checkpoint_reads)) == ((3, 0, 3) if shared else (4, 1, 1))

@@ -66,37 +66,39 @@ def route_batch_then_start_in_tx(
     """Route many Events in acceptance order, each in a savepoint and exactly as `route_in_tx` would (a
     deferred one decided over its Work as the earlier ones left it), then start each Work they were
     routed to if it can start at once (with ``admit``): one commit for a whole batch of a Work's Events
-    and the attempt that takes them all."""
-    retry: list[str] = []
-    routed_to: dict[str, None] = {}
-    for req in requests:
-        try:
-            with tx.savepoint():
-                decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
-                if decided is None:
-                    continue  # routed meanwhile
-                result = route_in_tx(tx, now_ms, decided, limits)
-        except Exception as exc:
-            if tx.is_storage_failure(exc):
-                raise
-            retry.append(req.event_id)
-            continue
-        if not result.replay and result.checkpoint.work_id is not None:
-            routed_to[result.checkpoint.work_id] = None
-    if raise_watermark:
-        raise_watermark_in_tx(tx, now_ms)
-    started: list[Lease] = []
-    if admit is not None:
-        for work_id in routed_to:
+    and the attempt that takes them all. A Work the batch created is started from what its routing
+    wrote, unless a later Event changed it (`TxBase.holding`)."""
+    with tx.holding():
+        retry: list[str] = []
+        routed_to: dict[str, None] = {}
+        for req in requests:
             try:
                 with tx.savepoint():
-                    lease = start_at_once_in_tx(tx, now_ms, work_id, admit, index=len(started))
+                    decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
+                    if decided is None:
+                        continue  # routed meanwhile
+                    result = route_in_tx(tx, now_ms, decided, limits)
             except Exception as exc:
                 if tx.is_storage_failure(exc):
                     raise
-                continue  # the Work stays queued: the admission pass meets it and diagnoses the failure
-            if lease is not None:
-                started.append(lease)
+                retry.append(req.event_id)
+                continue
+            if not result.replay and result.checkpoint.work_id is not None:
+                routed_to[result.checkpoint.work_id] = None
+        if raise_watermark:
+            raise_watermark_in_tx(tx, now_ms)
+        started: list[Lease] = []
+        if admit is not None:
+            for work_id in routed_to:
+                try:
+                    with tx.savepoint():
+                        lease = start_at_once_in_tx(tx, now_ms, work_id, admit, index=len(started))
+                except Exception as exc:
+                    if tx.is_storage_failure(exc):
+                        raise
+                    continue  # the Work stays queued: the admission pass meets it and diagnoses it
+                if lease is not None:
+                    started.append(lease)
     return RoutedBatch(retry=tuple(retry), started=tuple(started))
 
 
@@ -161,26 +163,27 @@ def accept_then_route_in_tx(
     if accepted.duplicate:
         return accepted, ()
     req = plan.request(accepted.id)
-    try:
-        with tx.savepoint():
-            decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
-            result = route_in_tx(tx, now_ms, decided, limits) if decided is not None else None
-    except Exception as exc:
-        if tx.is_storage_failure(exc):
-            raise
-        return accepted, ()  # its lane routes it, and records what fails
-    if not tx.dialect.shared and accepted.seq - routing_watermark(tx) >= WATERMARK_EVERY:
-        raise_watermark_in_tx(tx, now_ms)
-    work_id = result.checkpoint.work_id if result is not None and not result.replay else None
-    if admit is None or work_id is None:
-        return accepted, ()
-    try:
-        with tx.savepoint():
-            lease = start_at_once_in_tx(tx, now_ms, work_id, admit)
-    except Exception as exc:
-        if tx.is_storage_failure(exc):
-            raise
-        return accepted, ()  # the Work stays queued: the admission pass meets it and diagnoses it
+    with tx.holding():  # a Work the routing creates starts from what it wrote (`TxBase.hold`)
+        try:
+            with tx.savepoint():
+                decided = decide_in_tx(tx, req) if isinstance(req, DeferredRoute) else req
+                result = route_in_tx(tx, now_ms, decided, limits) if decided is not None else None
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            return accepted, ()  # its lane routes it, and records what fails
+        if not tx.dialect.shared and accepted.seq - routing_watermark(tx) >= WATERMARK_EVERY:
+            raise_watermark_in_tx(tx, now_ms)
+        work_id = result.checkpoint.work_id if result is not None and not result.replay else None
+        if admit is None or work_id is None:
+            return accepted, ()
+        try:
+            with tx.savepoint():
+                lease = start_at_once_in_tx(tx, now_ms, work_id, admit)
+        except Exception as exc:
+            if tx.is_storage_failure(exc):
+                raise
+            return accepted, ()  # the Work stays queued: the admission pass meets it and diagnoses it
     return accepted, (lease,) if lease is not None else ()
 
 

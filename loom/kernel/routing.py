@@ -31,8 +31,9 @@ from ..records.work import (
     Policy,
     Unmatched,
     Work,
+    WorkState,
 )
-from ..store import AdmissionFacts, Tx
+from ..store import AdmissionFacts, QueuePlace, Tx
 from ._common import new_work_id
 from .accept import accept_derived_in_tx
 from .checkpoints import control_checkpoint
@@ -359,8 +360,24 @@ def _deliver(
                     work, revision=revision, updated_at_ms=now_ms, pending_inputs=tx.pending_of(work.id)
                 ),
             )
+    elif not joined:
+        _tell_created(tx, now_ms, work, new_keys, cp)
     tx.notify(WorkChanged(work_id=work.id))
     return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
+
+
+def _tell_created(tx: Tx, now_ms: int, work: Work, new_keys: list[str], cp: Checkpoint) -> None:
+    """A Work this routing created, as it wrote it: ready, out of the queue, its keys those it attached,
+    its one input this Event, routed by ``cp``. The start that follows (and the binding it runs with)
+    reads them from here, after a routing batch's other Events too (`TxBase.hold`)."""
+    place = QueuePlace(None, None, None)
+    tx.hold(work.id, "place", work.id, place)
+    facts = AdmissionFacts.told(work, WorkState.READY, place, now_ms, live=None, pending=True)
+    tx.hold(work.id, "facts", work.id, facts)
+    tx.hold(work.id, "checkpoint", cp.event_id, cp)
+    # a read gives the keys in the order they were attached (all with this Event), then by key
+    told = attrs.evolve(work, keys=tuple(sorted(new_keys)), pending_inputs=(cp.event_id,))
+    tx.hold(work.id, "work", work.id, told)
 
 
 def _running_attempt(tx: Tx, work: Work, route: RouteRef | None) -> Execution | None:

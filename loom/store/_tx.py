@@ -400,6 +400,9 @@ class Tx(
     # -- routing checkpoints --------------------------------------------------
 
     def checkpoint(self, event_id: str) -> Checkpoint | None:
+        known = self.recall("checkpoint", event_id)  # (one this transaction wrote: `TxBase.hold`)
+        if known is not MISSING:
+            return known  # type: ignore[no-any-return]
         row = self._one(_sql.CHECKPOINT_BY_EVENT, (event_id,))
         return _sql.checkpoint_from_row(row) if row else None
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
@@ -52,6 +53,11 @@ class TxBase:
         self._reads: dict[tuple[str, str], Any] = {}
         """Records this transaction read since it last changed a row (`recall`)."""
         self._reads_at = -1
+        self._held: dict[tuple[str, str], Any] = {}
+        self._held_of: dict[str, list[tuple[str, str]]] = {}
+        """Records told of a Work (`hold`) that answer through writes to other Works' rows, each until
+        its own Work is touched, by the Work they are of; only while `holding`."""
+        self._holding = False
         self._caching = dialect.caches_reads
         self._own: set[str] = set()
         """Works and attempts this transaction inserted: nobody else sees them before it commits, so
@@ -139,13 +145,16 @@ class TxBase:
         """A record of ``kind`` read by ``key`` earlier in this transaction, if no row changed since (the
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
-        A read that misses keeps its answer with `keep`."""
-        if not self._keeps(kind, key) or not self._reads_current():
+        A read that misses keeps its answer with `keep`. What `hold` holds answers too."""
+        if not self._keeps(kind, key):
             return MISSING
-        record = self._reads.get((kind, key), MISSING)
-        if type(record) is _Lazy:
-            record = self._reads[kind, key] = record.make()
-        return record
+        if self._reads_current():
+            record = self._reads.get((kind, key), MISSING)
+            if type(record) is _Lazy:
+                record = self._reads[kind, key] = record.make()
+            if record is not MISSING:
+                return record
+        return self._held.get((kind, key), MISSING) if self._held else MISSING
 
     def keep(self, kind: str, key: str, record: Any) -> Any:
         """Keep what a read just answered (right after `recall` missed: no row changed between)."""
@@ -159,6 +168,34 @@ class TxBase:
         if self._keeps(kind, key):
             self._reads_current()
             self._reads[kind, key] = record
+
+    def hold(self, work_id: str, kind: str, key: str, record: Any) -> None:
+        """``record`` is what a read of ``kind`` by ``key`` would answer now, and is of the Work
+        ``work_id`` (its row, facts or place, or its input's checkpoint): while `holding` (else this does
+        nothing), `recall` answers it through writes to other Works' rows too, until ``work_id`` is
+        touched (`touch`: a routing's writes to a Work go with one) or a savepoint rolls back."""
+        if self._holding and self._keeps(kind, key):
+            self._held[kind, key] = record
+            self._held_of.setdefault(work_id, []).append((kind, key))
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep what `hold` is told for the block (a routing batch, then its starts)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+            self._drop_held()
+
+    def _drop_held(self, work_id: str | None = None) -> None:
+        """Forget what was held of ``work_id`` (``None``: of every Work)."""
+        if work_id is None:
+            self._held.clear()
+            self._held_of.clear()
+        else:
+            for held in self._held_of.pop(work_id, ()):
+                self._held.pop(held, None)
 
     def known_lazily(self, kind: str, key: str, make: Callable[[], Any]) -> None:
         """`known`, with the record made by ``make`` only if a read asks for it before a row changes
@@ -202,6 +239,8 @@ class TxBase:
     def touch(self, work_id: str) -> None:
         """Note that a Work's state, inputs or attempts changed (see ``touched``)."""
         self.touched[work_id] = None
+        if self._held_of:
+            self._drop_held(work_id)
 
 
 class RunGuarded(BaseException):
@@ -257,6 +296,7 @@ class _Savepoint:
                 tx._conn.execute(f"ROLLBACK TO {self._name}")
                 tx._conn.execute(f"RELEASE {self._name}")
                 tx._reads.clear()  # what it read may have been its own writes, now undone
+                tx._drop_held()
                 tx._own.clear()  # and what it inserted may be gone
                 tx._events.clear()
                 tx._unrouted.clear()
