@@ -396,8 +396,11 @@ async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt:
     its input's checkpoint are held from the routing's own writes through the other Events' routing
     (`TxBase.hold`; on PostgreSQL the Work and its facts, which only this transaction can see, the
     checkpoint is read). A later Event routed to the first Work changes it: its start reads it again
-    and takes both inputs. Catches: nothing held (a read of each per start), and a held Work answered
-    after a later Event changed it (its attempt would take one input; conftest's check fails it too)."""
+    and takes both inputs. Settling the ready queue after the starts reads no Work's facts: each
+    start's are held through the others. Catches: nothing held (a read of each per start), a held
+    Work answered after a later Event changed it (its attempt would take one input; conftest's check
+    fails it too), and the starts' facts not held, or the settling done once they are let go (a read
+    of each started Work's facts)."""
     events = [await rt.publish(order(n, key)) for n, key in enumerate(["a", "b", "c", "a"])]
 
     def batch(tx: Tx, now_ms: int) -> tuple[RoutedBatch, list[str]]:
@@ -405,7 +408,7 @@ async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt:
         routed = route_batch_then_start_in_tx(
             tx, now_ms, [deferred(e) for e in events], CausalLimits(), admit()
         )
-        return routed, list(queries)
+        return routed, queries  # (the list itself: what the settle hook reads after it counts too)
 
     routed, queries = await storage_of(rt).submit(batch)
     inputs = {lease.work_id: [e.id for e in lease.request.inputs] for lease in routed.started}

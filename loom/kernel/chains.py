@@ -23,7 +23,7 @@ from ..records.waits import Waiting
 from ..records.work import Execution, Lease, Outcome
 from ..store import Tx
 from .accept import accept_in_tx
-from .admission import AdmitRequest, start_at_once_in_tx
+from .admission import AdmitRequest, settle_in_tx, start_at_once_in_tx
 from .authority import Authority
 from .executions import KindPolicy, record_outcome_in_tx
 from .firing import FirePass, fire_due_in_tx
@@ -67,7 +67,8 @@ def route_batch_then_start_in_tx(
     deferred one decided over its Work as the earlier ones left it), then start each Work they were
     routed to if it can start at once (with ``admit``): one commit for a whole batch of a Work's Events
     and the attempt that takes them all. A Work the batch created is started from what its routing
-    wrote, unless a later Event changed it (`TxBase.holding`)."""
+    wrote, unless a later Event changed it, and the ready queue is settled (`admission.settle_in_tx`)
+    from what each start wrote, through the others (`TxBase.holding`)."""
     with tx.holding():
         retry: list[str] = []
         routed_to: dict[str, None] = {}
@@ -99,6 +100,7 @@ def route_batch_then_start_in_tx(
                     continue  # the Work stays queued: the admission pass meets it and diagnoses it
                 if lease is not None:
                     started.append(lease)
+        settle_in_tx(tx, now_ms)  # while what the starts told of their Works is held
     return RoutedBatch(retry=tuple(retry), started=tuple(started))
 
 

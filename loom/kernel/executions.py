@@ -306,6 +306,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             work, WorkState.RUNNING, place, now_ms, live=running, pending=bool(work.pending_inputs)
         )
         tx.known("facts", work.id, facts)
+        tx.hold(work.id, "facts", work.id, facts)  # (for a batch's settling, after its other starts)
     request = RunRequest(
         work_id=work.id,
         execution_id=execution_id,
