@@ -25,15 +25,16 @@ import loom.kernel.unrouted
 from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.config import effective_routes
 from loom.kernel.admission import AdmitRequest
-from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx
-from loom.kernel.resolve import DeferredRoute, is_pure_handler, route_ref
+from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx, route_then_start_in_tx
+from loom.kernel.resolve import DeferredRoute, RoutePlan, is_pure_handler, route_ref
+from loom.kernel.routing import decide_in_tx
 from loom.kernel.unrouted import raise_watermark_in_tx, routing_watermark
 from loom.plugins.handlers import correlate, explicit_work, fresh
 from loom.plugins.python_executor import PythonExecutor
 from loom.plugins.schedule.policy import schedule_handler
 from loom.records.events import Event
 from loom.records.executor import Toolbelt
-from loom.records.work import Completed, Outcome, RunRequest, Work
+from loom.records.work import Completed, Lease, Outcome, RunRequest, Work
 from loom.store import Tx
 from loom.store._sql import CHECKPOINT_BY_EVENT
 from loom.testing import T0_MS
@@ -427,3 +428,55 @@ async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt:
     # wrote answers. The checkpoints of b's and c's inputs are held on SQLite; a's input's is read.
     shared = storage_of(rt).shared
     assert (len(work_reads), len(fact_reads), len(checkpoint_reads)) == ((3, 0, 3) if shared else (4, 1, 1))
+
+
+async def test_a_lanes_routing_starts_the_work_it_created_from_what_it_wrote(rt: Runtime) -> None:
+    """The same for one Event routed by its lane (`chains.route_then_start_in_tx`): the watermark's move
+    between the routing and the start is a write (on SQLite), and the start still reads neither the
+    Work it created nor its facts nor its input's checkpoint (on PostgreSQL the checkpoint is read).
+    Catches: the lane's routing and start not holding (the start reads them)."""
+    event = await rt.publish(order(0, "a"))
+    decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
+    assert decided is not None
+
+    def route(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
+        queries = counting_queries(tx)
+        _, lease = route_then_start_in_tx(tx, now_ms, decided, CausalLimits(), admit())
+        return lease, [q for q in queries if q.startswith(START_READS)]
+
+    lease, reads = await storage_of(rt).submit(route)
+    assert lease is not None, "the created Work started"
+    work_reads = [q for q in reads if q.startswith("SELECT w.id, w.scope")]
+    assert len(work_reads) == 1, "the target read alone (none found)"
+    assert len(reads) - 1 == (1 if storage_of(rt).shared else 0), reads
+
+
+START_READS = ("SELECT w.id, w.scope", "SELECT w.state, w.held", CHECKPOINT_BY_EVENT)
+"""What a start reads of a Work and its input: the Work, its admission facts, the input's checkpoint."""
+
+
+async def test_an_acceptance_that_routes_starts_the_work_it_created_from_what_it_wrote(rt: Runtime) -> None:
+    """The same for an Event routed in its own acceptance commit (`chains.accept_then_route_in_tx`).
+    Catches: the acceptance's routing and start not holding (the start reads them, once the watermark's
+    move is a write between them)."""
+    route = effective_routes(CONFIG, SCOPE)[0]
+    plan = RoutePlan(
+        decide=lambda e, w: correlate(e, e.scope, w, route),
+        route=route_ref(CONFIG, route),
+        generation=CONFIG.generation,
+    )
+    for n in range(loom.kernel.chains.WATERMARK_EVERY):  # the next acceptance moves the watermark (SQLite)
+        await rt.publish(order(n, f"k-{n}"))
+
+    def accept(tx: Tx, now_ms: int) -> tuple[tuple[Lease, ...], list[str]]:
+        queries = counting_queries(tx)
+        _, leases = loom.kernel.chains.accept_then_route_in_tx(
+            tx, now_ms, order(99, "a"), CausalLimits(), plan, admit()
+        )
+        return leases, [q for q in queries if q.startswith(START_READS)]
+
+    leases, reads = await storage_of(rt).submit(accept)
+    assert len(leases) == 1, "the created Work started"
+    work_reads = [q for q in reads if q.startswith("SELECT w.id, w.scope")]
+    assert len(work_reads) == 1, "the target read alone (none found)"
+    assert len(reads) - 1 == (1 if storage_of(rt).shared else 0), reads

@@ -37,13 +37,15 @@ from .unrouted import raise_watermark_in_tx, routing_watermark
 def route_then_start_in_tx(
     tx: Tx, now_ms: int, req: RouteRequest, limits: CausalLimits, admit: AdmitRequest
 ) -> tuple[RouteResult, Lease | None]:
-    """Route one Event (`route_in_tx`), then start the Work it was routed to if it can start at once."""
-    result = route_in_tx(tx, now_ms, req, limits)
-    raise_watermark_in_tx(tx, now_ms)
-    work_id = result.checkpoint.work_id
-    if result.replay or work_id is None:
-        return result, None
-    return result, start_at_once_in_tx(tx, now_ms, work_id, admit)
+    """Route one Event (`route_in_tx`), then start the Work it was routed to if it can start at once (a
+    Work the routing created, from what it wrote: `TxBase.holding`)."""
+    with tx.holding():
+        result = route_in_tx(tx, now_ms, req, limits)
+        raise_watermark_in_tx(tx, now_ms)
+        work_id = result.checkpoint.work_id
+        if result.replay or work_id is None:
+            return result, None
+        return result, start_at_once_in_tx(tx, now_ms, work_id, admit)
 
 
 @attrs.frozen

@@ -180,7 +180,8 @@ class TxBase:
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
-        """Keep what `hold` is told for the block (a routing batch, then its starts)."""
+        """Keep what `hold` is told for the block: a routing (or a batch of them), the starts that
+        follow it and the settling after them."""
         self._holding = True
         try:
             yield
