@@ -148,6 +148,31 @@ async def test_a_claim_tells_the_works_admission_facts(rt: Runtime, loom_store: 
     assert len(reads) == (0 if caches else 1), "the settle hook would read the facts the claim just made"
 
 
+async def test_a_claim_reads_the_events_of_its_inputs_in_one_query(rt: Runtime) -> None:
+    """The Events of a Work's pending inputs, accepted and routed in earlier transactions, are read
+    for its claim in one query (`InputsTx.input_events`), each once, and handed over in acceptance
+    order. Catches: a read per input (three here), inputs handed over out of order."""
+    work_id = await a_work(rt)
+    for n in (2, 3):
+        await rt.publish(
+            EventIn(source="shop", delivery_id=f"d-{n}", type="order.placed", scope=SCOPE, key="k")
+        )
+    await rt.poll()
+
+    def claim(tx: Tx, now_ms: int) -> tuple[list[str], list[str]]:
+        work = tx.work(work_id)
+        assert work is not None
+        queries = counting_queries(tx)
+        request = claim_request(CONFIG, work, owner="host", token="t-1", lease_ms=60_000, binding=NO_BINDING)
+        lease = claim_in_tx(tx, now_ms, request)
+        events = [q for q in queries if q.startswith("SELECT id, seq, source")]
+        return [e.delivery_id for e in lease.request.inputs], events
+
+    inputs, reads = await storage_of(rt).submit(claim)
+    assert inputs == ["d-1", "d-2", "d-3"], "the inputs in acceptance order"
+    assert len(reads) == 1, reads
+
+
 async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runtime) -> None:
     work_id = await a_work(rt)
 

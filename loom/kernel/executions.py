@@ -36,7 +36,7 @@ from ..records.work import (
     outcome_json,
 )
 from ..store import AdmissionFacts, Tx
-from ._common import require_event, require_work
+from ._common import require_work
 from .authority import Authority, authorize, authorize_recovery
 from .bindings import NO_BINDING as NO_BINDING
 from .bindings import BindingRef as BindingRef
@@ -231,7 +231,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
             raise AtCapacity(
                 f"cannot claim work {work.id}: scope {pool!r} is at its capacity of {req.capacity}", pool=pool
             )
-    inputs = [require_event(tx, event_id) for event_id in work.pending_inputs]
+    inputs = tx.input_events(work.pending_inputs)
     place = tx.queue_place(work.id)
     ready_at_ms = place.ready_at_ms
     if work.execution_state is ExecutionState.PARKED:

@@ -10,10 +10,15 @@ asked). A savepoint rolled back forgets them all.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..records.errors import IllegalTransition
+from ..records.events import Event
 from ..records.work import INPUT_LIFECYCLE, InputState
 from . import _sql
 from ._tx_base import TxBase
+
+_EVENTS_PER_READ = 512
 
 
 class InputsTx(TxBase):
@@ -30,6 +35,23 @@ class InputsTx(TxBase):
 
     def pending_inputs(self, work_id: str) -> list[str]:
         return list(self.pending_of(work_id))
+
+    def input_events(self, event_ids: Sequence[str]) -> list[Event]:
+        """The Events ``event_ids`` name, in that order, each of which must exist (an attempt's inputs):
+        those not read yet in this transaction are read in one query per `_EVENTS_PER_READ` (an Event
+        row never changes, and is kept as `Tx.event` keeps it). The query's list of ids is filled up to
+        a power of two with its last id, so few query texts ever take the statement cache."""
+        missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in self._events]
+        for first in range(0, len(missing), _EVENTS_PER_READ):
+            ids = missing[first : first + _EVENTS_PER_READ]
+            ids += ids[-1:] * ((1 << (len(ids) - 1).bit_length()) - len(ids))
+            sql = f"SELECT {_sql.EVENT_COLUMNS} FROM events WHERE id IN ({', '.join('?' * len(ids))})"
+            for row in self._all(sql, tuple(ids)):
+                self._events[row[0]] = _sql.event_from_row(row)
+        found = [self._events.get(event_id) for event_id in event_ids]
+        lost = [event_id for event_id, event in zip(event_ids, found, strict=True) if event is None]
+        assert not lost, f"input events {lost} vanished"  # an invariant: inputs outlive their attempts
+        return found  # type: ignore[return-value]
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         cur = self._conn.execute(
