@@ -44,14 +44,26 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
 def read_afresh(tx: Tx, kind: str, key: str) -> object:
     """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off (nothing
     kept on the database alone, nothing of what it inserted: `TxBase._keeps`). While it reads,
-    ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out)."""
-    caching, own = tx._caching, tx._own
-    tx._caching, tx._own = False, set()
+    ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out).
+    Revision bumps that wait (`TxBase.bump_work`) are written for the read inside a savepoint rolled
+    back after it, so that they still wait as they would without the check."""
+    caching, own, bumps = tx._caching, tx._own, dict(tx._bumps)
     tx.reading_afresh = True  # type: ignore[attr-defined]
+    if bumps:
+        kept = tx._reads_at == tx.dialect.changes(tx._conn)
+        tx._conn.execute("SAVEPOINT afresh")
+        tx._flush_bumps()
+    tx._caching, tx._own = False, set()
     try:
         return READERS[kind](tx, key)
     finally:
         tx._caching, tx._own = caching, own
+        if bumps:
+            tx._conn.execute("ROLLBACK TO afresh")
+            tx._conn.execute("RELEASE afresh")
+            tx._bumps = bumps
+            if kept:
+                tx._reads_at = tx.dialect.changes(tx._conn)
         del tx.reading_afresh  # type: ignore[attr-defined]
 
 

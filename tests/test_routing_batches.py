@@ -21,6 +21,7 @@ from test_tx_reads import counting_queries
 
 import loom.actors.timers
 import loom.kernel.chains
+import loom.kernel.routing
 import loom.kernel.unrouted
 from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.config import effective_routes
@@ -480,3 +481,73 @@ async def test_an_acceptance_that_routes_starts_the_work_it_created_from_what_it
     work_reads = [q for q in reads if q.startswith("SELECT w.id, w.scope")]
     assert len(work_reads) == 1, "the target read alone (none found)"
     assert len(reads) - 1 == (1 if storage_of(rt).shared else 0), reads
+
+
+async def test_a_routings_revision_bump_goes_with_the_start_that_follows(rt: Runtime) -> None:
+    """An Event routed into a Work that exists and can start (`chains.route_then_start_in_tx`): the
+    routing bumps the Work's revision and the start moves it to running; on a database alone the two
+    are one statement (`TxBase.bump_work`), and the Work ends two revisions on, changed at the routing's
+    time. Catches: the bump written alone (two statements), and a bump that waits and is lost (one
+    revision on)."""
+    first = await rt.publish(order(0, "a"))
+    await storage_of(rt).submit(route_batch_then_start_in_tx, [deferred(first)], CausalLimits(), None)
+    before = await rt.work_for_key("a")
+    assert before is not None
+    assert before.state == "ready"
+    second = await rt.publish(order(1, "a"))
+    decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(second)))
+    assert decided is not None
+
+    def route(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
+        queries = counting_queries(tx)
+        _, lease = route_then_start_in_tx(tx, now_ms, decided, CausalLimits(), admit())
+        return lease, [q for q in queries if q.startswith("UPDATE works")]
+
+    lease, writes = await storage_of(rt).submit(route)
+    assert lease is not None
+    assert [e.id for e in lease.request.inputs] == [first.id, second.id]
+    after = await rt.work_for_key("a")
+    assert after is not None
+    assert (after.state, after.revision) == ("running", before.revision + 2)
+    assert after.updated_at_ms == T0_MS
+    assert len(writes) == (2 if storage_of(rt).shared else 1), writes
+
+
+async def test_a_routings_revision_bump_with_no_start_after_it_is_written_at_the_blocks_end(
+    rt: Runtime,
+) -> None:
+    """Events routed into a Work that is running: nothing follows the bump, which is written alone when
+    the routing's block ends, or before a read of the Work inside it, which sees it. Catches: a bump
+    that waits and is never written (the Work a revision short), a read that misses it."""
+    first = await rt.publish(order(0, "a"))
+    await route_batch(rt, [deferred(first)])
+    before = await rt.work_for_key("a")
+    assert before is not None
+    assert before.state == "running"
+
+    async def route(n: int, read: bool) -> int | None:
+        event = await rt.publish(order(n, "a"))
+        decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
+        assert decided is not None
+
+        def routing(tx: Tx, now_ms: int) -> int | None:
+            with tx.holding():
+                loom.kernel.routing.route_in_tx(tx, now_ms, decided, CausalLimits())
+                if not read:
+                    return None
+                tx._reads.clear()  # (so that this is a read, not what the routing told)
+                inside = tx.work(before.id)
+                assert inside is not None
+                return inside.revision
+
+        revision: int | None = await storage_of(rt).submit(routing)
+        return revision
+
+    assert await route(1, read=False) is None
+    once = await rt.work_for_key("a")
+    assert once is not None
+    assert once.revision == before.revision + 1, "the bump was never written"
+    assert await route(2, read=True) == before.revision + 2, "a read inside missed the bump"
+    after = await rt.work_for_key("a")
+    assert after is not None
+    assert after.revision == before.revision + 2

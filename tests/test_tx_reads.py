@@ -198,6 +198,31 @@ async def test_a_savepoint_rolled_back_forgets_what_was_read_inside_it(rt: Runti
     assert after == before, "a read after the rollback answered the undone update"
 
 
+async def test_a_revision_bump_that_waits_is_kept_by_a_savepoint_rolled_back_after_it(rt: Runtime) -> None:
+    """A bump that waits (`TxBase.bump_work`, inside `holding`) is written before a savepoint begins,
+    so a rollback undoes only the bumps made inside it. Catches: a rollback that forgets a bump made
+    before the savepoint (the Work no revision on), and one that leaves a bump made inside it waiting
+    (two revisions on)."""
+    work_id = await a_work(rt)
+
+    def bumps(tx: Tx, now_ms: int) -> int:
+        work = tx.work(work_id)
+        assert work is not None
+        with tx.holding():
+            tx.bump_work(work_id, work.revision, now_ms)
+            try:
+                with tx.savepoint():
+                    tx.bump_work(work_id, work.revision + 1, now_ms)
+                    raise LookupError("undo it")
+            except LookupError:
+                pass
+        return work.revision
+
+    before = await storage_of(rt).submit(bumps)
+    after = await rt.work(work_id)
+    assert after.revision == before + 1
+
+
 async def test_an_events_routing_is_read_anew_once_it_is_routed(rt: Runtime) -> None:
     accepted = await rt.publish(EventIn(source="shop", delivery_id="d-2", type="other", scope="elsewhere"))
     request = unmatched(accepted.id)

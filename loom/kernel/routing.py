@@ -307,7 +307,7 @@ def _deliver(
             fallback_reason=fallback_reason,
             reason=fallback_reason,
         )
-        tx.update_work(work.id, now_ms)
+        tx.bump_work(work.id, work.revision, now_ms)
         tx.notify(WorkChanged(work_id=work.id))
         return RouteResult(checkpoint=cp, joined=tuple(e.id for e in joined))
     tx.add_input(work.id, event.id, event.seq)
@@ -341,7 +341,7 @@ def _deliver(
         fallback_reason=fallback_reason,
     )
     if not created:
-        revision = tx.update_work(work.id, now_ms)
+        revision = tx.bump_work(work.id, work.revision, now_ms)
         if place is not None and not new_keys and live is None:
             # and its admission facts, for the settle hook after this request (its queue place as
             # read with it: routing moves no Work in the queue; its pending inputs as kept, with the

@@ -229,6 +229,9 @@ def work_with_parts(json_pairs: str) -> str:
 
 
 _WORK_WIDTH = WORK_COLUMNS.count(",") + 1
+WORK_REVISION = 4
+WORK_UPDATED = _WORK_WIDTH - 1
+"""Where a Work's row (`WORK_COLUMNS`) has its revision and its time of last change."""
 WORK_QUEUE_PLACE = _WORK_WIDTH + 4
 """Where `work_with_parts` puts the Work's ``ready_seq`` and ``ready_at_ms`` (`Tx.queue_place`)."""
 

@@ -295,6 +295,8 @@ class Tx(
         row = self._one(_sql.work_with_parts(self.dialect.json_pairs), (work_id,))
         if row is None:
             return self.keep("work", work_id, None)  # type: ignore[no-any-return]
+        if work_id in self._bumps:
+            row = self.patched(work_id, row, _sql.WORK_REVISION, _sql.WORK_UPDATED)
         work = _sql.work_from_parts(row, self.pending_of(work_id))
         at = _sql.WORK_QUEUE_PLACE
         self.keep("place", work_id, QueuePlace(row[at], row[at + 1], work.blocked))
@@ -342,10 +344,12 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
+        bumps, told = self._bumped(work_id)  # (bumps that waited go with it: `bump_work`)
         row = self._one(
-            f"UPDATE works SET {sets}revision = revision + 1, updated_at_ms = ? WHERE id = ? RETURNING revision",
-            (*fields.values(), now_ms, work_id),
+            f"UPDATE works SET {sets}revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision",
+            (*fields.values(), 1 + bumps, now_ms, work_id),
         )
+        self._check_revision(work_id, row, None if told is None else told + 1)
         self.touch(work_id)
         assert row is not None
         return int(row[0])
@@ -357,12 +361,14 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"set_work_state: unknown fields {unknown}"
         sets = "".join(f"{name} = ?, " for name in fields)
+        bumps, told = self._bumped(work.id)
         row = self._one(
-            f"UPDATE works SET state = ?, {sets}revision = revision + 1, updated_at_ms = ?"
+            f"UPDATE works SET state = ?, {sets}revision = revision + ?, updated_at_ms = ?"
             " WHERE id = ? AND state = ? RETURNING revision",
-            (new.value, *fields.values(), now_ms, work.id, work.state.value),
+            (new.value, *fields.values(), 1 + bumps, now_ms, work.id, work.state.value),
         )
         self._written(0 if row is None else 1, f"work {work.id}", work.state, new)
+        self._check_revision(work.id, row, None if told is None else told + 1)
         self.touch(work.id)
         if new.terminal:
             self.notify(WorkSettled(work_id=work.id))

@@ -13,7 +13,8 @@ import attrs
 
 from ..records.work import CAPACITY_STATES, ExecutionState, InputState, RetryState, Work, WorkState
 from . import _sql
-from ._tx_base import MISSING, TxBase
+from ._dialect import SQLITE
+from ._tx_base import MISSING, PATCHED_READS, TxBase
 
 _COUNTED = _sql._sql_set(CAPACITY_STATES)
 _LIVE = _sql.LIVE
@@ -68,6 +69,18 @@ class QueuePlace:
     blocked: str | None
 
 
+_FACTS = (
+    "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope, w.updated_at_ms,"
+    f" (SELECT x.state FROM executions x WHERE x.work_id = w.id AND x.state IN {_LIVE}),"
+    " EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = w.id"
+    f" AND i.state = '{InputState.PENDING.value}')"
+    " FROM works w WHERE w.id = ?"
+)
+_QUEUE_PLACE = "SELECT ready_seq, ready_at_ms, blocked FROM works WHERE id = ?"
+PATCHED_READS.update((_FACTS, _QUEUE_PLACE, _sql.work_with_parts(SQLITE.json_pairs)))
+# (the facts here, and `Tx.work`'s read, are patched; a bump writes no part of the queue place)
+
+
 class AdmissionTx(TxBase):
     def admission_facts(self, work_id: str) -> AdmissionFacts | None:
         """What decides whether ``work_id`` belongs in the ready queue; a repeated read with no write
@@ -75,16 +88,11 @@ class AdmissionTx(TxBase):
         known = self.recall("facts", work_id)
         if known is not MISSING:
             return known  # type: ignore[no-any-return]
-        row = self._one(
-            "SELECT w.state, w.held, w.retry, w.ready_seq, w.blocked, w.scope, w.updated_at_ms,"
-            f" (SELECT x.state FROM executions x WHERE x.work_id = w.id AND x.state IN {_LIVE}),"
-            " EXISTS (SELECT 1 FROM work_inputs i WHERE i.work_id = w.id"
-            f" AND i.state = '{InputState.PENDING.value}')"
-            " FROM works w WHERE w.id = ?",
-            (work_id,),
-        )
+        row = self._one(_FACTS, (work_id,))
         if row is None:
             return self.keep("facts", work_id, None)  # type: ignore[no-any-return]
+        if work_id in self._bumps:
+            row = self.patched(work_id, row, None, 6)
         facts = AdmissionFacts(
             state=WorkState(row[0]),
             held=bool(row[1]),
@@ -110,11 +118,13 @@ class AdmissionTx(TxBase):
         known = self.kept_queue_place(work_id)
         if known is not None:
             return known
-        row = self._one("SELECT ready_seq, ready_at_ms, blocked FROM works WHERE id = ?", (work_id,))
+        row = self._one(_QUEUE_PLACE, (work_id,))
         return QueuePlace(*row) if row is not None else QueuePlace(None, None, None)
 
     def mark_changed(self, work_id: str, now_ms: int) -> None:
         """Record that a Work changed at ``now_ms`` (its place in the order of last change)."""
+        if self._bumps:
+            self._flush_bumps()  # a bump that waits writes the time too (`TxBase.bump_work`)
         self._conn.execute("UPDATE works SET updated_at_ms = ? WHERE id = ?", (now_ms, work_id))
 
     def enqueue_work(self, work_id: str, now_ms: int) -> None:

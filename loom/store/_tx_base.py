@@ -21,6 +21,10 @@ class _Missing:
 MISSING: Any = _Missing()
 """`TxBase.recall` found nothing it may answer."""
 
+PATCHED_READS: set[str] = set()
+"""Reads of one Work's row by its id that answer what bumps waiting for it will write (`TxBase.patched`)
+rather than have them written first (`TxBase.bump_work`)."""
+
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
 
@@ -58,6 +62,9 @@ class TxBase:
         """Records told of a Work (`hold`) that answer through writes to other Works' rows, each until
         its own Work is touched, by the Work they are of; only while `holding`."""
         self._holding = False
+        self._bumps: dict[str, tuple[int, int, int]] = {}
+        """Revision bumps deferred while `holding` (`bump_work`), by Work: how many, the time of the last,
+        and the revision they reach."""
         self._caching = dialect.caches_reads
         self._own: set[str] = set()
         """Works and attempts this transaction inserted: nobody else sees them before it commits, so
@@ -185,9 +192,75 @@ class TxBase:
         self._holding = True
         try:
             yield
+            if self._bumps:
+                self._flush_bumps()
         finally:
             self._holding = False
+            self._bumps.clear()  # (after an exception: undone with the block's other writes)
             self._drop_held()
+
+    def bump_work(self, work_id: str, revision: int, now_ms: int) -> int:
+        """Bump the revision of the Work ``work_id``, read at ``revision``, and its time of last change
+        (as `Tx.update_work` with no fields); return the new revision. Inside `holding` on a database
+        alone the write waits: it goes with the Work's next write (`Tx.set_work_state`,
+        `Tx.update_work`: a routing's bump and the start that follows are one statement), or alone
+        before any other statement on ``works``, a savepoint, or the block's end. What this transaction
+        kept is forgotten as at any write; the caller tells what it knows of the Work after it."""
+        if not (self._holding and self._caching):
+            row = self._one(
+                "UPDATE works SET revision = revision + 1, updated_at_ms = ? WHERE id = ? RETURNING revision",
+                (now_ms, work_id),
+            )
+            self.touch(work_id)
+            assert row is not None
+            return int(row[0])
+        count = self._bumps[work_id][0] if work_id in self._bumps else 0
+        self._bumps[work_id] = (count + 1, now_ms, revision + 1)
+        self._reads.clear()
+        self.touch(work_id)
+        return revision + 1
+
+    def _bumped(self, work_id: str) -> tuple[int, int | None]:
+        """Take the bumps waiting for ``work_id``: how many, and the revision they reach (``None``: none)."""
+        if work_id in self._bumps:
+            count, _, revision = self._bumps.pop(work_id)
+            return count, revision
+        return 0, None
+
+    def patched(
+        self, work_id: str, row: tuple[Any, ...], revision_at: int | None, updated_at: int
+    ) -> tuple[Any, ...]:
+        """The row of the Work ``work_id`` a read in `PATCHED_READS` answered, with what the bumps that
+        wait for it will write (`bump_work`): ``revision_at`` and ``updated_at`` index its revision
+        (``None``: not read) and its time of last change."""
+        count, now_ms, revision = self._bumps[work_id]
+        patched = list(row)
+        patched[updated_at] = now_ms
+        if revision_at is not None:
+            patched[revision_at] += count
+            self._check_revision(work_id, (patched[revision_at],), revision)
+        return tuple(patched)
+
+    def _flush_bumps(self) -> None:
+        """Write the revision bumps that wait (`bump_work`). What this transaction keeps stays: each was
+        kept after the bumps (`bump_work` forgot the rest), and a read of the Work's row writes them
+        first, so it already tells what they write."""
+        bumps, self._bumps = self._bumps, {}
+        self._reads_current()
+        for work_id, (count, now_ms, revision) in bumps.items():
+            row = self._one(
+                "UPDATE works SET revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision",
+                (count, now_ms, work_id),
+            )
+            self._check_revision(work_id, row, revision)
+        self._reads_at = self.dialect.changes(self._conn)
+
+    def _check_revision(self, work_id: str, row: tuple[Any, ...] | None, revision: int | None) -> None:
+        """A write that took deferred bumps reached the revision they were told (else the Work was
+        read stale when it was bumped)."""
+        if revision is not None and (row is None or row[0] != revision):
+            found = "no such work" if row is None else f"revision {row[0]}"
+            raise IllegalTransition(f"work {work_id}: {found} where {revision} was told (a stale read)")
 
     def _drop_held(self, work_id: str | None = None) -> None:
         """Forget what was held of ``work_id`` (``None``: of every Work)."""
@@ -226,10 +299,14 @@ class TxBase:
         return False
 
     def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
+        if self._bumps and "works" in sql and sql not in PATCHED_READS:
+            self._flush_bumps()
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
         return row
 
     def _all(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
+        if self._bumps and "works" in sql and sql not in PATCHED_READS:
+            self._flush_bumps()
         rows: list[tuple[Any, ...]] = self._conn.execute(sql, params).fetchall()
         return rows
 
@@ -285,6 +362,8 @@ class _Savepoint:
         self._mark = len(tx.notices)
         self._freed = len(tx.freed_pools)
         self._touched = len(tx.touched)
+        if tx._bumps:
+            tx._flush_bumps()  # a rollback undoes only what the block wrote
         tx._conn.execute(f"SAVEPOINT {self._name}")
         tx._savepoints += 1
 
@@ -298,6 +377,7 @@ class _Savepoint:
                 tx._conn.execute(f"RELEASE {self._name}")
                 tx._reads.clear()  # what it read may have been its own writes, now undone
                 tx._drop_held()
+                tx._bumps.clear()
                 tx._own.clear()  # and what it inserted may be gone
                 tx._events.clear()
                 tx._unrouted.clear()
