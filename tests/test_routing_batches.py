@@ -513,41 +513,73 @@ async def test_a_routings_revision_bump_goes_with_the_start_that_follows(rt: Run
     assert len(writes) == (2 if storage_of(rt).shared else 1), writes
 
 
-async def test_a_routings_revision_bump_with_no_start_after_it_is_written_at_the_blocks_end(
-    rt: Runtime,
-) -> None:
-    """Events routed into a Work that is running: nothing follows the bump, which is written alone when
-    the routing's block ends, or before a read of the Work inside it, which sees it. Catches: a bump
-    that waits and is never written (the Work a revision short), a read that misses it."""
+async def test_a_routings_revision_bump_with_no_start_after_it_is_written_at_the_end(rt: Runtime) -> None:
+    """Events routed into a Work that is running: nothing follows the bump, which is written alone at
+    the COMMIT of the storage actor's batch, or when the routing's block ends in a transaction that is
+    no such batch (`TxBase.batched`); a read of the Work inside the block sees it. Catches: a bump that
+    waits and is never written (the Work a revision short), a read that misses it."""
     first = await rt.publish(order(0, "a"))
     await route_batch(rt, [deferred(first)])
     before = await rt.work_for_key("a")
     assert before is not None
     assert before.state == "running"
 
-    async def route(n: int, read: bool) -> int | None:
+    async def route(n: int, *, read: bool, batched: bool) -> tuple[int | None, int]:
         event = await rt.publish(order(n, "a"))
         decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
         assert decided is not None
 
-        def routing(tx: Tx, now_ms: int) -> int | None:
+        def routing(tx: Tx, now_ms: int) -> tuple[int | None, int]:
+            tx.batched = batched
             with tx.holding():
                 loom.kernel.routing.route_in_tx(tx, now_ms, decided, CausalLimits())
-                if not read:
-                    return None
-                tx._reads.clear()  # (so that this is a read, not what the routing told)
-                inside = tx.work(before.id)
-                assert inside is not None
-                return inside.revision
+                if read:
+                    tx._reads.clear()  # (so that this is a read, not what the routing told)
+                    inside = tx.work(before.id)
+                    assert inside is not None
+            waiting = len(tx._bumps)
+            return (inside.revision if read else None), waiting
 
-        revision: int | None = await storage_of(rt).submit(routing)
+        revision: tuple[int | None, int] = await storage_of(rt).submit(routing)
         return revision
 
-    assert await route(1, read=False) is None
+    shared = storage_of(rt).shared
+    assert await route(1, read=False, batched=True) == (None, 0 if shared else 1), "it waits for the COMMIT"
+    assert await route(2, read=False, batched=False) == (None, 0), "it waits past the block's end"
     once = await rt.work_for_key("a")
     assert once is not None
-    assert once.revision == before.revision + 1, "the bump was never written"
-    assert await route(2, read=True) == before.revision + 2, "a read inside missed the bump"
+    assert once.revision == before.revision + 2, "a bump was never written"
+    # (the read answers what the bump will write, `TxBase.patched`, and the bump waits on)
+    inside = await route(3, read=True, batched=True)
+    assert inside == (before.revision + 3, 0 if shared else 1), "a read inside missed the bump"
     after = await rt.work_for_key("a")
     assert after is not None
-    assert after.revision == before.revision + 2
+    assert after.revision == before.revision + 3
+
+
+async def test_a_batchs_routings_into_one_work_bump_it_in_one_write_before_the_commit(rt: Runtime) -> None:
+    """Three Events routed into a running Work, each in a routing block of its own, in one storage
+    batch: on a database alone their bumps wait past each block (`TxBase.batched`) and are one write,
+    before the batch's COMMIT; the Work ends three revisions on. Catches: a bump written at each block's
+    end (three writes), bumps left unwritten at the COMMIT (the Work revisions short)."""
+    first = await rt.publish(order(0, "a"))
+    await route_batch(rt, [deferred(first)])
+    before = await rt.work_for_key("a")
+    assert before is not None
+    assert before.state == "running"
+    events = [await rt.publish(order(n, "a")) for n in (1, 2, 3)]
+
+    def routings(tx: Tx, now_ms: int) -> list[str]:
+        queries = counting_queries(tx)
+        for event in events:
+            decided = decide_in_tx(tx, deferred(event))
+            assert decided is not None
+            route_then_start_in_tx(tx, now_ms, decided, CausalLimits(), admit())
+        return queries  # (the list itself: the write before the COMMIT counts too)
+
+    queries = await storage_of(rt).submit(routings)
+    after = await rt.work_for_key("a")
+    assert after is not None
+    assert after.revision == before.revision + 3
+    bumps = [q for q in queries if q.startswith("UPDATE works SET revision")]
+    assert len(bumps) == (3 if storage_of(rt).shared else 1), queries

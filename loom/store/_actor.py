@@ -372,6 +372,7 @@ class StorageActor(Notices):
     ) -> list[Notice]:
         dialect = self._dialect
         tx = Tx(conn, dialect, guarded=guarded)
+        tx.batched = True
         try:
             dialect.send_later(conn, dialect.begin)
         except Exception as exc:
@@ -394,6 +395,7 @@ class StorageActor(Notices):
                     if tx.is_storage_failure(exc):
                         raise
                     request.error = exc
+            tx.write_bumps()
             if dialect.notify is not None:
                 payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:

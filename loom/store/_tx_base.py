@@ -63,8 +63,12 @@ class TxBase:
         its own Work is touched, by the Work they are of; only while `holding`."""
         self._holding = False
         self._bumps: dict[str, tuple[int, int, int]] = {}
-        """Revision bumps deferred while `holding` (`bump_work`), by Work: how many, the time of the last,
-        and the revision they reach."""
+        """Revision bumps that wait (`bump_work`), by Work: how many, the time of the last, and the
+        revision they reach."""
+        self.batched = False
+        """Set by the storage actor for its batches: bumps wait past their `holding` block, for the
+        requests after it too, until `write_bumps` before the COMMIT (a hot Work's routings in one
+        batch, and its attempt's end, are one write)."""
         self._caching = dialect.caches_reads
         self._own: set[str] = set()
         """Works and attempts this transaction inserted: nobody else sees them before it commits, so
@@ -192,21 +196,23 @@ class TxBase:
         self._holding = True
         try:
             yield
-            if self._bumps:
+            if self._bumps and not self.batched:
                 self._flush_bumps()
         finally:
             self._holding = False
-            self._bumps.clear()  # (after an exception: undone with the block's other writes)
+            if not self.batched:
+                self._bumps.clear()  # (after an exception: undone with the block's other writes)
             self._drop_held()
 
     def bump_work(self, work_id: str, revision: int, now_ms: int) -> int:
         """Bump the revision of the Work ``work_id``, read at ``revision``, and its time of last change
-        (as `Tx.update_work` with no fields); return the new revision. Inside `holding` on a database
-        alone the write waits: it goes with the Work's next write (`Tx.set_work_state`,
-        `Tx.update_work`: a routing's bump and the start that follows are one statement), or alone
-        before any other statement on ``works``, a savepoint, or the block's end. What this transaction
-        kept is forgotten as at any write; the caller tells what it knows of the Work after it."""
-        if not (self._holding and self._caching):
+        (as `Tx.update_work` with no fields); return the new revision. Inside `holding` or a storage
+        batch (`batched`), on a database alone, the write waits: it goes with the Work's next write
+        (`Tx.set_work_state`, `Tx.update_work`: a routing's bump and the start that follows are one
+        statement), or alone before any other statement on ``works`` (but the reads of one Work's row
+        in `PATCHED_READS`), a savepoint, or the block's end (the batch's COMMIT when batched). What
+        this transaction kept is forgotten as at any write; the caller tells what it knows after it."""
+        if not ((self._holding or self.batched) and self._caching):
             row = self._one(
                 "UPDATE works SET revision = revision + 1, updated_at_ms = ? WHERE id = ? RETURNING revision",
                 (now_ms, work_id),
@@ -240,6 +246,11 @@ class TxBase:
             patched[revision_at] += count
             self._check_revision(work_id, (patched[revision_at],), revision)
         return tuple(patched)
+
+    def write_bumps(self) -> None:
+        """Write the revision bumps that wait (`bump_work`): before a batch's COMMIT."""
+        if self._bumps:
+            self._flush_bumps()
 
     def _flush_bumps(self) -> None:
         """Write the revision bumps that wait (`bump_work`). What this transaction keeps stays: each was

@@ -377,6 +377,7 @@ class CompactionTx(TxBase):
         attempts, per-Work budget ledgers, keys. Its Events stay (their own retention) and their
         checkpoints no longer name it. A tombstone keeps its id from being reused. Returns how many
         attempts went with it."""
+        self.write_bumps()  # (none waits for an ended Work; nor, then, for one removed)
         waits = "SELECT id FROM waits WHERE work_id = ?"
         conn = self._conn
         conn.execute("DELETE FROM subscriptions WHERE work_id = ?", (work_id,))
