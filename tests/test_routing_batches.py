@@ -23,9 +23,10 @@ import loom.actors.timers
 import loom.kernel.chains
 import loom.kernel.routing
 import loom.kernel.unrouted
+import loom.store._tx_inputs
 from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, TimerSpec, open_runtime
 from loom.config import effective_routes
-from loom.kernel.admission import AdmitRequest
+from loom.kernel.admission import AdmitRequest, start_at_once_in_tx
 from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx, route_then_start_in_tx
 from loom.kernel.resolve import DeferredRoute, RoutePlan, is_pure_handler, route_ref
 from loom.kernel.routing import decide_in_tx
@@ -37,7 +38,7 @@ from loom.records.events import Event
 from loom.records.executor import Toolbelt
 from loom.records.work import Completed, Lease, Outcome, RunRequest, Work
 from loom.store import Tx
-from loom.store._sql import CHECKPOINT_BY_EVENT
+from loom.store._sql import CHECKPOINT_BY_EVENT, EVENTS_TO_ROUTE
 from loom.testing import T0_MS
 from loom.testing.internals import storage_of
 
@@ -422,7 +423,7 @@ async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt:
     ]
     work_reads = [q for q in queries if q.startswith("SELECT w.id, w.scope")]
     fact_reads = [q for q in queries if q.startswith("SELECT w.state, w.held")]
-    checkpoint_reads = [q for q in queries if q == CHECKPOINT_BY_EVENT]
+    checkpoint_reads = [q for q in queries if q.startswith(INPUT_CHECKPOINTS)]
     # Each created Work's target is read (none found); the fourth Event's finds Work a held. Routing it
     # there changes a: on SQLite the watermark's move after the batch is a write too, so a's start reads
     # it and its facts again; on PostgreSQL (no watermark move in a routing commit) what that routing
@@ -452,7 +453,9 @@ async def test_a_lanes_routing_starts_the_work_it_created_from_what_it_wrote(rt:
     assert len(reads) - 1 == (1 if storage_of(rt).shared else 0), reads
 
 
-START_READS = ("SELECT w.id, w.scope", "SELECT w.state, w.held", CHECKPOINT_BY_EVENT)
+INPUT_CHECKPOINTS = EVENTS_TO_ROUTE.partition("{")[0]
+"""How the binding of a start reads its inputs' checkpoints (with their Events: `Tx.input_checkpoints`)."""
+START_READS = ("SELECT w.id, w.scope", "SELECT w.state, w.held", INPUT_CHECKPOINTS)
 """What a start reads of a Work and its input: the Work, its admission facts, the input's checkpoint."""
 
 
@@ -583,3 +586,57 @@ async def test_a_batchs_routings_into_one_work_bump_it_in_one_write_before_the_c
     assert after.revision == before.revision + 3
     bumps = [q for q in queries if q.startswith("UPDATE works SET revision")]
     assert len(bumps) == (3 if storage_of(rt).shared else 1), queries
+
+
+async def test_a_start_reads_its_inputs_checkpoints_and_events_in_one_query(rt: Runtime) -> None:
+    """The binding of a start reads the checkpoints of the Work's pending inputs (routed in an earlier
+    transaction) with their Events, in one query (`InputsTx.input_checkpoints`), and the claim after it
+    reads no Event (`InputsTx.input_events`). Catches: a read per checkpoint, the claim reading the
+    Events again, and a binding taken from other than its earliest input's route."""
+    events = [await rt.publish(order(n, "a")) for n in range(3)]
+    await storage_of(rt).submit(
+        route_batch_then_start_in_tx, [deferred(e) for e in events], CausalLimits(), None
+    )
+    work = await rt.work_for_key("a")
+    assert work is not None
+
+    def start(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
+        queries = counting_queries(tx)
+        lease = start_at_once_in_tx(tx, now_ms, work.id, admit())
+        return lease, queries[:]
+
+    lease, queries = await storage_of(rt).submit(start)
+    assert lease is not None
+    assert [e.id for e in lease.request.inputs] == [e.id for e in events]
+    assert lease.request.binding == "py"
+    reads = [
+        q for q in queries if q.startswith((INPUT_CHECKPOINTS, CHECKPOINT_BY_EVENT, "SELECT id, seq, source"))
+    ]
+    assert len(reads) == 1, reads
+
+
+async def test_a_starts_binding_reads_no_more_inputs_than_it_looks_at(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With reads of two Events at a time, three pending inputs: the binding reads the first two with
+    their checkpoints (the first names the binding), and the claim reads the third Event alone.
+    Catches: a binding that reads every pending input's checkpoint (a Work with a long backlog would
+    read it all for one start the gates may still hold back)."""
+    monkeypatch.setattr(loom.store._tx_inputs, "_EVENTS_PER_READ", 2)
+    events = [await rt.publish(order(n, "a")) for n in range(3)]
+    await storage_of(rt).submit(
+        route_batch_then_start_in_tx, [deferred(e) for e in events], CausalLimits(), None
+    )
+    work = await rt.work_for_key("a")
+    assert work is not None
+
+    def start(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
+        queries = counting_queries(tx)
+        lease = start_at_once_in_tx(tx, now_ms, work.id, admit())
+        return lease, queries[:]
+
+    lease, queries = await storage_of(rt).submit(start)
+    assert lease is not None
+    assert [e.id for e in lease.request.inputs] == [e.id for e in events]
+    assert [q.count("?") for q in queries if q.startswith(INPUT_CHECKPOINTS)] == [2]
+    assert [q.count("?") for q in queries if q.startswith("SELECT id, seq, source")] == [1]

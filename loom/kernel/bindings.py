@@ -69,8 +69,7 @@ def binding_for_in_tx(
         # a continuation: attempt N+1 carries on the waited attempt, whatever route its winner came by
         return _binding_of(config, work.scope, last, advertised)
     unrouted = False  # some pending input came through no route (a retry, a manual retry request)
-    for event_id in work.pending_inputs:
-        checkpoint = tx.checkpoint(event_id)
+    for _, checkpoint in tx.input_checkpoints(work.pending_inputs):
         unrouted = unrouted or (checkpoint is not None and checkpoint.route is None)
         route = routes.get(checkpoint.route or "") if checkpoint else None
         if route is None or route.binding is None:

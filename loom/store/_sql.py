@@ -181,6 +181,8 @@ EVENT_TO_ROUTE = (
 )
 """An Event with its routing checkpoint, if it has one (columns of both, the checkpoint's all null
 without one)."""
+EVENTS_TO_ROUTE = EVENT_TO_ROUTE.removesuffix("= ?") + "IN ({ids})"
+"""`EVENT_TO_ROUTE` for the Events whose ids ``{ids}`` lists (the caller fills it in)."""
 CHECKPOINTS_OF_WORK = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE work_id = ? ORDER BY commit_seq"
 """A Work's checkpoints in the order they were committed (each insert takes the next commit_seq)."""
 UNROUTED_EVENTS = (

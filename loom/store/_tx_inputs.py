@@ -10,15 +10,28 @@ asked). A savepoint rolled back forgets them all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from ..records.errors import IllegalTransition
 from ..records.events import Event
-from ..records.work import INPUT_LIFECYCLE, InputState
+from ..records.work import INPUT_LIFECYCLE, Checkpoint, InputState
 from . import _sql
-from ._tx_base import TxBase
+from ._tx_base import MISSING, TxBase
 
 _EVENTS_PER_READ = 512
+_EVENT_WIDTH = len(_sql.EVENT_COLUMNS.split(","))
+
+
+def _lists_of(ids: list[str]) -> Iterator[tuple[str, ...]]:
+    """``ids`` in lists of at most `_EVENTS_PER_READ`, each `_padded`."""
+    for first in range(0, len(ids), _EVENTS_PER_READ):
+        yield _padded(ids[first : first + _EVENTS_PER_READ])
+
+
+def _padded(ids: list[str]) -> tuple[str, ...]:
+    """``ids`` filled up to a power of two with the last one, so that few query texts of a list of
+    them ever take the statement cache."""
+    return tuple(ids + ids[-1:] * ((1 << (len(ids) - 1).bit_length()) - len(ids)))
 
 
 class InputsTx(TxBase):
@@ -42,16 +55,37 @@ class InputsTx(TxBase):
         row never changes, and is kept as `Tx.event` keeps it). The query's list of ids is filled up to
         a power of two with its last id, so few query texts ever take the statement cache."""
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in self._events]
-        for first in range(0, len(missing), _EVENTS_PER_READ):
-            ids = missing[first : first + _EVENTS_PER_READ]
-            ids += ids[-1:] * ((1 << (len(ids) - 1).bit_length()) - len(ids))
+        for ids in _lists_of(missing):
             sql = f"SELECT {_sql.EVENT_COLUMNS} FROM events WHERE id IN ({', '.join('?' * len(ids))})"
-            for row in self._all(sql, tuple(ids)):
+            for row in self._all(sql, ids):
                 self._events[row[0]] = _sql.event_from_row(row)
         found = [self._events.get(event_id) for event_id in event_ids]
         lost = [event_id for event_id, event in zip(event_ids, found, strict=True) if event is None]
         assert not lost, f"input events {lost} vanished"  # an invariant: inputs outlive their attempts
         return found  # type: ignore[return-value]
+
+    def input_checkpoints(self, event_ids: Sequence[str]) -> Iterator[tuple[str, Checkpoint | None]]:
+        """Each of ``event_ids`` (a Work's pending inputs) with its routing checkpoint, in that order, as
+        the caller asks for the next: one this transaction holds is answered (`recall`); from the first
+        it does not, they are read with their Events, `_EVENTS_PER_READ` at a time as the caller goes
+        on, and the Events kept for the claim that follows (`input_events`: an Event row never changes)."""
+        read: dict[str, Checkpoint | None] = {}
+        for at, event_id in enumerate(event_ids):
+            if not read:
+                known = self.recall("checkpoint", event_id)
+                if known is not MISSING:
+                    yield event_id, known
+                    continue
+            if event_id not in read:
+                ids = list(dict.fromkeys(event_ids[at : at + _EVENTS_PER_READ]))
+                read.update(dict.fromkeys(ids))  # (an Event not found has no checkpoint either)
+                padded = _padded(ids)
+                sql = _sql.EVENTS_TO_ROUTE.format(ids=", ".join("?" * len(padded)))
+                for row in self._all(sql, padded):
+                    event = self._events.setdefault(row[0], _sql.event_from_row(row))
+                    tail = row[_EVENT_WIDTH:]
+                    read[event.id] = _sql.checkpoint_from_row(tail) if tail[0] is not None else None
+            yield event_id, read[event_id]
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         cur = self._conn.execute(
