@@ -37,6 +37,7 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
     "execution": Tx.execution,
     "place": Tx.queue_place,
     "checkpoint": Tx.checkpoint,
+    "segment_clock": Tx.execution_segment_clock,
 }
 """How each kind of record a transaction keeps is read afresh (with its keeping turned off)."""
 

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import attrs
 import pytest
+from test_tx_reads import counting_queries
 
 from loom import (
     CausalLimits,
@@ -29,6 +30,7 @@ from loom import (
 from loom.actors.toolbelt import RuntimeToolbelt
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
+from loom.kernel.chains import adopt_then_complete_in_tx
 from loom.kernel.executions import (
     BindingRef,
     ClaimRequest,
@@ -616,3 +618,38 @@ async def test_a_recover_that_raises_fails_that_attempt_into_retry_and_nothing_e
         assert "the process table is unreadable" in diagnostic.message
         await driver.runtime.publish(start("b"))
         assert (await launched(driver, work_id_for_key(SCOPE, "b"))).request.attempt == 1
+
+
+def test_an_adopted_attempts_outcome_reads_no_segment_clock(kernel: Kernel) -> None:
+    """`chains.adopt_then_complete_in_tx`: the adoption tells the attempt's segment clock (only its
+    state moved), so the outcome's end of the segment reads none, and counts the segment's time all the
+    same. Catches: the clock read again (a statement per recovered attempt); a clock told wrong
+    (conftest's check of every told record, and the time counted)."""
+    request = ClaimRequest(
+        work_id=kernel.work_with_input("a"),
+        owner="node-1",
+        token=kernel.token(),
+        lease_ms=LEASE,
+        binding=FAKE,
+        kind=KindPolicy(),
+        capacity=None,
+        generation=1,
+        timeout_ms=60_000,  # (its active time is counted in segments)
+    )
+    lease = kernel.run(claim_in_tx, request)
+    kernel.now = lease.expires_at_ms
+    recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0])
+    before = kernel.execution(lease.execution_id)
+    kernel.now += 500
+
+    def adopt_complete(tx: Tx, now_ms: int) -> list[str]:
+        queries = counting_queries(tx)
+        auth = Authority.of(recovery.lease)
+        adopt_then_complete_in_tx(tx, now_ms, auth, Completed(), KindPolicy(), CausalLimits(), ())
+        return queries
+
+    queries = kernel.run(adopt_complete)
+    assert [q for q in queries if q.startswith("SELECT segment_started_ms")] == []
+    after = kernel.execution(lease.execution_id)
+    assert after.state is ExecutionState.COMPLETED
+    assert after.used_ms == before.used_ms + LEASE + 500, "the segment's time from the claim on"

@@ -49,12 +49,21 @@ from loom.kernel.routing import route_in_tx
 from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
 from loom.kernel.unrouted import earlier_unrouted
 from loom.plugins.handlers import work_id_for_key
+from loom.records.core_events import CORE_SOURCE, WAIT_WOKEN
 from loom.records.events import CausalRejection
+from loom.records.ids import core_delivery_id
 from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import Policy, Unmatched
 from loom.store import AdmissionFacts, Tx
-from loom.store._sql import EVENT_BY_ID, TIMER_BY_ID, TIMER_OR_REMOVED, WORK_PENDING, WORK_PENDING_SEQ
+from loom.store._sql import (
+    DELIVERY,
+    EVENT_BY_ID,
+    TIMER_BY_ID,
+    TIMER_OR_REMOVED,
+    WORK_PENDING,
+    WORK_PENDING_SEQ,
+)
 from loom.testing import T0_MS, Driver
 from loom.testing.internals import storage_of
 from loom.testing.pytest_plugin import DriverFactory
@@ -714,6 +723,50 @@ async def test_a_wake_tells_the_work_as_it_wrote_it(loom_drivers: DriverFactory)
         assert (state, wait_id) == (WorkState.READY, None)
         caches = storage_of(driver.runtime).store.dialect.caches_reads
         assert len(queries) == (0 if caches else 3), f"the woken Work or its queue place was read: {queries}"
+
+
+async def test_a_wake_inserts_its_bridge_without_looking_its_delivery_up(loom_drivers: DriverFactory) -> None:
+    """A wait wakes once (one per attempt and epoch, and only an active one wakes), so the Event that
+    records its wake is inserted without a read of its delivery identity first (`accept_derived_in_tx`'s
+    ``unseen``); the insert still checks it, and an Event found there fails the wake, which commits
+    nothing. Catches: the lookup made per wake; an insert that no longer checks (a second Event with
+    the identity, or the wake going on with the one found)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id = await waiting_work(driver)
+        [wait] = await driver.runtime.waits(work_id)
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+
+        def accept_route(n: int, *, squat: bool) -> Callable[[Tx, int], list[str]]:
+            def proc(tx: Tx, now_ms: int) -> list[str]:
+                if squat:  # an Event with the bridge's identity, which no wake would have made
+                    bridge = EventIn(
+                        source=CORE_SOURCE,
+                        delivery_id=core_delivery_id("wait.woken", wait.id),
+                        type="w.other",
+                        scope="acme",
+                    )
+                    accept_in_tx(tx, now_ms, bridge, CausalLimits(), trusted=True)
+                offer = EventIn(source="t", delivery_id=f"d-go-{n}", type="w.go", scope="acme", key="k")
+                event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+                work = tx.work(work_id)
+                assert work is not None
+                queries = counting_queries(tx)
+                deliver(tx, now_ms, event.id, work, route)
+                return queries[:]
+
+            return proc
+
+        with pytest.raises(AssertionError, match="was accepted before"):
+            await storage_of(driver.runtime).submit(accept_route(1, squat=True))
+        [still] = await driver.runtime.waits(work_id)
+        assert still.state is WaitState.ACTIVE, "the failed wake committed"
+        queries = await storage_of(driver.runtime).submit(accept_route(2, squat=False))
+        assert [q for q in queries if q == DELIVERY] == [], "the bridge's delivery was looked up"
+        [woken] = await driver.runtime.waits(work_id)
+        assert woken.state is WaitState.WOKEN
+        assert woken.bridge_event_id is not None
+        bridge = await driver.runtime.event(woken.bridge_event_id)
+        assert bridge.type == WAIT_WOKEN
 
 
 async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime, loom_store: str) -> None:

@@ -118,13 +118,16 @@ def accept_derived_in_tx(
     cause_id: str | None = None,
     execution_id: str | None = None,
     checked: CheckedPayload | None = None,
+    unseen: bool = False,
 ) -> Event | CausalRejection:
     """Accept an Event derived from trusted authority ``parent_id``.
 
     Dedup comes before charging, so a replay costs nothing. Over the depth limit or a
     root's per-minute budget, a redacted rejection is committed instead of the Event
     and returned; the caller raises `CausalRefused` after the commit. ``checked``: as for
-    `accept_in_tx`.
+    `accept_in_tx`. ``unseen``: the caller's own state says the delivery identity was never
+    accepted (a wait's wake bridge: a wait wakes once), so none is looked up; the insert still
+    checks, and one found is loom's own invariant broken.
     """
     if checked is None:
         checked = checked_payload(event, allow_core=True)
@@ -138,9 +141,10 @@ def accept_derived_in_tx(
     cause = None
     if cause_id is not None and cause_id != parent_id:
         cause = eligible_cause(tx, event, cause_id)
-    existing = delivered(tx, event.source, event.delivery_id, event)
-    if existing is not None:
-        return attrs.evolve(existing, duplicate=True)
+    if not unseen:
+        existing = delivered(tx, event.source, event.delivery_id, event)
+        if existing is not None:
+            return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
     position = check_and_charge_in_tx(tx, now_ms, event, parent, cause, limits, execution_id=execution_id)
     if isinstance(position, CausalRejection):
@@ -156,8 +160,10 @@ def accept_derived_in_tx(
         depth=position.depth,
         execution_id=execution_id,
         checked=checked,
+        if_new=unseen,
     )
-    assert accepted is not None
+    if accepted is None:
+        raise AssertionError(f"derived event {event.source}/{event.delivery_id} was accepted before")
     return accepted
 
 

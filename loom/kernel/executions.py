@@ -414,8 +414,9 @@ def record_outcome_in_tx(
             "not this fence's attempt"
         )
         execution = authorized
-    # the segment's clock was read with the attempt (no query): it is still true when the segment ends
-    clock = tx.execution_segment_clock(execution.id) if authorized is None else None
+    # the segment's clock was read with the attempt, or told by its adoption (no query): it is still
+    # true when the segment ends
+    clock = tx.execution_segment_clock(execution.id)
     work = require_work(tx, execution.work_id)
     place = tx.kept_queue_place(work.id)  # (kept with the Work's read; never a query of its own)
     if budgets and outcome.usage:

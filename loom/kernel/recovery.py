@@ -141,7 +141,7 @@ def recover_claim_in_tx(
     tx.notify(
         LeaseRecovered(execution_id=execution.id, work_id=execution.work_id, epoch=epoch, relaunch=relaunch)
     )
-    inputs = tuple(require_event(tx, event_id) for event_id in execution.inputs)
+    inputs = tuple(tx.input_events(execution.inputs))  # (in one query)
     resumed = _resumed_winner(tx, execution)
     trigger = resumed or (require_event(tx, execution.trigger_id) if execution.trigger_id else None)
     request = RunRequest(
@@ -248,7 +248,9 @@ def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution | None:
     ):
         return None
     execution = authorize_recovery(tx, now_ms, auth)
+    clock = tx.execution_segment_clock(execution.id)  # (read with the attempt: no query)
     tx.set_execution_state(execution, ExecutionState.RUNNING)
+    tx.known("segment_clock", execution.id, clock)  # its state alone moved: the outcome's end reads none
     tx.notify(WorkChanged(work_id=execution.work_id))
     return attrs.evolve(execution, state=ExecutionState.RUNNING)
 

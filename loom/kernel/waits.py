@@ -245,7 +245,7 @@ def wake_wait_in_tx(
         payload={"wait": wait.id, "winner": event.id, "work": work.id, "execution": wait.execution_id},
     )
     bridge = accept_derived_in_tx(
-        tx, now_ms, bridge_in, parent_id or event.id, limits, execution_id=wait.execution_id
+        tx, now_ms, bridge_in, parent_id or event.id, limits, execution_id=wait.execution_id, unseen=True
     )
     if isinstance(bridge, CausalRejection):
         return _block(
