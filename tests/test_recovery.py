@@ -97,7 +97,9 @@ class Kernel:
         self.run(route_in_tx, request, CausalLimits())
         return f"w-{key}"
 
-    def claim(self, key: str, *, owner: str = "node-1", handed: bool = True) -> Lease:
+    def claim(
+        self, key: str, *, owner: str = "node-1", handed: bool = True, timeout_ms: int | None = None
+    ) -> Lease:
         work_id = self.work_with_input(key)
         request = ClaimRequest(
             work_id=work_id,
@@ -109,6 +111,7 @@ class Kernel:
             capacity=None,
             generation=1,
             handed=handed,
+            timeout_ms=timeout_ms,
         )
         return self.run(claim_in_tx, request)
 
@@ -625,18 +628,7 @@ def test_an_adopted_attempts_outcome_reads_no_segment_clock(kernel: Kernel) -> N
     state moved), so the outcome's end of the segment reads none, and counts the segment's time all the
     same. Catches: the clock read again (a statement per recovered attempt); a clock told wrong
     (conftest's check of every told record, and the time counted)."""
-    request = ClaimRequest(
-        work_id=kernel.work_with_input("a"),
-        owner="node-1",
-        token=kernel.token(),
-        lease_ms=LEASE,
-        binding=FAKE,
-        kind=KindPolicy(),
-        capacity=None,
-        generation=1,
-        timeout_ms=60_000,  # (its active time is counted in segments)
-    )
-    lease = kernel.run(claim_in_tx, request)
+    lease = kernel.claim("a", timeout_ms=60_000)  # (its active time is counted in segments)
     kernel.now = lease.expires_at_ms
     recovery = kernel.recover(kernel.run(expired_in_tx, 10)[0])
     before = kernel.execution(lease.execution_id)

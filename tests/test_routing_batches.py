@@ -28,7 +28,7 @@ from loom import App, CausalLimits, Config, EventIn, ManualClock, Runtime, Timer
 from loom.config import effective_routes
 from loom.kernel.admission import AdmitRequest, start_at_once_in_tx
 from loom.kernel.chains import RoutedBatch, route_batch_then_start_in_tx, route_then_start_in_tx
-from loom.kernel.resolve import DeferredRoute, RoutePlan, is_pure_handler, route_ref
+from loom.kernel.resolve import DeferredRoute, RoutePlan, RouteRequest, is_pure_handler, route_ref
 from loom.kernel.routing import decide_in_tx
 from loom.kernel.unrouted import raise_watermark_in_tx, routing_watermark
 from loom.plugins.handlers import correlate, explicit_work, fresh
@@ -432,14 +432,20 @@ async def test_the_works_a_batch_creates_start_from_what_their_routing_wrote(rt:
     assert (len(work_reads), len(fact_reads), len(checkpoint_reads)) == ((3, 0, 3) if shared else (4, 1, 1))
 
 
+async def decided_route(rt: Runtime, event: Event) -> RouteRequest:
+    """The route ``event`` takes, decided over its Work as it is now (as its lane would)."""
+    decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
+    assert decided is not None
+    return decided
+
+
 async def test_a_lanes_routing_starts_the_work_it_created_from_what_it_wrote(rt: Runtime) -> None:
     """The same for one Event routed by its lane (`chains.route_then_start_in_tx`): the watermark's move
     between the routing and the start is a write (on SQLite), and the start still reads neither the
     Work it created nor its facts nor its input's checkpoint (on PostgreSQL the checkpoint is read).
     Catches: the lane's routing and start not holding (the start reads them)."""
     event = await rt.publish(order(0, "a"))
-    decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
-    assert decided is not None
+    decided = await decided_route(rt, event)
 
     def route(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
         queries = counting_queries(tx)
@@ -498,8 +504,7 @@ async def test_a_routings_revision_bump_goes_with_the_start_that_follows(rt: Run
     assert before is not None
     assert before.state == "ready"
     second = await rt.publish(order(1, "a"))
-    decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(second)))
-    assert decided is not None
+    decided = await decided_route(rt, second)
 
     def route(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
         queries = counting_queries(tx)
@@ -529,8 +534,7 @@ async def test_a_routings_revision_bump_with_no_start_after_it_is_written_at_the
 
     async def route(n: int, *, read: bool, batched: bool) -> tuple[int | None, int]:
         event = await rt.publish(order(n, "a"))
-        decided = await storage_of(rt).submit(lambda tx, now_ms: decide_in_tx(tx, deferred(event)))
-        assert decided is not None
+        decided = await decided_route(rt, event)
 
         def routing(tx: Tx, now_ms: int) -> tuple[int | None, int]:
             tx.batched = batched
@@ -588,11 +592,9 @@ async def test_a_batchs_routings_into_one_work_bump_it_in_one_write_before_the_c
     assert len(bumps) == (3 if storage_of(rt).shared else 1), queries
 
 
-async def test_a_start_reads_its_inputs_checkpoints_and_events_in_one_query(rt: Runtime) -> None:
-    """The binding of a start reads the checkpoints of the Work's pending inputs (routed in an earlier
-    transaction) with their Events, in one query (`InputsTx.input_checkpoints`), and the claim after it
-    reads no Event (`InputsTx.input_events`). Catches: a read per checkpoint, the claim reading the
-    Events again, and a binding taken from other than its earliest input's route."""
+async def start_with_three_inputs(rt: Runtime) -> tuple[Lease, list[str]]:
+    """Three Events of key ``a`` routed into a new Work in one transaction, that Work started in the
+    next: the lease (checked to take the three, in order) and the statements the start read with."""
     events = [await rt.publish(order(n, "a")) for n in range(3)]
     await storage_of(rt).submit(
         route_batch_then_start_in_tx, [deferred(e) for e in events], CausalLimits(), None
@@ -608,6 +610,15 @@ async def test_a_start_reads_its_inputs_checkpoints_and_events_in_one_query(rt: 
     lease, queries = await storage_of(rt).submit(start)
     assert lease is not None
     assert [e.id for e in lease.request.inputs] == [e.id for e in events]
+    return lease, queries
+
+
+async def test_a_start_reads_its_inputs_checkpoints_and_events_in_one_query(rt: Runtime) -> None:
+    """The binding of a start reads the checkpoints of the Work's pending inputs (routed in an earlier
+    transaction) with their Events, in one query (`InputsTx.input_checkpoints`), and the claim after it
+    reads no Event (`InputsTx.input_events`). Catches: a read per checkpoint, the claim reading the
+    Events again, and a binding taken from other than its earliest input's route."""
+    lease, queries = await start_with_three_inputs(rt)
     assert lease.request.binding == "py"
     reads = [
         q for q in queries if q.startswith((INPUT_CHECKPOINTS, CHECKPOINT_BY_EVENT, "SELECT id, seq, source"))
@@ -623,20 +634,6 @@ async def test_a_starts_binding_reads_no_more_inputs_than_it_looks_at(
     Catches: a binding that reads every pending input's checkpoint (a Work with a long backlog would
     read it all for one start the gates may still hold back)."""
     monkeypatch.setattr(loom.store._tx_inputs, "_EVENTS_PER_READ", 2)
-    events = [await rt.publish(order(n, "a")) for n in range(3)]
-    await storage_of(rt).submit(
-        route_batch_then_start_in_tx, [deferred(e) for e in events], CausalLimits(), None
-    )
-    work = await rt.work_for_key("a")
-    assert work is not None
-
-    def start(tx: Tx, now_ms: int) -> tuple[Lease | None, list[str]]:
-        queries = counting_queries(tx)
-        lease = start_at_once_in_tx(tx, now_ms, work.id, admit())
-        return lease, queries[:]
-
-    lease, queries = await storage_of(rt).submit(start)
-    assert lease is not None
-    assert [e.id for e in lease.request.inputs] == [e.id for e in events]
+    _, queries = await start_with_three_inputs(rt)
     assert [q.count("?") for q in queries if q.startswith(INPUT_CHECKPOINTS)] == [2]
     assert [q.count("?") for q in queries if q.startswith("SELECT id, seq, source")] == [1]

@@ -254,8 +254,8 @@ class TxBase:
 
     def _flush_bumps(self) -> None:
         """Write the revision bumps that wait (`bump_work`). What this transaction keeps stays: each was
-        kept after the bumps (`bump_work` forgot the rest), and a read of the Work's row writes them
-        first, so it already tells what they write."""
+        kept after the bumps (`bump_work` forgot the rest), and a read of the Work's row meanwhile
+        either wrote them first or answered what they write (`patched`), so it tells what they write."""
         bumps, self._bumps = self._bumps, {}
         self._reads_current()
         for work_id, (count, now_ms, revision) in bumps.items():
