@@ -592,6 +592,41 @@ async def test_a_batchs_routings_into_one_work_bump_it_in_one_write_before_the_c
     assert len(bumps) == (3 if storage_of(rt).shared else 1), queries
 
 
+async def test_bumps_of_several_works_wait_through_another_works_write_and_go_in_one_statement(
+    rt: Runtime,
+) -> None:
+    """Events routed into three running Works in one storage batch, another Work's row written between
+    them (`Tx.update_work`, as an attempt's end writes its Work): on a database alone that write takes only
+    its own Work's bumps (`TxBase._one_work`), and the three bumps that wait go in one statement before
+    the COMMIT; every Work ends a revision on. Catches: a write of one Work's row that writes every
+    bump first (three statements), a statement per Work at the COMMIT, and a statement for several
+    that drops or mixes up a Work's count (a revision off)."""
+    for n, key in enumerate("abcd"):
+        await route_batch(rt, [deferred(await rt.publish(order(n, key)))])
+    before = {key: await rt.work_for_key(key) for key in "abcd"}
+    assert all(w is not None and w.state == "running" for w in before.values())
+    events = [await rt.publish(order(n, key)) for n, key in enumerate("abbc", start=4)]
+    other = before["d"]
+    assert other is not None
+
+    def routings(tx: Tx, now_ms: int) -> list[str]:
+        queries = counting_queries(tx)
+        for n, event in enumerate(events):
+            if n == 2:
+                tx.update_work(other.id, now_ms, hold_reason=None)
+            decided = decide_in_tx(tx, deferred(event))
+            assert decided is not None
+            route_then_start_in_tx(tx, now_ms, decided, CausalLimits(), admit())
+        return queries  # (the list itself: the write before the COMMIT counts too)
+
+    queries = await storage_of(rt).submit(routings)
+    after = {key: await rt.work_for_key(key) for key in "abcd"}
+    moved = {key: after[key].revision - before[key].revision for key in "abcd"}  # type: ignore[union-attr]
+    assert moved == {"a": 1, "b": 2, "c": 1, "d": 1}
+    bumps = [q for q in queries if q.startswith("UPDATE works SET revision")]
+    assert len(bumps) == (4 if storage_of(rt).shared else 1), queries  # (one a routing on PostgreSQL)
+
+
 async def start_with_three_inputs(rt: Runtime) -> tuple[Lease, list[str]]:
     """Three Events of key ``a`` routed into a new Work in one transaction, that Work started in the
     next: the lease (checked to take the three, in order) and the statements the start read with."""

@@ -636,7 +636,14 @@ def counting_queries(tx: Tx) -> list[str]:
             queries.append(sql)
         return all_(sql, params)
 
+    def counted_one_work(sql: str, params: tuple[object, ...]) -> object:
+        if not getattr(tx, "reading_afresh", False):
+            queries.append(sql)
+        return one_work(sql, params)
+
+    one_work = tx._one_work
     tx._one, tx._all = counted_one, counted_all  # type: ignore[method-assign,assignment]
+    tx._one_work = counted_one_work  # type: ignore[method-assign,assignment]
     return queries
 
 

@@ -345,7 +345,7 @@ class Tx(
         assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
         bumps, told = self._bumped(work_id)  # (bumps that waited go with it: `bump_work`)
-        row = self._one(
+        row = self._one_work(
             f"UPDATE works SET {sets}revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision",
             (*fields.values(), 1 + bumps, now_ms, work_id),
         )
@@ -362,7 +362,7 @@ class Tx(
         assert not unknown, f"set_work_state: unknown fields {unknown}"
         sets = "".join(f"{name} = ?, " for name in fields)
         bumps, told = self._bumped(work.id)
-        row = self._one(
+        row = self._one_work(
             f"UPDATE works SET state = ?, {sets}revision = revision + ?, updated_at_ms = ?"
             " WHERE id = ? AND state = ? RETURNING revision",
             (new.value, *fields.values(), 1 + bumps, now_ms, work.id, work.state.value),

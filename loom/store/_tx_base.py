@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,6 +25,15 @@ MISSING: Any = _Missing()
 PATCHED_READS: set[str] = set()
 """Reads of one Work's row by its id that answer what bumps waiting for it will write (`TxBase.patched`)
 rather than have them written first (`TxBase.bump_work`)."""
+
+_BUMP = "UPDATE works SET revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision"
+_BUMPS = (
+    "UPDATE works SET revision = works.revision + b.n, updated_at_ms = b.at_ms FROM (SELECT"
+    " json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS n, json_extract(value, '$[2]')"
+    " AS at_ms FROM json_each(?)) AS b WHERE works.id = b.id RETURNING works.id, works.revision"
+)
+"""The revision bumps that wait (`TxBase.bump_work`) for one Work, and for several in one statement
+(a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait)."""
 
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
@@ -209,14 +219,12 @@ class TxBase:
         (as `Tx.update_work` with no fields); return the new revision. Inside `holding` or a storage
         batch (`batched`), on a database alone, the write waits: it goes with the Work's next write
         (`Tx.set_work_state`, `Tx.update_work`: a routing's bump and the start that follows are one
-        statement), or alone before any other statement on ``works`` (but the reads of one Work's row
-        in `PATCHED_READS`), a savepoint, or the block's end (the batch's COMMIT when batched). What
+        statement; `_one_work`), or before any other statement on ``works`` (but the reads of one
+        Work's row in `PATCHED_READS`), a savepoint, or the block's end (the batch's COMMIT when
+        batched), all that wait in one statement. What
         this transaction kept is forgotten as at any write; the caller tells what it knows after it."""
         if not ((self._holding or self.batched) and self._caching):
-            row = self._one(
-                "UPDATE works SET revision = revision + 1, updated_at_ms = ? WHERE id = ? RETURNING revision",
-                (now_ms, work_id),
-            )
+            row = self._one(_BUMP, (1, now_ms, work_id))
             self.touch(work_id)
             assert row is not None
             return int(row[0])
@@ -253,17 +261,21 @@ class TxBase:
             self._flush_bumps()
 
     def _flush_bumps(self) -> None:
-        """Write the revision bumps that wait (`bump_work`). What this transaction keeps stays: each was
-        kept after the bumps (`bump_work` forgot the rest), and a read of the Work's row meanwhile
-        either wrote them first or answered what they write (`patched`), so it tells what they write."""
+        """Write the revision bumps that wait (`bump_work`), in one statement. What this transaction
+        keeps stays: each was kept after the bumps (`bump_work` forgot the rest), and a read of the
+        Work's row meanwhile either wrote them first or answered what they write (`patched`), so it
+        tells what they write."""
         bumps, self._bumps = self._bumps, {}
         self._reads_current()
-        for work_id, (count, now_ms, revision) in bumps.items():
-            row = self._one(
-                "UPDATE works SET revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision",
-                (count, now_ms, work_id),
-            )
+        if len(bumps) == 1:
+            ((work_id, (count, now_ms, revision)),) = bumps.items()
+            row = self._one_work(_BUMP, (count, now_ms, work_id))
             self._check_revision(work_id, row, revision)
+        else:
+            listed = json.dumps([[work_id, count, now_ms] for work_id, (count, now_ms, _) in bumps.items()])
+            reached = dict(self._all(_BUMPS, (listed,)))  # (none waits now: `_all` writes none first)
+            for work_id, (_, _, revision) in bumps.items():
+                self._check_revision(work_id, (reached[work_id],) if work_id in reached else None, revision)
         self._reads_at = self.dialect.changes(self._conn)
 
     def _check_revision(self, work_id: str, row: tuple[Any, ...] | None, revision: int | None) -> None:
@@ -312,6 +324,12 @@ class TxBase:
     def _one(self, sql: str, params: Params = ()) -> tuple[Any, ...] | None:
         if self._bumps and "works" in sql and sql not in PATCHED_READS:
             self._flush_bumps()
+        row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
+        return row
+
+    def _one_work(self, sql: str, params: Params) -> tuple[Any, ...] | None:
+        """`_one` for a write of one Work's row by its id that took the bumps waiting for that Work
+        (`_bumped`): the bumps of other Works wait on (`bump_work`)."""
         row: tuple[Any, ...] | None = self._conn.execute(sql, params).fetchone()
         return row
 
