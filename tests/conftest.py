@@ -46,9 +46,9 @@ def read_afresh(tx: Tx, kind: str, key: str) -> object:
     """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off (nothing
     kept on the database alone, nothing of what it inserted: `TxBase._keeps`). While it reads,
     ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out).
-    Revision bumps that wait (`TxBase.bump_work`) are written for the read inside a savepoint rolled
+    Revision bumps and state moves that wait (`TxBase.bump_work`, `Tx.move_later`) are written for the read inside a savepoint rolled
     back after it, so that they still wait as they would without the check."""
-    caching, own, bumps = tx._caching, tx._own, dict(tx._bumps)
+    caching, own, bumps, moves = tx._caching, tx._own, dict(tx._bumps), dict(tx._moves)
     tx.reading_afresh = True  # type: ignore[attr-defined]
     if bumps:
         kept = tx._reads_at == tx.dialect.changes(tx._conn)
@@ -62,7 +62,7 @@ def read_afresh(tx: Tx, kind: str, key: str) -> object:
         if bumps:
             tx._conn.execute("ROLLBACK TO afresh")
             tx._conn.execute("RELEASE afresh")
-            tx._bumps = bumps
+            tx._bumps, tx._moves = bumps, moves
             if kept:
                 tx._reads_at = tx.dialect.changes(tx._conn)
         del tx.reading_afresh  # type: ignore[attr-defined]

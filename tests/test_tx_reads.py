@@ -38,6 +38,7 @@ from loom import (
     open_runtime,
 )
 from loom.kernel.accept import accept_in_tx
+from loom.kernel.admission import AdmitRequest, start_at_once_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.causal import check_and_charge_in_tx, utc_minute
 from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
@@ -774,6 +775,53 @@ async def test_a_wake_inserts_its_bridge_without_looking_its_delivery_up(loom_dr
         assert woken.bridge_event_id is not None
         bridge = await driver.runtime.event(woken.bridge_event_id)
         assert bridge.type == WAIT_WOKEN
+
+
+@pytest.mark.parametrize("start", [False, True], ids=["read-after", "start-after"])
+async def test_a_wakes_move_to_ready_goes_with_the_claim_that_follows(
+    loom_drivers: DriverFactory, start: bool
+) -> None:
+    """A wake moves its Work from waiting to ready, and the start that mostly follows in the same
+    transaction moves it on to running: on a database alone the first move waits (`Tx.move_later`) and
+    the claim's write carries it, one write of the Work's row; a read of the Work's facts meanwhile
+    answers ready, and a read that is not patched has the move written first. Catches: the move written
+    at once (two writes), a claim that compares against the state told rather than the one in the
+    database (its write finds no row), a patched read that answers the database's state (waiting), and a
+    flush that writes the revision without the state."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id = await waiting_work(driver)
+        before = await driver.runtime.work(work_id)
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+        admit = AdmitRequest(
+            config=RUN, owner="t", lease_ms=60_000, limit=1, token_seed="s", advertised={"fake": ()}
+        )
+
+        def wake_then(tx: Tx, now_ms: int) -> tuple[list[object], list[str]]:
+            offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
+            event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+            work = tx.work(work_id)
+            assert work is not None
+            queries = counting_queries(tx)
+            deliver(tx, now_ms, event.id, work, route)
+            facts = tx.admission_facts(work_id)
+            assert facts is not None
+            seen: list[object] = [facts.state]
+            if start:
+                seen.append(start_at_once_in_tx(tx, now_ms, work_id, admit) is not None)
+            else:
+                seen.append(tx._one("SELECT state, revision FROM works WHERE id = ?", (work_id,)))
+            return seen, [q for q in queries if q.startswith("UPDATE works")]
+
+        shared = not storage_of(driver.runtime).store.dialect.caches_reads
+        seen, writes = await storage_of(driver.runtime).submit(wake_then)
+        if start:  # the routing's bump, the wake's move and the claim: one write alone on the database
+            assert seen == [WorkState.READY, True]
+            assert len(writes) == (3 if shared else 1), writes
+            after = await driver.runtime.work(work_id)
+            assert (after.state, after.revision) == (WorkState.RUNNING, before.revision + 3)
+        else:  # the bump and the move, written before the read that is not patched
+            assert seen == [WorkState.READY, ("ready", before.revision + 2)]
+            assert len(writes) == (2 if shared else 1), writes
 
 
 async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime, loom_store: str) -> None:

@@ -258,7 +258,7 @@ def wake_wait_in_tx(
     _disarm_timeout(tx, now_ms, wait, "its wait was woken")
     tx.end_subscriptions_of_wait(wait.id, SubscriptionState.WOKEN, f"its wait {wait.id} woke", now_ms)
     tx.add_input(work.id, event.id, event.seq)
-    revision = tx.set_work_state(work, WorkState.READY, now_ms) if work.state is WorkState.WAITING else None
+    revision = tx.move_later(work, WorkState.READY, now_ms) if work.state is WorkState.WAITING else None
     # the start that mostly follows in this transaction reads the Work again: tell it as woken
     tx.known_lazily("work", work.id, lambda: _woken(tx, work, revision, now_ms))
     if place is not None:

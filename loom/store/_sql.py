@@ -231,6 +231,7 @@ def work_with_parts(json_pairs: str) -> str:
 
 
 _WORK_WIDTH = WORK_COLUMNS.count(",") + 1
+WORK_STATE = 3
 WORK_REVISION = 4
 WORK_UPDATED = _WORK_WIDTH - 1
 """Where a Work's row (`WORK_COLUMNS`) has its revision and its time of last change."""

@@ -23,6 +23,7 @@ from . import _sql
 from ._tx_admission import AdmissionTx, QueuePlace
 from ._tx_base import MISSING
 from ._tx_budgets import BudgetsTx
+from ._tx_causal import CausalTx
 from ._tx_compaction import CompactionTx
 from ._tx_executions import ExecutionsTx
 from ._tx_inputs import InputsTx
@@ -54,6 +55,7 @@ class Tx(
     WaitsTx,
     TimersTx,
     BudgetsTx,
+    CausalTx,
     SubscriptionsTx,
     AdmissionTx,
     CompactionTx,
@@ -197,58 +199,6 @@ class Tx(
                     self._routed_through, self._unrouted_at = first - 1, first
         return self._routed_through
 
-    # -- causal bounds ----------------------------------------------------
-
-    def causal_root_limits(self, root_id: str) -> tuple[int, int] | None:
-        """A root's pinned limits (``None``: it has none, the defaults). Where no root is pinned (every
-        root accepted under the default limits), no read: a transaction alone on its database reads
-        once whether any is, and only its own pins say yes again (`roots_pinned`)."""
-        if not self.roots_pinned():
-            return None
-        row = self._one("SELECT max_depth, per_minute FROM causal_roots WHERE root_id = ?", (root_id,))
-        return (int(row[0]), int(row[1])) if row else None
-
-    def roots_pinned(self) -> bool:
-        """Whether any root may have pinned limits (``False`` is sure; on a shared database, always true)."""
-        if not self._caching:
-            return True
-        if self._pinned_roots is None:
-            self._pinned_roots = self._one("SELECT EXISTS (SELECT 1 FROM causal_roots)") == (1,)
-        return self._pinned_roots
-
-    def pin_causal_root(self, root_id: str, max_depth: int, per_minute: int) -> None:
-        self._conn.execute(
-            "INSERT INTO causal_roots (root_id, max_depth, per_minute) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-            (root_id, max_depth, per_minute),
-        )
-        if self._pinned_roots is not None:
-            self._pinned_roots = True
-
-    def bucket_count(self, root_id: str, minute: int) -> int:
-        row = self._one(_sql.BUCKET_COUNT, (root_id, minute))
-        return int(row[0]) if row else 0
-
-    def charge_bucket_under(self, root_id: str, minute: int, limit: int) -> bool:
-        """Add one to a root's bucket for ``minute`` if it holds fewer than ``limit`` (at least 1): whether
-        it did (a full bucket is left as it is). The check and the charge in one statement."""
-        assert limit >= 1, "a bucket that takes nothing is checked, not charged"
-        row = self._one(
-            "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
-            " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1"
-            " WHERE causal_buckets.count < ? RETURNING count",
-            (root_id, minute, limit),
-        )
-        return row is not None
-
-    def charge_bucket(self, root_id: str, minute: int) -> None:
-        """Add one to a root's bucket for ``minute`` (the count is not read back: the check before the
-        charge read it)."""
-        self._conn.execute(
-            "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
-            " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1",
-            (root_id, minute),
-        )
-
     # -- namespaced KV ----------------------------------------------------
 
     def kv_put(self, namespace: str, key: str, value: dict[str, Any], now_ms: int) -> None:
@@ -296,7 +246,7 @@ class Tx(
         if row is None:
             return self.keep("work", work_id, None)  # type: ignore[no-any-return]
         if work_id in self._bumps:
-            row = self.patched(work_id, row, _sql.WORK_REVISION, _sql.WORK_UPDATED)
+            row = self.patched(work_id, row, _sql.WORK_REVISION, _sql.WORK_UPDATED, _sql.WORK_STATE)
         work = _sql.work_from_parts(row, self.pending_of(work_id))
         at = _sql.WORK_QUEUE_PLACE
         self.keep("place", work_id, QueuePlace(row[at], row[at + 1], work.blocked))
@@ -344,7 +294,9 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"update_work: unknown fields {unknown} (states go through set_work_state)"
         sets = "".join(f"{name} = ?, " for name in fields)
-        bumps, told = self._bumped(work_id)  # (bumps that waited go with it: `bump_work`)
+        if work_id in self._moves:
+            self._flush_bumps()  # (a state that waits goes first: `move_later`)
+        bumps, told, _ = self._bumped(work_id)  # (bumps that waited go with it: `bump_work`)
         row = self._one_work(
             f"UPDATE works SET {sets}revision = revision + ?, updated_at_ms = ? WHERE id = ? RETURNING revision",
             (*fields.values(), 1 + bumps, now_ms, work_id),
@@ -361,19 +313,33 @@ class Tx(
         unknown = set(fields) - _WORK_FIELDS
         assert not unknown, f"set_work_state: unknown fields {unknown}"
         sets = "".join(f"{name} = ?, " for name in fields)
-        bumps, told = self._bumped(work.id)
+        bumps, told, state = self._bumped(work.id)  # (with a move that waited: `move_later`)
         row = self._one_work(
             f"UPDATE works SET state = ?, {sets}revision = revision + ?, updated_at_ms = ?"
             " WHERE id = ? AND state = ? RETURNING revision",
-            (new.value, *fields.values(), 1 + bumps, now_ms, work.id, work.state.value),
+            (new.value, *fields.values(), 1 + bumps, now_ms, work.id, state or work.state.value),
         )
-        self._written(0 if row is None else 1, f"work {work.id}", work.state, new)
+        self._written(0 if row is None else 1, f"work {work.id}", state or work.state, new)
         self._check_revision(work.id, row, None if told is None else told + 1)
         self.touch(work.id)
         if new.terminal:
             self.notify(WorkSettled(work_id=work.id))
         assert row is not None
         return int(row[0])
+
+    def move_later(self, work: Work, new: WorkState, now_ms: int) -> int:
+        """`set_work_state` with no other fields, whose write may wait as a revision bump does (`TxBase.
+        bump_work`): inside `holding` or a storage batch, on a database alone, it goes with the Work's
+        next write (a wake's move to ready and the claim that follows are one statement), or with the
+        bumps that wait for others. ``work`` is as this transaction reads it now: the revision it
+        reaches is checked when it is written, and a read of the Work's row meanwhile answers it."""
+        if new.terminal or not ((self._holding or self.batched) and self._caching):
+            return self.set_work_state(work, new, now_ms)
+        WORK_LIFECYCLE.check(work.id, work.state, new)
+        state = self._moves[work.id][0] if work.id in self._moves else work.state.value
+        revision = self.bump_work(work.id, work.revision, now_ms)
+        self._moves[work.id] = (state, new.value)
+        return revision
 
     def successor_of(self, work_id: str) -> str | None:
         row = self._one(

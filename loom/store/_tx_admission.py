@@ -92,7 +92,7 @@ class AdmissionTx(TxBase):
         if row is None:
             return self.keep("facts", work_id, None)  # type: ignore[no-any-return]
         if work_id in self._bumps:
-            row = self.patched(work_id, row, None, 6)
+            row = self.patched(work_id, row, None, 6, 0)
         facts = AdmissionFacts(
             state=WorkState(row[0]),
             held=bool(row[1]),

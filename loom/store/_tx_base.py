@@ -32,8 +32,13 @@ _BUMPS = (
     " json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS n, json_extract(value, '$[2]')"
     " AS at_ms FROM json_each(?)) AS b WHERE works.id = b.id RETURNING works.id, works.revision"
 )
+_MOVE = (
+    "UPDATE works SET state = ?, revision = revision + ?, updated_at_ms = ? WHERE id = ? AND state = ?"
+    " RETURNING revision"
+)
 """The revision bumps that wait (`TxBase.bump_work`) for one Work, and for several in one statement
-(a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait)."""
+(a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait); with a
+state move that waits (`Tx.move_later`), for one Work."""
 
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
@@ -75,6 +80,9 @@ class TxBase:
         self._bumps: dict[str, tuple[int, int, int]] = {}
         """Revision bumps that wait (`bump_work`), by Work: how many, the time of the last, and the
         revision they reach."""
+        self._moves: dict[str, tuple[str, str]] = {}
+        """State moves that wait (`Tx.move_later`), by Work: its state in the database, and the state
+        told; each goes with a bump in `_bumps`."""
         self.batched = False
         """Set by the storage actor for its batches: bumps wait past their `holding` block, for the
         requests after it too, until `write_bumps` before the COMMIT (a hot Work's routings in one
@@ -212,6 +220,7 @@ class TxBase:
             self._holding = False
             if not self.batched:
                 self._bumps.clear()  # (after an exception: undone with the block's other writes)
+                self._moves.clear()
             self._drop_held()
 
     def bump_work(self, work_id: str, revision: int, now_ms: int) -> int:
@@ -234,22 +243,25 @@ class TxBase:
         self.touch(work_id)
         return revision + 1
 
-    def _bumped(self, work_id: str) -> tuple[int, int | None]:
-        """Take the bumps waiting for ``work_id``: how many, and the revision they reach (``None``: none)."""
+    def _bumped(self, work_id: str) -> tuple[int, int | None, str | None]:
+        """Take the bumps waiting for ``work_id``: how many, the revision they reach (``None``: none),
+        and the Work's state in the database where a move waits with them (`Tx.move_later`)."""
         if work_id in self._bumps:
             count, _, revision = self._bumps.pop(work_id)
-            return count, revision
-        return 0, None
+            return count, revision, self._moves.pop(work_id)[0] if work_id in self._moves else None
+        return 0, None, None
 
     def patched(
-        self, work_id: str, row: tuple[Any, ...], revision_at: int | None, updated_at: int
+        self, work_id: str, row: tuple[Any, ...], revision_at: int | None, updated_at: int, state_at: int
     ) -> tuple[Any, ...]:
-        """The row of the Work ``work_id`` a read in `PATCHED_READS` answered, with what the bumps that
-        wait for it will write (`bump_work`): ``revision_at`` and ``updated_at`` index its revision
-        (``None``: not read) and its time of last change."""
+        """The row of the Work ``work_id`` a read in `PATCHED_READS` answered, with what the bumps and
+        the move that wait for it will write (`bump_work`, `Tx.move_later`): ``revision_at`` (``None``:
+        not read), ``updated_at`` and ``state_at`` index its revision, time of last change and state."""
         count, now_ms, revision = self._bumps[work_id]
         patched = list(row)
         patched[updated_at] = now_ms
+        if work_id in self._moves:
+            patched[state_at] = self._moves[work_id][1]
         if revision_at is not None:
             patched[revision_at] += count
             self._check_revision(work_id, (patched[revision_at],), revision)
@@ -266,12 +278,18 @@ class TxBase:
         Work's row meanwhile either wrote them first or answered what they write (`patched`), so it
         tells what they write."""
         bumps, self._bumps = self._bumps, {}
+        moves, self._moves = self._moves, {}
         self._reads_current()
+        for work_id, (state, new) in moves.items():
+            count, now_ms, revision = bumps.pop(work_id)
+            row = self._one_work(_MOVE, (new, count, now_ms, work_id, state))
+            self._written(0 if row is None else 1, f"work {work_id}", state, new)
+            self._check_revision(work_id, row, revision)
         if len(bumps) == 1:
             ((work_id, (count, now_ms, revision)),) = bumps.items()
             row = self._one_work(_BUMP, (count, now_ms, work_id))
             self._check_revision(work_id, row, revision)
-        else:
+        elif bumps:
             listed = json.dumps([[work_id, count, now_ms] for work_id, (count, now_ms, _) in bumps.items()])
             reached = dict(self._all(_BUMPS, (listed,)))  # (none waits now: `_all` writes none first)
             for work_id, (_, _, revision) in bumps.items():
@@ -407,6 +425,7 @@ class _Savepoint:
                 tx._reads.clear()  # what it read may have been its own writes, now undone
                 tx._drop_held()
                 tx._bumps.clear()
+                tx._moves.clear()
                 tx._own.clear()  # and what it inserted may be gone
                 tx._events.clear()
                 tx._unrouted.clear()

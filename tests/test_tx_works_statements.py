@@ -1,0 +1,94 @@
+"""Every statement on the ``works`` table that a transaction sends straight to its connection, past
+`TxBase._one` and `TxBase._all` (which write the revision bumps and state moves that wait first:
+`TxBase.bump_work`, `Tx.move_later`), neither reads nor writes what those wait to write (a Work's
+revision, state and time of last change) nor deletes a Work, or comes after an explicit write of
+them in its method.
+
+Catches: a new ``self._conn.execute`` that writes or reads a Work's state, revision or time of last
+change while a bump or a move waits: the write would be overwritten by the bump, or undo the move's
+compare-and-set, and the read would answer the row without them.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import loom.store
+
+STORE = Path(loom.store.__file__).parent
+ON_WORKS = re.compile(r"\bworks\b")
+WAITING = re.compile(r"\b(revision|updated_at_ms|state)\b")
+"""The columns of ``works`` a bump or a move that waits writes (and a read may name)."""
+FLUSHES = {"_flush_bumps", "write_bumps"}
+PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}
+"""Methods that send a statement their caller gives (`TxBase`'s own: checked at their callers), and
+`AdmissionTx.lock_pool`, which sends its dialect's advisory lock (no table)."""
+
+
+def sql_of(node: ast.expr, module: object) -> str | None:
+    """The text of a statement as far as the source says it (an f-string's fixed parts, a module
+    constant); ``None`` where it does not."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)
+        )
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = sql_of(node.left, module), sql_of(node.right, module)
+        return None if left is None or right is None else left + right
+    if isinstance(node, ast.IfExp):  # (either text: both are checked)
+        body, orelse = sql_of(node.body, module), sql_of(node.orelse, module)
+        return None if body is None or orelse is None else f"{body} {orelse}"
+    if isinstance(node, ast.Name) and isinstance(getattr(module, node.id, None), str):
+        return str(getattr(module, node.id))
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):  # (``_sql.INSERT_EVENT``)
+        text = getattr(getattr(module, node.value.id, None), node.attr, None)
+        return text if isinstance(text, str) else None
+    return None
+
+
+def direct_statements() -> list[tuple[str, str, int, str | None, bool]]:
+    """Each ``.execute``/``.executemany`` in the transaction modules: module, method, line, its text
+    (``None``: not known from the source), and whether a flush of what waits comes before it."""
+    found = []
+    for path in sorted(STORE.glob("_tx*.py")):
+        module = importlib.import_module(f"loom.store.{path.stem}")
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            calls = [node for node in ast.walk(function) if isinstance(node, ast.Call)]
+            flushed_at = [
+                c.lineno for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in FLUSHES
+            ]
+            for call in calls:
+                if isinstance(call.func, ast.Attribute) and call.func.attr in ("execute", "executemany"):
+                    text = sql_of(call.args[0], module) if call.args else None
+                    flushed = any(line < call.lineno for line in flushed_at)
+                    found.append((path.stem, function.name, call.lineno, text, flushed))
+    return found
+
+
+def test_direct_statements_on_works_leave_what_waits_alone() -> None:
+    statements = direct_statements()
+    assert len(statements) > 40, f"only {len(statements)} statements found: the scan lost its way"
+    unknown = [(m, f, line) for m, f, line, text, _ in statements if text is None and f not in PASS_THROUGH]
+    assert unknown == [], f"statements whose text the source does not say: {unknown}"
+    on_works = [
+        (m, f, line, text, flushed)
+        for m, f, line, text, flushed in statements
+        if text and ON_WORKS.search(text)
+    ]
+    assert on_works, "no direct statement on works found: the scan lost its way"
+    wrong = [
+        (m, f, line, text)
+        for m, f, line, text, flushed in on_works
+        if (WAITING.search(text) or text.startswith("DELETE FROM works "))
+        and not flushed
+        and not text.startswith("INSERT INTO works ")
+    ]  # (a Work deleted takes what waits for it along; a Work inserted is new: nothing waits for it)
+    assert wrong == [], f"direct statements on what a bump or move that waits writes: {wrong}"
