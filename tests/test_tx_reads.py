@@ -14,6 +14,7 @@ its removal.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 import attrs
@@ -55,7 +56,7 @@ from loom.records.events import CausalRejection
 from loom.records.ids import core_delivery_id
 from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
-from loom.records.work import Policy, Unmatched
+from loom.records.work import InputState, Policy, Unmatched
 from loom.store import AdmissionFacts, Tx
 from loom.store._sql import (
     DELIVERY,
@@ -822,6 +823,56 @@ async def test_a_wakes_move_to_ready_goes_with_the_claim_that_follows(
         else:  # the bump and the move, written before the read that is not patched
             assert seen == [WorkState.READY, ("ready", before.revision + 2)]
             assert len(writes) == (2 if shared else 1), writes
+
+
+class Recording:
+    """A transaction's connection that lists every statement sent through it."""
+
+    def __init__(self, conn: object) -> None:
+        self.conn, self.sent = conn, list[str]()
+
+    def execute(self, sql: str, params: object = ()) -> object:
+        self.sent.append(sql)
+        return self.conn.execute(sql, params)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+async def test_a_wake_adds_its_winner_as_input_without_a_second_insert(loom_drivers: DriverFactory) -> None:
+    """The Event that wakes a Work's wait was added to the Work's inputs by its routing just before, in
+    the same transaction: the wake's own add finds it among the inputs this transaction inserted
+    (`InputsTx.add_input`) and sends no insert. One undone by a savepoint's rollback is inserted again.
+    Catches: a second insert per wake, and an input remembered through the rollback that undid it
+    (never inserted: the Work would lose the Event)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id = await waiting_work(driver)
+        route = RouteRef(name="w", scope="acme", declared=Policy.QUEUE, policy=Policy.QUEUE)
+
+        def wake(tx: Tx, now_ms: int) -> tuple[list[str], object]:
+            offer = EventIn(source="t", delivery_id="d-go", type="w.go", scope="acme", key="k")
+            event = accept_in_tx(tx, now_ms, offer, CausalLimits())
+            other = accept_in_tx(tx, now_ms, attrs.evolve(offer, delivery_id="d-other"), CausalLimits())
+            work = tx.work(work_id)
+            assert work is not None
+            tx._conn = recording = Recording(tx._conn)  # type: ignore[assignment]
+            try:
+                deliver(tx, now_ms, event.id, work, route)
+                with contextlib.suppress(LookupError), tx.savepoint():
+                    tx.add_input(work_id, other.id, other.seq)
+                    raise LookupError("undo it")
+                tx.add_input(work_id, other.id, other.seq)
+            finally:
+                tx._conn = recording.conn  # type: ignore[assignment]
+            inserts = [sql for sql in recording.sent if sql.startswith("INSERT INTO work_inputs")]
+            return inserts, tx.input_state(work_id, other.id)
+
+        inserts, state = await storage_of(driver.runtime).submit(wake)
+        assert state is InputState.PENDING, "the input undone by the rollback was not inserted again"
+        # the routing's, the one undone, the one after it: none for the wake
+        assert len(inserts) == 3, inserts
+        [woken] = await driver.runtime.waits(work_id)
+        assert woken.state is WaitState.WOKEN
 
 
 async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime, loom_store: str) -> None:

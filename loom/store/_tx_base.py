@@ -99,6 +99,9 @@ class TxBase:
         self._kv: dict[tuple[str, str], Any] = {}
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         self._pending: dict[str, tuple[tuple[str, ...], int | None]] = {}
+        self._inputs: set[tuple[str, str]] = set()
+        """Inputs (Work, Event) this transaction inserted (`InputsTx.add_input`): only compaction
+        removes one, and forgets them all."""
         """Works' pending inputs as this transaction read and wrote them, each with the newest one's
         sequence (`InputsTx.pending_of`)."""
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
@@ -431,6 +434,7 @@ class _Savepoint:
                 tx._unrouted.clear()
                 tx._kv.clear()
                 tx._pending.clear()
+                tx._inputs.clear()
                 tx._key_owners.clear()
                 tx._waits_on_key.clear()
                 # "none exists" is read again: it may have undone a removal

@@ -389,6 +389,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM intents WHERE work_id = ?", (work_id,))
         conn.execute("DELETE FROM work_inputs WHERE work_id = ?", (work_id,))
         self._pending.pop(work_id, None)
+        self._inputs.clear()
         conn.execute("UPDATE checkpoints SET work_id = NULL WHERE work_id = ?", (work_id,))
         attempts = conn.execute("DELETE FROM executions WHERE work_id = ?", (work_id,)).rowcount
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
@@ -428,6 +429,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM intents WHERE event_id = ?", (event.id,))
         conn.execute("DELETE FROM work_inputs WHERE event_id = ?", (event.id,))
         self._pending.clear()  # the Event's inputs are consumed ones: forgotten all the same
+        self._inputs.clear()
         conn.execute(
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)
         )

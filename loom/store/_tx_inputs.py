@@ -88,11 +88,19 @@ class InputsTx(TxBase):
             yield event_id, read[event_id]
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
+        """Add an Event to a Work's inputs, pending, unless it is one of them already (in any state);
+        one this transaction inserted is not looked for again (a wake adds the Event that won it,
+        which its routing added just before)."""
+        if (work_id, event_id) in self._inputs:
+            self.touch(work_id)
+            return
         cur = self._conn.execute(
             "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (work_id, event_id, seq, InputState.PENDING.value),
         )
         self.touch(work_id)
+        if cur.rowcount == 1:
+            self._inputs.add((work_id, event_id))
         kept = self._pending.get(work_id)
         if kept is None or cur.rowcount != 1:
             return  # none kept, or the input was there already (pending or not: nothing changed)
