@@ -193,6 +193,18 @@ def checked_roots_pinned(tx: Tx) -> bool:
 ROOTS_PINNED = Tx.roots_pinned
 
 
+def checked_key_owner(tx: Tx, key: str) -> str | None:
+    """`Tx.key_owner`, checked: the owner it answers (read, kept, or committed earlier) is what a
+    read finds."""
+    owner = KEY_OWNER(tx, key)
+    row = tx._conn.execute("SELECT work_id FROM work_keys WHERE key = ?", (key,)).fetchone()
+    assert owner == (row[0] if row else None), f"key {key!r}: {owner} answered, a read finds {row}"
+    return owner
+
+
+KEY_OWNER = Tx.key_owner
+
+
 def checked_wait_subscriptions_exist(tx: SubscriptionsTx) -> bool:
     """`SubscriptionsTx.wait_subscriptions_exist`, checked: when it answers no wait declared one, a read
     finds none."""
@@ -213,7 +225,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     (`WaitsTx.untaken_wake`), every timer row kept
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
-    `SubscriptionsTx.wait_subscriptions_exist`), in
+    `SubscriptionsTx.wait_subscriptions_exist`), and every key's owner (`Tx.key_owner`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
@@ -226,6 +238,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(WaitsTx, "untaken_wake", checked_untaken_wake)
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
+    monkeypatch.setattr(Tx, "key_owner", checked_key_owner)
     monkeypatch.setattr(SubscriptionsTx, "wait_subscriptions_exist", checked_wait_subscriptions_exist)
 
 

@@ -9,10 +9,12 @@ Procedures are submitted to a runtime with no actors (`actors=()`), so nothing e
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import sqlite3
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -625,6 +627,79 @@ async def test_bumps_of_several_works_wait_through_another_works_write_and_go_in
     assert moved == {"a": 1, "b": 2, "c": 1, "d": 1}
     bumps = [q for q in queries if q.startswith("UPDATE works SET revision")]
     assert len(bumps) == (4 if storage_of(rt).shared else 1), queries  # (one a routing on PostgreSQL)
+
+
+async def test_a_keys_owner_committed_answers_later_transactions_until_its_work_is_removed(
+    rt: Runtime,
+) -> None:
+    """A key's owner that a transaction read or attached answers the transactions after its commit on
+    a database alone (`TxBase.committed`), with no read of the key; one attached in a block a
+    savepoint undid does not, nor one whose Work a later transaction removed (compaction forgets them
+    all); conftest's check compares each owner answered with a read. Catches: no owner kept past its
+    transaction (a read per routing), an attach undone yet kept (the key answered with a Work it is
+    not attached to), and owners kept through a Work's removal."""
+    await route_batch(rt, [deferred(await rt.publish(order(0, "a")))])
+    work = await rt.work_for_key("a")
+    assert work is not None
+    alone = not storage_of(rt).shared
+
+    def owners(tx: Tx, now_ms: int) -> tuple[list[str | None], list[str]]:
+        queries = counting_queries(tx)
+        return [tx.key_owner("a"), tx.key_owner("b")], [q for q in queries if "FROM work_keys" in q]
+
+    def attach_undone(tx: Tx, now_ms: int) -> None:
+        with contextlib.suppress(LookupError), tx.savepoint():
+            tx.attach_key("b", work.id, 1, now_ms)
+            assert tx.key_owner("b") == work.id
+            raise LookupError("undo it")
+
+    answered, reads = await storage_of(rt).submit(owners)
+    assert answered == [work.id, None]
+    assert len(reads) == (1 if alone else 2), reads  # ("b" has none: kept by no later transaction)
+    await storage_of(rt).submit(attach_undone)
+    answered, reads = await storage_of(rt).submit(owners)
+    assert answered == [work.id, None]
+    assert len(reads) == (1 if alone else 2), reads
+    await storage_of(rt).submit(lambda tx, now_ms: tx.remove_work(work.id, now_ms))
+    answered, reads = await storage_of(rt).submit(owners)
+    assert answered == [None, None]
+    assert len(reads) == 2, reads
+
+
+async def test_keys_owners_are_not_kept_past_another_writer_on_the_file(tmp_path: Path) -> None:
+    """Two runtimes of one process may open one SQLite file (the file's lock is the process's): while
+    another writer is open on it, and after it was, what the first runtime kept of the keys' owners no
+    longer answers (`WriterConnection.alone`). Catches: owners kept through another writer that
+    removed a Work (the key answered with it: conftest's check), and owners dropped for good once that
+    writer closed (a read per routing again)."""
+    path = str(tmp_path / "loom.db")
+    opened = partial(
+        open_runtime,
+        path,
+        clock=ManualClock(start_ms=T0_MS),
+        config=CONFIG,
+        load_entry_points=False,
+        actors=(),
+    )
+
+    def owner_of_a(tx: Tx, now_ms: int) -> tuple[str | None, int]:
+        queries = counting_queries(tx)
+        return tx.key_owner("a"), len([q for q in queries if "FROM work_keys" in q])
+
+    async with opened(plugins=[PythonExecutor()]) as first:
+        await route_batch(first, [deferred(await first.publish(order(0, "a")))])
+        work = await first.work_for_key("a")
+        assert work is not None
+        assert await storage_of(first).submit(owner_of_a) == (work.id, 0)
+        async with opened(plugins=[PythonExecutor()]) as second:
+            await storage_of(second).submit(lambda tx, now_ms: tx.remove_work(work.id, now_ms))
+            assert await storage_of(first).submit(owner_of_a) == (None, 1)
+        await route_batch(first, [deferred(await first.publish(order(1, "a")))])
+        again = await first.work_for_key("a")
+        assert again is not None
+        assert again.id != work.id
+        await storage_of(first).submit(owner_of_a)  # (kept from here on: the other writer is gone)
+        assert await storage_of(first).submit(owner_of_a) == (again.id, 0)
 
 
 async def start_with_three_inputs(rt: Runtime) -> tuple[Lease, list[str]]:

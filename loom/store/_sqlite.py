@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import sqlite3
 import threading
@@ -204,6 +205,9 @@ class _FileLock:
         self.path = path
         self.fd = fd
         self.users = 0
+        self.opened = 0
+        """When the last writer on the file was opened here (`_OPENS`): a writer alone on it sees
+        whether another was opened since."""
 
     @classmethod
     def acquire(cls, db_path: str) -> _FileLock:
@@ -214,6 +218,7 @@ class _FileLock:
                 lock = cls(path, _lock_file(db_path, path))
                 _HELD[path] = lock
             lock.users += 1
+            lock.opened = next(_OPENS)
             return lock
 
     def release(self) -> None:
@@ -226,6 +231,7 @@ class _FileLock:
 
 _HELD: dict[str, _FileLock] = {}
 _HELD_GUARD = threading.Lock()
+_OPENS = itertools.count(1)
 
 
 def _lock_file(db_path: str, path: str) -> int:
@@ -283,6 +289,15 @@ class WriterConnection(sqlite3.Connection):
         if path is not None:
             info = os.stat(path)
             self._identity = (info.st_dev, info.st_ino)
+
+    def alone(self) -> int | None:
+        """Whether this is the only writer open on its file in this process (loom's lock keeps other
+        processes out): when the last writer on it was opened (`_FileLock.opened`; 0 in memory), or
+        ``None`` while another is open too."""
+        lock = self._lock
+        if lock is None:
+            return 0
+        return lock.opened if lock.users == 1 else None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         if self._failure is not None and not sql.startswith("ROLLBACK"):  # undoing is always allowed

@@ -350,12 +350,16 @@ class Tx(
     # -- keys ---------------------------------------------------------------
 
     def key_owner(self, key: str) -> str | None:
-        """The Work ``key`` is attached to; a repeated read is answered from the first. A key is
+        """The Work ``key`` is attached to; a repeated read is answered from the first, and on a
+        database alone an owner an earlier transaction committed is too (`TxBase.committed`). A key is
         attached once and detached only when compaction removes its Work, so an owner found stays the
         owner on every backend; that a key has none is kept on a database alone (on a shared one
-        another node may attach it meanwhile)."""
+        another node may attach it meanwhile), by this transaction only."""
         if key in self._key_owners:
             return self._key_owners[key]
+        if self._owners is not None and key in self._owners:  # (committed earlier: `TxBase.committed`)
+            committed = self._key_owners[key] = self._owners[key]
+            return committed
         row = self._one("SELECT work_id FROM work_keys WHERE key = ?", (key,))
         owner = str(row[0]) if row else None
         if owner is not None or self._caching:

@@ -40,6 +40,9 @@ _MOVE = (
 (a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait); with a
 state move that waits (`Tx.move_later`), for one Work."""
 
+_OWNERS_KEPT = 100_000
+"""How many keys' owners the storage actor keeps across transactions (`TxBase.committed`)."""
+
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
 
@@ -54,7 +57,14 @@ class _Lazy:
 
 
 class TxBase:
-    def __init__(self, conn: Connection, dialect: Dialect = SQLITE, *, guarded: bool = True) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        dialect: Dialect = SQLITE,
+        *,
+        guarded: bool = True,
+        owners: dict[str, str] | None = None,
+    ) -> None:
         self._conn = conn
         self.dialect = dialect
         self._guard: _Unguarded | None = None if guarded else _Unguarded(self)
@@ -135,9 +145,21 @@ class TxBase:
         """The unrouted Event that stopped `Tx.routed_through`'s search, until it is routed."""
         self._max_seq: int | None = None
         """The newest Event's sequence, as this transaction read or wrote it (`Tx.max_seq`)."""
+        self._owners = owners if dialect.caches_reads else None
+        """Keys' owners as earlier transactions committed them (the storage actor's, on a database
+        alone): `Tx.key_owner` answers from it, and `committed` adds what this one read or attached."""
         self._key_owners: dict[str, str | None] = {}
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
+
+    def committed(self) -> None:
+        """This transaction committed: the keys' owners it read or attached answer later transactions
+        (`owners`; a key is attached once, and detached only when compaction removes its Work, which
+        forgets them all). At most `_OWNERS_KEPT` are kept."""
+        if self._owners is not None:
+            if len(self._owners) > _OWNERS_KEPT:
+                self._owners.clear()
+            self._owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
 
     def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects

@@ -395,6 +395,8 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
         conn.execute("DELETE FROM work_keys WHERE work_id = ?", (work_id,))
         self._key_owners.clear()
+        if self._owners is not None:
+            self._owners.clear()
         conn.execute("DELETE FROM works WHERE id = ?", (work_id,))
         conn.execute(
             "INSERT INTO removed_works (id, removed_at_ms) VALUES (?, ?)"
