@@ -109,11 +109,11 @@ class TxBase:
         self._kv: dict[tuple[str, str], Any] = {}
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
         self._pending: dict[str, tuple[tuple[str, ...], int | None]] = {}
+        """Works' pending inputs as this transaction read and wrote them, each with the newest one's
+        sequence (`InputsTx.pending_of`)."""
         self._inputs: set[tuple[str, str]] = set()
         """Inputs (Work, Event) this transaction inserted (`InputsTx.add_input`): only compaction
         removes one, and forgets them all."""
-        """Works' pending inputs as this transaction read and wrote them, each with the newest one's
-        sequence (`InputsTx.pending_of`)."""
         self._waits_on_key: dict[str, tuple[Any, ...]] = {}
         """Open waits watching a key, as this transaction read them, until it writes a wait
         (`WaitsTx.open_waits_on_key`)."""
@@ -255,8 +255,8 @@ class TxBase:
         (`Tx.set_work_state`, `Tx.update_work`: a routing's bump and the start that follows are one
         statement; `_one_work`), or before any other statement on ``works`` (but the reads of one
         Work's row in `PATCHED_READS`), a savepoint, or the block's end (the batch's COMMIT when
-        batched), all that wait in one statement. What
-        this transaction kept is forgotten as at any write; the caller tells what it knows after it."""
+        batched), all that wait in one statement. What this transaction kept is forgotten as at any
+        write; the caller tells what it knows after it."""
         if not ((self._holding or self.batched) and self._caching):
             row = self._one(_BUMP, (1, now_ms, work_id))
             self.touch(work_id)
@@ -298,10 +298,10 @@ class TxBase:
             self._flush_bumps()
 
     def _flush_bumps(self) -> None:
-        """Write the revision bumps that wait (`bump_work`), in one statement. What this transaction
-        keeps stays: each was kept after the bumps (`bump_work` forgot the rest), and a read of the
-        Work's row meanwhile either wrote them first or answered what they write (`patched`), so it
-        tells what they write."""
+        """Write the revision bumps that wait (`bump_work`), in one statement (a Work's with a move
+        that waits, `Tx.move_later`, in one of its own). What this transaction keeps stays: each was
+        kept after the bumps (`bump_work` forgot the rest), and a read of the Work's row meanwhile
+        either wrote them first or answered what they write (`patched`), so it tells what they write."""
         bumps, self._bumps = self._bumps, {}
         moves, self._moves = self._moves, {}
         self._reads_current()
