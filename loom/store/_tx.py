@@ -6,7 +6,9 @@ the notices reach the actors only after the batch commits.
 
 Every state write goes through a ``set_*_state`` method that checks the record's lifecycle
 (`loom.records.states`) and writes with a compare-and-set on the state it read, so an
-illegal or stale transition raises `IllegalTransition` and writes nothing.
+illegal or stale transition raises `IllegalTransition` and writes nothing. A Work's move that waits
+(`Tx.move_later`) is checked when it is made, and its compare-and-set, on the state in the database,
+goes with the Work's next write.
 """
 
 from __future__ import annotations
