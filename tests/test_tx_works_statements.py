@@ -6,7 +6,9 @@ them in its method.
 
 Catches: a new ``self._conn.execute`` that writes or reads a Work's state, revision or time of last
 change while a bump or a move waits: the write would be overwritten by the bump, or undo the move's
-compare-and-set, and the read would answer the row without them.
+compare-and-set, and the read would answer the row without them. And every statement that writes Works'
+inputs tells its transaction whose inputs it wrote (what an earlier commit left of them no longer
+answers: `TxBase.committed`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ ON_WORKS = re.compile(r"\bworks\b")
 WAITING = re.compile(r"\b(revision|updated_at_ms|state)\b")
 """The columns of ``works`` a bump or a move that waits writes (and a read may name)."""
 FLUSHES = {"_flush_bumps", "write_bumps"}
+INPUTS_TOLD = {"_inputs_changed", "_inputs_lost", "_left_pending"}
+"""What a method that writes Works' inputs names to tell its transaction so (`TxBase.committed`)."""
 PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}
 """Methods that send a statement their caller gives (`TxBase`'s own: checked at their callers), and
 `AdmissionTx.lock_pool`, which sends its dialect's advisory lock (no table)."""
@@ -51,9 +55,10 @@ def sql_of(node: ast.expr, module: object) -> str | None:
     return None
 
 
-def direct_statements() -> list[tuple[str, str, int, str | None, bool]]:
+def direct_statements() -> list[tuple[str, str, int, str | None, bool, bool]]:
     """Each ``.execute``/``.executemany`` in the transaction modules: module, method, line, its text
-    (``None``: not known from the source), and whether a flush of what waits comes before it."""
+    (``None``: not known from the source), whether a flush of what waits comes before it, and whether
+    its method tells the transaction which Work's inputs it wrote (`INPUTS_TOLD`)."""
     found = []
     for path in sorted(STORE.glob("_tx*.py")):
         module = importlib.import_module(f"loom.store.{path.stem}")
@@ -65,22 +70,23 @@ def direct_statements() -> list[tuple[str, str, int, str | None, bool]]:
             flushed_at = [
                 c.lineno for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in FLUSHES
             ]
+            told = any(isinstance(n, ast.Attribute) and n.attr in INPUTS_TOLD for n in ast.walk(function))
             for call in calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr in ("execute", "executemany"):
                     text = sql_of(call.args[0], module) if call.args else None
                     flushed = any(line < call.lineno for line in flushed_at)
-                    found.append((path.stem, function.name, call.lineno, text, flushed))
+                    found.append((path.stem, function.name, call.lineno, text, flushed, told))
     return found
 
 
 def test_direct_statements_on_works_leave_what_waits_alone() -> None:
     statements = direct_statements()
     assert len(statements) > 40, f"only {len(statements)} statements found: the scan lost its way"
-    unknown = [(m, f, line) for m, f, line, text, _ in statements if text is None and f not in PASS_THROUGH]
+    unknown = [(m, f, line) for m, f, line, text, *_ in statements if text is None and f not in PASS_THROUGH]
     assert unknown == [], f"statements whose text the source does not say: {unknown}"
     on_works = [
         (m, f, line, text, flushed)
-        for m, f, line, text, flushed in statements
+        for m, f, line, text, flushed, _ in statements
         if text and ON_WORKS.search(text)
     ]
     assert on_works, "no direct statement on works found: the scan lost its way"
@@ -92,3 +98,17 @@ def test_direct_statements_on_works_leave_what_waits_alone() -> None:
         and not text.startswith("INSERT INTO works ")
     ]  # (a Work deleted takes what waits for it along; a Work inserted is new: nothing waits for it)
     assert wrong == [], f"direct statements on what a bump or move that waits writes: {wrong}"
+
+
+def test_direct_writes_of_inputs_tell_which_works_inputs_they_wrote() -> None:
+    """A statement that inserts, updates or deletes Works' inputs (``work_inputs``) sits in a method
+    that tells the transaction whose inputs it wrote (`INPUTS_TOLD`), so that what an earlier commit
+    left of them (`Carried.pending`) no longer answers. Catches: a new write of inputs that does not
+    (the next transaction would answer a Work's pending inputs without it)."""
+    writes = [
+        (m, f, line, told)
+        for m, f, line, text, _, told in direct_statements()
+        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) work_inputs\b", text)
+    ]
+    assert len(writes) >= 4, f"only {writes} writes of work_inputs found: the scan lost its way"
+    assert [w for w in writes if not w[3]] == [], f"writes of inputs that tell nothing: {writes}"

@@ -67,7 +67,7 @@ from ._feed import Notices
 from ._notify import summarize
 from ._thread import WorkerThread
 from ._tx import Tx
-from ._tx_base import RunGuarded
+from ._tx_base import Carried, RunGuarded
 
 log = logging.getLogger("loom.storage")
 
@@ -105,11 +105,11 @@ class StorageActor(Notices):
         """Whether a router routes this runtime's Events (if not, its commits ask other nodes to)."""
         self._conn: Any = None
         self._dialect = store.dialect
-        self._owners: dict[str, str] | None = {} if store.dialect.caches_reads else None
-        """Keys' owners, as committed transactions read or attached them (`TxBase.committed`): a
-        database alone only, where no one else attaches a key or removes a Work, and only while this
-        actor's writer is the only one open on its file (`WriterConnection.alone`)."""
-        self._owners_at: int | None = None
+        self._kept: Carried | None = Carried() if store.dialect.caches_reads else None
+        """What committed transactions knew that later ones may take (`TxBase.committed`): a database
+        alone only, where no one else writes it, and only while this actor's writer is the only one
+        open on its file (`WriterConnection.alone`)."""
+        self._kept_at: int | None = None
         # one thread of the actor's own for every blocking call (`WorkerThread`: a hand-off each way)
         self._thread = WorkerThread("loom storage")
         self._guarded = 0
@@ -376,13 +376,13 @@ class StorageActor(Notices):
         guarded: bool,
     ) -> list[Notice]:
         dialect = self._dialect
-        owners = self._owners
-        if owners is not None:
+        kept = self._kept
+        if kept is not None:
             alone = conn.alone()
-            if alone is None or alone != self._owners_at:
-                owners.clear()  # (another writer opened meanwhile may have removed a Work)
-                self._owners_at, owners = alone, owners if alone is not None else None
-        tx = Tx(conn, dialect, guarded=guarded, owners=owners)
+            if alone is None or alone != self._kept_at:
+                kept.clear()  # (another writer opened meanwhile may have written what it holds)
+                self._kept_at, kept = alone, kept if alone is not None else None
+        tx = Tx(conn, dialect, guarded=guarded, kept=kept)
         tx.batched = True
         try:
             dialect.send_later(conn, dialect.begin)

@@ -287,6 +287,8 @@ class Tx(
         )
         self.inserted(id)
         self.touch(id)
+        if self._caching:
+            self._pending[id] = ((), None)  # (no input yet: `add_input` goes on from here)
         # every other column takes its default (the schema's), as `work_from_row` would read them
         row = (id, scope, kind, WorkState.READY.value, 1, 0, None, parent_id, predecessor_id, generation)
         return _sql.work_from_row((*row, 0, 0, now_ms, 0, 0, None, None, now_ms), (), (), None, None)
@@ -359,8 +361,8 @@ class Tx(
         another node may attach it meanwhile), by this transaction only."""
         if key in self._key_owners:
             return self._key_owners[key]
-        if self._owners is not None and key in self._owners:  # (committed earlier: `TxBase.committed`)
-            committed = self._key_owners[key] = self._owners[key]
+        if self._kept is not None and key in self._kept.owners:  # (committed earlier: `TxBase.committed`)
+            committed = self._key_owners[key] = self._kept.owners[key]
             return committed
         row = self._one("SELECT work_id FROM work_keys WHERE key = ?", (key,))
         owner = str(row[0]) if row else None

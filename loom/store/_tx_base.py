@@ -40,8 +40,30 @@ _MOVE = (
 (a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait); with a
 state move that waits (`Tx.move_later`), for one Work."""
 
-_OWNERS_KEPT = 100_000
-"""How many keys' owners the storage actor keeps across transactions (`TxBase.committed`)."""
+_KEPT = 100_000
+"""How many keys' owners, and how many Works' pending inputs, the storage actor keeps across
+transactions (`TxBase.committed`)."""
+
+Pending = tuple[tuple[str, ...], int | None]
+"""A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
+
+
+class Carried:
+    """What committed transactions knew that the transactions after them may take (the storage actor
+    keeps it, on a database alone only, while its writer is the only one on the file): keys' owners (a
+    key is attached once, and detached only when compaction removes its Work) and Works' pending inputs
+    (written only through `InputsTx`, and compaction, which tell what they change)."""
+
+    __slots__ = ("owners", "pending")
+
+    def __init__(self) -> None:
+        self.owners: dict[str, str] = {}
+        self.pending: dict[str, Pending] = {}
+
+    def clear(self) -> None:
+        self.owners.clear()
+        self.pending.clear()
+
 
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
@@ -63,7 +85,7 @@ class TxBase:
         dialect: Dialect = SQLITE,
         *,
         guarded: bool = True,
-        owners: dict[str, str] | None = None,
+        kept: Carried | None = None,
     ) -> None:
         self._conn = conn
         self.dialect = dialect
@@ -108,9 +130,14 @@ class TxBase:
         """Events this transaction accepted that have no routing checkpoint yet (`Tx.event_to_route`)."""
         self._kv: dict[tuple[str, str], Any] = {}
         """KV entries this transaction read and has not written since (`Tx.kv_get`)."""
-        self._pending: dict[str, tuple[tuple[str, ...], int | None]] = {}
+        self._pending: dict[str, Pending] = {}
         """Works' pending inputs as this transaction read and wrote them, each with the newest one's
         sequence (`InputsTx.pending_of`)."""
+        self._inputs_changed: set[str] = set()
+        """Works whose inputs this transaction wrote (`InputsTx`; savepoints rolled back included): what
+        earlier transactions committed of them no longer answers (`Carried.pending`)."""
+        self._inputs_lost = False
+        """Compaction removed inputs of any Work in this transaction: none committed earlier answers."""
         self._inputs: set[tuple[str, str]] = set()
         """Inputs (Work, Event) this transaction inserted (`InputsTx.add_input`): only compaction
         removes one, and forgets them all."""
@@ -145,21 +172,30 @@ class TxBase:
         """The unrouted Event that stopped `Tx.routed_through`'s search, until it is routed."""
         self._max_seq: int | None = None
         """The newest Event's sequence, as this transaction read or wrote it (`Tx.max_seq`)."""
-        self._owners = owners if dialect.caches_reads else None
-        """Keys' owners as earlier transactions committed them (the storage actor's, on a database
-        alone): `Tx.key_owner` answers from it, and `committed` adds what this one read or attached."""
+        self._kept = kept if dialect.caches_reads else None
+        """What earlier transactions committed (the storage actor's, on a database alone): keys' owners
+        (`Tx.key_owner`) and pending inputs (`InputsTx.pending_of`) answer from it, and `committed`
+        adds what this one knows."""
         self._key_owners: dict[str, str | None] = {}
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
 
     def committed(self) -> None:
-        """This transaction committed: the keys' owners it read or attached answer later transactions
-        (`owners`; a key is attached once, and detached only when compaction removes its Work, which
-        forgets them all). At most `_OWNERS_KEPT` are kept."""
-        if self._owners is not None:
-            if len(self._owners) > _OWNERS_KEPT:
-                self._owners.clear()
-            self._owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
+        """This transaction committed: the keys' owners it read or attached, and the pending inputs it
+        knows (each as of this commit: every write of them told it), answer later transactions
+        (`Carried`); what it knew no longer of a Work whose inputs it wrote is forgotten. At most
+        `_KEPT` of each are kept."""
+        kept = self._kept
+        if kept is None:
+            return
+        if len(kept.owners) > _KEPT:
+            kept.owners.clear()
+        kept.owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
+        if self._inputs_lost or len(kept.pending) > _KEPT:
+            kept.pending.clear()
+        for work_id in self._inputs_changed:
+            kept.pending.pop(work_id, None)
+        kept.pending.update(self._pending)
 
     def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects

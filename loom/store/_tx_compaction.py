@@ -389,14 +389,15 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM intents WHERE work_id = ?", (work_id,))
         conn.execute("DELETE FROM work_inputs WHERE work_id = ?", (work_id,))
         self._pending.pop(work_id, None)
+        self._inputs_changed.add(work_id)
         self._inputs.clear()
         conn.execute("UPDATE checkpoints SET work_id = NULL WHERE work_id = ?", (work_id,))
         attempts = conn.execute("DELETE FROM executions WHERE work_id = ?", (work_id,)).rowcount
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
         conn.execute("DELETE FROM work_keys WHERE work_id = ?", (work_id,))
         self._key_owners.clear()
-        if self._owners is not None:
-            self._owners.clear()
+        if self._kept is not None:
+            self._kept.owners.clear()
         conn.execute("DELETE FROM works WHERE id = ?", (work_id,))
         conn.execute(
             "INSERT INTO removed_works (id, removed_at_ms) VALUES (?, ?)"
@@ -431,6 +432,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM intents WHERE event_id = ?", (event.id,))
         conn.execute("DELETE FROM work_inputs WHERE event_id = ?", (event.id,))
         self._pending.clear()  # the Event's inputs are consumed ones: forgotten all the same
+        self._inputs_lost = True
         self._inputs.clear()
         conn.execute(
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)

@@ -40,6 +40,11 @@ class InputsTx(TxBase):
         kept = self._pending.get(work_id)
         if kept is not None:
             return kept[0]
+        if self._kept is not None and not self._inputs_lost and work_id not in self._inputs_changed:
+            committed = self._kept.pending.get(work_id)  # (as an earlier commit left them)
+            if committed is not None:
+                self._pending[work_id] = committed
+                return committed[0]
         rows = self._all(_sql.WORK_PENDING_SEQ, (work_id,))
         pending = tuple(row[0] for row in rows)
         if self._caching:
@@ -101,6 +106,7 @@ class InputsTx(TxBase):
         self.touch(work_id)
         if cur.rowcount == 1:
             self._inputs.add((work_id, event_id))
+            self._inputs_changed.add(work_id)
         kept = self._pending.get(work_id)
         if kept is None or cur.rowcount != 1:
             return  # none kept, or the input was there already (pending or not: nothing changed)
@@ -109,6 +115,15 @@ class InputsTx(TxBase):
             self._pending[work_id] = ((*pending, event_id), seq)
         else:
             del self._pending[work_id]
+
+    def _left_pending(self, work_id: str, event_id: str) -> None:
+        """The input ``event_id`` of ``work_id`` is pending no longer: what is kept of the Work's pending
+        inputs goes on without it (the newest sequence kept stays an upper bound: `add_input`)."""
+        self._inputs_changed.add(work_id)
+        kept = self._pending.get(work_id)
+        if kept is not None:
+            left = tuple(pending for pending in kept[0] if pending != event_id)
+            self._pending[work_id] = (left, kept[1] if left else None)
 
     def input_state(self, work_id: str, event_id: str) -> InputState | None:
         row = self._one(
@@ -125,7 +140,7 @@ class InputsTx(TxBase):
         )
         if cur.rowcount != 1:
             return False
-        self._pending.pop(work_id, None)
+        self._left_pending(work_id, event_id)
         self.touch(work_id)
         return True
 
@@ -147,6 +162,6 @@ class InputsTx(TxBase):
             " WHERE work_id = ? AND event_id = ? AND state = ?",
             (new.value, execution_id, work_id, event_id, state.value),
         )
-        self._pending.pop(work_id, None)
         self._written(cur, f"input {event_id}", state, new)
+        self._left_pending(work_id, event_id)
         self.touch(work_id)
