@@ -62,12 +62,13 @@ from ._batch import (
     StorageFailure,
     StorageStats,
 )
+from ._carried import Carried
 from ._dialect import RowConflict, Store
 from ._feed import Notices
 from ._notify import summarize
 from ._thread import WorkerThread
 from ._tx import Tx
-from ._tx_base import Carried, RunGuarded
+from ._tx_base import RunGuarded
 
 log = logging.getLogger("loom.storage")
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
+from ._carried import KEPT, Carried, Pending
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
@@ -39,31 +40,6 @@ _MOVE = (
 """The revision bumps that wait (`TxBase.bump_work`) for one Work, and for several in one statement
 (a JSON list of ``[work id, how many, time]``; a database alone only, where bumps wait); with a
 state move that waits (`Tx.move_later`), for one Work."""
-
-_KEPT = 100_000
-"""How many keys' owners, and how many Works' pending inputs, the storage actor keeps across
-transactions (`TxBase.committed`)."""
-
-Pending = tuple[tuple[str, ...], int | None]
-"""A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
-
-
-class Carried:
-    """What committed transactions knew that the transactions after them may take (the storage actor
-    keeps it, on a database alone only, while its writer is the only one on the file): keys' owners (a
-    key is attached once, and detached only when compaction removes its Work) and Works' pending inputs
-    (written only through `InputsTx`, and compaction, which tell what they change)."""
-
-    __slots__ = ("owners", "pending")
-
-    def __init__(self) -> None:
-        self.owners: dict[str, str] = {}
-        self.pending: dict[str, Pending] = {}
-
-    def clear(self) -> None:
-        self.owners.clear()
-        self.pending.clear()
-
 
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
@@ -184,14 +160,14 @@ class TxBase:
         """This transaction committed: the keys' owners it read or attached, and the pending inputs it
         knows (each as of this commit: every write of them told it), answer later transactions
         (`Carried`); what it knew no longer of a Work whose inputs it wrote is forgotten. At most
-        `_KEPT` of each are kept."""
+        `KEPT` of each are kept."""
         kept = self._kept
         if kept is None:
             return
-        if len(kept.owners) > _KEPT:
+        if len(kept.owners) > KEPT:
             kept.owners.clear()
         kept.owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
-        if self._inputs_lost or len(kept.pending) > _KEPT:
+        if self._inputs_lost or len(kept.pending) > KEPT:
             kept.pending.clear()
         for work_id in self._inputs_changed:
             kept.pending.pop(work_id, None)
