@@ -155,17 +155,17 @@ FLOORS += tuple(
         ("acceptance", 2.6, "2.1"),
         (
             "route-100",
-            16.0,
-            "11.8-13.4, with the inputs each attempt takes (14.2-17.5 before the keys' owners were kept)",
+            14.0,
+            "10.4, with the inputs each attempt takes (14.2-17.5 before the keys' owners and pending inputs were kept)",
         ),
         (
             "wakes",
-            22.5,
-            "21.4 (24.4 before the wake's move waited for its claim and the keys' owners were kept)",
+            20.5,
+            "19.4 (24.4 before the wake's move waited for its claim and owners and pending inputs were kept)",
         ),
         ("timers", 4.5, "4.0"),
         ("recovery", 14.5, "13.1-13.3 (14.1-14.3 before the adoption told the segment clock)"),
-        ("due-jobs", 16.6, "16.1 (21.1 before the starts of created Works and the settling after read none)"),
+        ("due-jobs", 15.6, "15.1 (16.1 before a Work's pending inputs were kept past their commit)"),
     )
 ) + tuple(
     Floor(

@@ -1328,6 +1328,36 @@ async def test_a_works_pending_inputs_a_commit_knew_answer_the_transactions_afte
     assert await storage_of(rt).submit(pending) == ((), 1)
 
 
+async def test_a_consumption_rebuilds_a_short_pending_list_and_drops_a_long_one(rt: Runtime) -> None:
+    """A consumption tells the pending inputs it leaves when the list is short; a list longer than
+    `_REBUILT` is read again when asked for instead (an attempt takes its inputs one by one: rebuilding
+    a list of thousands at each would cost their square). Catches: a long list rebuilt at each
+    consumption (no read after it), and a short one forgotten (a read)."""
+    work_id = await a_work(rt)
+    offers = [
+        EventIn(source="shop", delivery_id=f"d-l{i}", type="order.paid", scope=SCOPE) for i in range(40)
+    ]
+    events = [await rt.publish(offer) for offer in offers]
+
+    def consume_then_read(count: int) -> Callable[[Tx, int], int]:
+        def proc(tx: Tx, now_ms: int) -> int:
+            pending = tx.pending_of(work_id)
+            for event in events[:count]:
+                if event.id not in pending:
+                    tx.add_input(work_id, event.id, event.seq)
+            assert len(tx.pending_of(work_id)) >= count
+            queries = counting_queries(tx)
+            tx.consume_if_pending(work_id, tx.pending_of(work_id)[0], "ex_none")
+            tx.pending_of(work_id)
+            return len([q for q in queries if q == WORK_PENDING_SEQ])
+
+        return proc
+
+    caches = storage_of(rt).store.dialect.caches_reads
+    assert await storage_of(rt).submit(consume_then_read(3)) == (0 if caches else 2)
+    assert await storage_of(rt).submit(consume_then_read(40)) == (1 if caches else 2)
+
+
 async def test_pending_inputs_kept_wrong_fail_the_suites_check(rt: Runtime) -> None:
     """conftest's `checked_pending` compares every kept answer with a read: a wrong one fails."""
     work_id = await a_work(rt)

@@ -160,18 +160,19 @@ class TxBase:
         """This transaction committed: the keys' owners it read or attached, and the pending inputs it
         knows (each as of this commit: every write of them told it), answer later transactions
         (`Carried`); what it knew no longer of a Work whose inputs it wrote is forgotten. At most
-        `KEPT` of each are kept."""
+        `KEPT` owners are kept, and as many Works' pending inputs as `Carried.keep_pending` keeps."""
         kept = self._kept
         if kept is None:
             return
         if len(kept.owners) > KEPT:
             kept.owners.clear()
         kept.owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
-        if self._inputs_lost or len(kept.pending) > KEPT:
-            kept.pending.clear()
+        if self._inputs_lost:
+            kept.forget_pending()
         for work_id in self._inputs_changed:
-            kept.pending.pop(work_id, None)
-        kept.pending.update(self._pending)
+            kept.forget_pending(work_id)
+        for work_id, pending in self._pending.items():
+            kept.keep_pending(work_id, pending)
 
     def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects

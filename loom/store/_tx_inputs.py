@@ -22,6 +22,10 @@ _EVENTS_PER_READ = 512
 _EVENT_WIDTH = len(_sql.EVENT_COLUMNS.split(","))
 
 
+_REBUILT = 32
+"""The longest pending list a consumption rebuilds without the input it took (`InputsTx._left_pending`)."""
+
+
 def _lists_of(ids: list[str]) -> Iterator[tuple[str, ...]]:
     """``ids`` in lists of at most `_EVENTS_PER_READ`, each `_padded`."""
     for first in range(0, len(ids), _EVENTS_PER_READ):
@@ -118,12 +122,18 @@ class InputsTx(TxBase):
 
     def _left_pending(self, work_id: str, event_id: str) -> None:
         """The input ``event_id`` of ``work_id`` is pending no longer: what is kept of the Work's pending
-        inputs goes on without it (the newest sequence kept stays an upper bound: `add_input`)."""
+        inputs goes on without it (the newest sequence kept stays an upper bound: `add_input`), or, a
+        list longer than `_REBUILT`, is read again when asked for (an attempt that takes hundreds
+        consumes them one by one: rebuilding the list at each would cost their square)."""
         self._inputs_changed.add(work_id)
         kept = self._pending.get(work_id)
-        if kept is not None:
-            left = tuple(pending for pending in kept[0] if pending != event_id)
-            self._pending[work_id] = (left, kept[1] if left else None)
+        if kept is None:
+            return
+        if len(kept[0]) > _REBUILT:
+            del self._pending[work_id]
+            return
+        left = tuple(pending for pending in kept[0] if pending != event_id)
+        self._pending[work_id] = (left, kept[1] if left else None)
 
     def input_state(self, work_id: str, event_id: str) -> InputState | None:
         row = self._one(

@@ -1,0 +1,45 @@
+"""What the storage actor keeps of committed transactions across them (`loom.store._carried.Carried`)
+stays within its bounds: `KEPT` Works' pending inputs and `KEPT_INPUTS` inputs over them all.
+
+Catches: a keep that never forgets (memory growing with every Work and input a runtime ever saw), a
+count of inputs that drifts from what is kept (the bound enforced against the wrong number), and a
+list longer than the whole bound kept anyway.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from loom.store import _carried
+from loom.store._carried import Carried
+
+
+def ids(work: str, n: int) -> tuple[str, ...]:
+    return tuple(f"ev_{work}_{i}" for i in range(n))
+
+
+def test_pending_inputs_kept_are_counted_and_replaced() -> None:
+    carried = Carried()
+    carried.keep_pending("a", (ids("a", 3), 3))
+    carried.keep_pending("b", (ids("b", 2), 2))
+    carried.keep_pending("a", (ids("a", 1), 3))  # (a's list replaced: its three no longer count)
+    assert carried.inputs == 3
+    carried.forget_pending("b")
+    assert (carried.inputs, list(carried.pending)) == (1, ["a"])
+    carried.forget_pending()
+    assert (carried.inputs, carried.pending) == (0, {})
+
+
+def test_past_either_bound_everything_kept_is_forgotten_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_carried, "KEPT", 3)
+    monkeypatch.setattr(_carried, "KEPT_INPUTS", 10)
+    carried = Carried()
+    for work in "abc":
+        carried.keep_pending(work, (ids(work, 1), 1))
+    carried.keep_pending("d", (ids("d", 1), 1))  # a fourth Work: the three before are forgotten
+    assert (list(carried.pending), carried.inputs) == (["d"], 1)
+    carried.keep_pending("e", (ids("e", 9), 9))  # 1 + 9 inputs fit; one more does not
+    carried.keep_pending("f", (ids("f", 1), 1))
+    assert (list(carried.pending), carried.inputs) == (["f"], 1)
+    carried.keep_pending("g", (ids("g", 11), 11))  # longer than the whole bound: not kept
+    assert (list(carried.pending), carried.inputs) == (["f"], 1)
