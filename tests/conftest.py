@@ -45,9 +45,9 @@ READERS: dict[str, Callable[[Tx, str], object]] = {
 def read_afresh(tx: Tx, kind: str, key: str) -> object:
     """What a read of ``kind`` by ``key`` answers with the transaction's keeping turned off (nothing
     kept on the database alone, nothing of what it inserted: `TxBase._keeps`). While it reads,
-    ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out).
-    Revision bumps and state moves that wait (`TxBase.bump_work`, `Tx.move_later`) are written for the read inside a savepoint rolled
-    back after it, so that they still wait as they would without the check."""
+    ``tx.reading_afresh`` says so (tests that count a procedure's reads leave these out). Revision
+    bumps and state moves that wait (`TxBase.bump_work`, `Tx.move_later`) are written for the read
+    inside a savepoint rolled back after it, so that they still wait as they would without the check."""
     caching, own, bumps, moves = tx._caching, tx._own, dict(tx._bumps), dict(tx._moves)
     tx.reading_afresh = True  # type: ignore[attr-defined]
     if bumps:
