@@ -42,6 +42,7 @@ from loom.kernel.accept import accept_in_tx
 from loom.kernel.admission import AdmitRequest, start_at_once_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.causal import check_and_charge_in_tx, utc_minute
+from loom.kernel.chains import complete_then_start_in_tx
 from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
 from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.intents import stale_open_intents_in_tx
@@ -825,6 +826,55 @@ async def test_a_wakes_move_to_ready_goes_with_the_claim_that_follows(
         else:  # the bump and the move, written before the read that is not patched
             assert seen == [WorkState.READY, ("ready", before.revision + 2)]
             assert len(writes) == (2 if shared else 1), writes
+
+
+@pytest.mark.parametrize("claim", [True, False], ids=["claim-follows", "nothing-follows"])
+async def test_an_attempts_end_moves_its_work_with_the_claim_that_follows(
+    loom_drivers: DriverFactory, claim: bool
+) -> None:
+    """An attempt's end moves its Work from running to ready, and with input pending the claim that
+    follows in the same transaction (`chains.complete_then_start_in_tx`) moves it back to running: on a
+    database alone the end's move waits (`Tx.move_later`) and the claim's write carries it, one write of
+    the Work's row. With no claim after it, the move waiting is written before the COMMIT. Catches: the
+    end's move written at once (two writes; one where nothing follows), and a move that waits and is
+    never written (the Work left running with no attempt)."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+        await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-2", type="w.go", scope="acme", key="k")
+        )
+
+        async def pending() -> bool:
+            return bool((await driver.runtime.work(work_id)).pending_inputs)
+
+        await driver.until(pending, "the second Event pending for the running Work")
+        admit = AdmitRequest(
+            config=RUN, owner="t", lease_ms=60_000, limit=1, token_seed="s", advertised={"fake": ()}
+        )
+
+        def end(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+            queries = counting_queries(tx)
+            if claim:
+                started = complete_then_start_in_tx(
+                    tx, now_ms, Authority.of(lease), Completed(), KindPolicy(), CausalLimits(), (), admit
+                )
+                follows: object = started is not None
+            else:
+                follows = record_outcome_in_tx(tx, now_ms, Authority.of(lease), Completed(), KindPolicy())
+            return follows, [q for q in queries if q.startswith("UPDATE works")]
+
+        follows, writes = await storage_of(driver.runtime).submit(end)
+        alone = storage_of(driver.runtime).store.dialect.caches_reads
+        after = await driver.runtime.work(work_id)
+        if claim:  # the end's move and the claim: one write alone on the database
+            assert follows is True
+            assert len(writes) == (1 if alone else 2), writes
+            assert (after.state, after.attempts) == (WorkState.RUNNING, 2)
+            assert after.current_execution_id not in (None, lease.execution_id)
+        else:  # the move waits past the procedure, and is written with its COMMIT
+            assert follows == work_id
+            assert len(writes) == (0 if alone else 1), writes
+            assert (after.state, after.current_execution_id) == (WorkState.READY, None)
 
 
 class Recording:

@@ -457,7 +457,9 @@ def record_outcome_in_tx(
     tx.set_execution_state(
         execution, state, token=None, outcome=json.dumps(outcome_json(outcome)), ended_at_ms=now_ms
     )
-    revision = tx.set_work_state(work, next_state, now_ms)
+    # a move to ready waits for the claim that mostly follows (`chains.complete_then_start_in_tx`): one
+    # write of the Work's row for both (`Tx.move_later`; a terminal state is written at once)
+    revision = tx.move_later(work, next_state, now_ms)
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
         tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
