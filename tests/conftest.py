@@ -193,6 +193,35 @@ def checked_roots_pinned(tx: Tx) -> bool:
 ROOTS_PINNED = Tx.roots_pinned
 
 
+def checked_routed_input(tx: InputsTx, event_id: str) -> object:
+    """`InputsTx.routed_input`, checked: a checkpoint answered from what this transaction wrote or an
+    earlier one committed is what a read answers."""
+    checkpoint = ROUTED_INPUT(tx, event_id)
+    if checkpoint is not MISSING and isinstance(tx, Tx):
+        read = read_afresh(tx, "checkpoint", event_id)
+        assert checkpoint == read, f"event {event_id}'s checkpoint as kept: {checkpoint} != {read}"
+    return checkpoint
+
+
+ROUTED_INPUT = InputsTx.routed_input
+
+
+def checked_take_routed(tx: InputsTx, event_id: str) -> object:
+    """`InputsTx._take_routed`, checked: an Event and its checkpoint an earlier commit kept are what
+    reads answer."""
+    kept = TAKE_ROUTED(tx, event_id)
+    if kept is not None and isinstance(tx, Tx):
+        row = tx._conn.execute(_sql.EVENT_BY_ID, (event_id,)).fetchone()
+        event = _sql.event_from_row(row) if row else None
+        assert kept[0] == event, f"event {event_id} as kept: {kept[0]} != {event}"
+        read = read_afresh(tx, "checkpoint", event_id)
+        assert kept[1] == read, f"event {event_id}'s checkpoint as kept: {kept[1]} != {read}"
+    return kept
+
+
+TAKE_ROUTED = InputsTx._take_routed
+
+
 def checked_key_owner(tx: Tx, key: str) -> str | None:
     """`Tx.key_owner`, checked: the owner it answers (read, kept, or committed earlier) is what a
     read finds."""
@@ -225,13 +254,16 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     (`WaitsTx.untaken_wake`), every timer row kept
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
-    `SubscriptionsTx.wait_subscriptions_exist`), and every key's owner (`Tx.key_owner`), in
+    `SubscriptionsTx.wait_subscriptions_exist`), every key's owner (`Tx.key_owner`), and every routed
+    input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
     monkeypatch.setattr(TxBase, "known_lazily", checked_known_lazily)
     monkeypatch.setattr(TxBase, "hold", checked_hold)
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
+    monkeypatch.setattr(InputsTx, "routed_input", checked_routed_input)
+    monkeypatch.setattr(InputsTx, "_take_routed", checked_take_routed)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)

@@ -1,13 +1,15 @@
 """What the storage actor keeps of committed transactions across them (`loom.store._carried.Carried`)
-stays within its bounds: `KEPT` Works' pending inputs and `KEPT_INPUTS` inputs over them all.
+stays within its bounds: `KEPT` Works' pending inputs and `KEPT_INPUTS` inputs over them all;
+`KEPT_ROUTED` routed inputs and `KEPT_ROUTED_BYTES` of their payloads.
 
 Catches: a keep that never forgets (memory growing with every Work and input a runtime ever saw), a
-count of inputs that drifts from what is kept (the bound enforced against the wrong number), and a
-list longer than the whole bound kept anyway.
+count of inputs or payload bytes that drifts from what is kept (the bound enforced against the wrong
+number), and a list or payload longer than the whole bound kept anyway.
 """
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from loom.store import _carried
@@ -43,3 +45,30 @@ def test_past_either_bound_everything_kept_is_forgotten_first(monkeypatch: pytes
     assert (list(carried.pending), carried.inputs) == (["f"], 1)
     carried.keep_pending("g", (ids("g", 11), 11))  # longer than the whole bound: not kept
     assert (list(carried.pending), carried.inputs) == (["f"], 1)
+
+
+@attrs.frozen
+class Routed:
+    """An Event as `Carried.keep_routed` sees one: its id."""
+
+    id: str
+
+
+def test_routed_inputs_kept_are_taken_once_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_carried, "KEPT_ROUTED", 3)
+    monkeypatch.setattr(_carried, "KEPT_ROUTED_BYTES", 100)
+    carried = Carried()
+    carried.keep_routed(Routed("a"), "cp-a", 40)
+    carried.keep_routed(Routed("b"), "cp-b", 40)
+    assert carried.take_routed("a") == (Routed("a"), "cp-a")
+    assert (carried.take_routed("a"), carried.routed_bytes) == (None, 40)  # taken once
+    carried.keep_routed(Routed("c"), "cp-c", 60)  # 40 + 60 fit; one byte more does not
+    carried.keep_routed(Routed("d"), "cp-d", 1)
+    assert (list(carried.routed), carried.routed_bytes) == (["d"], 1)
+    for event in "efg":
+        carried.keep_routed(Routed(event), f"cp-{event}", 1)  # a fourth Event: the three before go
+    assert (list(carried.routed), carried.routed_bytes) == (["g"], 1)
+    carried.keep_routed(Routed("h"), "cp-h", 101)  # larger than the whole bound: not kept
+    assert (list(carried.routed), carried.routed_bytes) == (["g"], 1)
+    carried.clear()
+    assert (carried.routed, carried.routed_bytes) == ({}, 0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 
 import attrs
 import pytest
@@ -62,6 +63,7 @@ from loom.store import AdmissionFacts, Tx
 from loom.store._sql import (
     DELIVERY,
     EVENT_BY_ID,
+    EVENTS_TO_ROUTE,
     TIMER_BY_ID,
     TIMER_OR_REMOVED,
     WORK_PENDING,
@@ -844,8 +846,8 @@ async def test_an_attempts_end_moves_its_work_with_the_claim_that_follows(
             EventIn(source="t", delivery_id="d-2", type="w.go", scope="acme", key="k")
         )
 
-        async def pending() -> bool:
-            return bool((await driver.runtime.work(work_id)).pending_inputs)
+        async def pending() -> bool:  # (the running attempt's own input is pending until it ends)
+            return len((await driver.runtime.work(work_id)).pending_inputs) == 2
 
         await driver.until(pending, "the second Event pending for the running Work")
         admit = AdmitRequest(
@@ -875,6 +877,62 @@ async def test_an_attempts_end_moves_its_work_with_the_claim_that_follows(
             assert follows == work_id
             assert len(writes) == (0 if alone else 1), writes
             assert (after.state, after.current_execution_id) == (WorkState.READY, None)
+
+
+EVENTS_TO_ROUTE_1 = EVENTS_TO_ROUTE.format(ids="?")
+"""The read of one input's Event with its checkpoint (`InputsTx.input_checkpoints`)."""
+
+
+async def test_an_input_an_earlier_commit_routed_is_claimed_without_reading_it(
+    loom_drivers: DriverFactory,
+) -> None:
+    """An Event accepted and routed to a running Work as input in one commit is claimed in a later one:
+    on a database alone that commit kept the Event and its checkpoint (`Carried.routed`), and the claim's
+    binding and inputs (`InputsTx.input_checkpoints`, `InputsTx.input_events`) read neither; taken once,
+    the next read reads them. A replay's replacement of a checkpoint forgets everything kept, even one
+    undone. Catches: nothing kept (a read on SQLite), an input kept after a claim took it, and a
+    replacement that leaves what was kept answering; conftest's checks catch an Event or checkpoint kept
+    wrong."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, _ = await launched_attempt(driver)
+        await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-2", type="w.go", scope="acme", key="k")
+        )
+
+        async def pending(n: int) -> bool:
+            return len((await driver.runtime.work(work_id)).pending_inputs) == n
+
+        # (the running attempt's own input stays pending until the attempt ends)
+        await driver.until(partial(pending, 2), "the second Event pending for the running Work")
+        event_id = (await driver.runtime.work(work_id)).pending_inputs[-1]
+
+        def claim_reads(tx: Tx, now_ms: int) -> tuple[list[object], list[str], list[str]]:
+            queries = counting_queries(tx)
+            routes = [cp.route if cp else None for _, cp in tx.input_checkpoints([event_id])]
+            events = [event.id for event in tx.input_events([event_id])]
+            return routes, events, queries[:]
+
+        def replay_undone(tx: Tx, now_ms: int) -> None:
+            checkpoint = tx.checkpoint(event_id)
+            assert checkpoint is not None
+            tx.replace_checkpoint(checkpoint, event_id, now_ms)
+            raise LookupError("undo it")
+
+        alone = storage_of(driver.runtime).store.dialect.caches_reads
+        storage = storage_of(driver.runtime)
+        assert await storage.submit(claim_reads) == (["w"], [event_id], [] if alone else [EVENTS_TO_ROUTE_1])
+        routes, events, queries = await storage.submit(claim_reads)  # taken: read now
+        assert (routes, events, queries) == (["w"], [event_id], [EVENTS_TO_ROUTE_1])
+
+        await driver.runtime.publish(
+            EventIn(source="t", delivery_id="d-3", type="w.go", scope="acme", key="k")
+        )
+
+        await driver.until(partial(pending, 3), "the third Event pending too")
+        event_id = (await driver.runtime.work(work_id)).pending_inputs[-1]
+        with pytest.raises(LookupError):
+            await storage.submit(replay_undone)
+        assert (await storage.submit(claim_reads))[2] == [EVENTS_TO_ROUTE_1]
 
 
 class Recording:

@@ -7,8 +7,9 @@ them in its method.
 Catches: a new ``self._conn.execute`` that writes or reads a Work's state, revision or time of last
 change while a bump or a move waits: the write would be overwritten by the bump, or undo the move's
 compare-and-set, and the read would answer the row without them. And every statement that writes Works'
-inputs tells its transaction whose inputs it wrote (what an earlier commit left of them no longer
-answers: `TxBase.committed`).
+inputs tells its transaction whose inputs it wrote, and every one that writes routing checkpoints tells
+it what it wrote or that what was kept of them no longer answers (what an earlier commit left of them
+would answer later transactions wrong: `TxBase.committed`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ WAITING = re.compile(r"\b(revision|updated_at_ms|state)\b")
 FLUSHES = {"_flush_bumps", "write_bumps"}
 INPUTS_TOLD = {"_inputs_changed", "_inputs_lost", "_left_pending"}
 """What a method that writes Works' inputs names to tell its transaction so (`TxBase.committed`)."""
+CHECKPOINTS_TOLD = {"_routed", "_lose_routed"}
+"""What a method that writes routing checkpoints names to tell its transaction so (`InputsTx.routed_input`)."""
 PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}
 """Methods that send a statement their caller gives (`TxBase`'s own: checked at their callers), and
 `AdmissionTx.lock_pool`, which sends its dialect's advisory lock (no table)."""
@@ -55,10 +58,10 @@ def sql_of(node: ast.expr, module: object) -> str | None:
     return None
 
 
-def direct_statements() -> list[tuple[str, str, int, str | None, bool, bool]]:
+def direct_statements() -> list[tuple[str, str, int, str | None, bool, set[str]]]:
     """Each ``.execute``/``.executemany`` in the transaction modules: module, method, line, its text
-    (``None``: not known from the source), whether a flush of what waits comes before it, and whether
-    its method tells the transaction which Work's inputs it wrote (`INPUTS_TOLD`)."""
+    (``None``: not known from the source), whether a flush of what waits comes before it, and the
+    attributes its method names (what it tells the transaction: `INPUTS_TOLD`, `CHECKPOINTS_TOLD`)."""
     found = []
     for path in sorted(STORE.glob("_tx*.py")):
         module = importlib.import_module(f"loom.store.{path.stem}")
@@ -70,12 +73,12 @@ def direct_statements() -> list[tuple[str, str, int, str | None, bool, bool]]:
             flushed_at = [
                 c.lineno for c in calls if isinstance(c.func, ast.Attribute) and c.func.attr in FLUSHES
             ]
-            told = any(isinstance(n, ast.Attribute) and n.attr in INPUTS_TOLD for n in ast.walk(function))
+            named = {n.attr for n in ast.walk(function) if isinstance(n, ast.Attribute)}
             for call in calls:
                 if isinstance(call.func, ast.Attribute) and call.func.attr in ("execute", "executemany"):
                     text = sql_of(call.args[0], module) if call.args else None
                     flushed = any(line < call.lineno for line in flushed_at)
-                    found.append((path.stem, function.name, call.lineno, text, flushed, told))
+                    found.append((path.stem, function.name, call.lineno, text, flushed, named))
     return found
 
 
@@ -106,9 +109,24 @@ def test_direct_writes_of_inputs_tell_which_works_inputs_they_wrote() -> None:
     left of them (`Carried.pending`) no longer answers. Catches: a new write of inputs that does not
     (the next transaction would answer a Work's pending inputs without it)."""
     writes = [
-        (m, f, line, told)
-        for m, f, line, text, _, told in direct_statements()
+        (m, f, line, bool(named & INPUTS_TOLD))
+        for m, f, line, text, _, named in direct_statements()
         if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) work_inputs\b", text)
     ]
     assert len(writes) >= 4, f"only {writes} writes of work_inputs found: the scan lost its way"
     assert [w for w in writes if not w[3]] == [], f"writes of inputs that tell nothing: {writes}"
+
+
+def test_direct_writes_of_checkpoints_tell_what_routed_inputs_they_change() -> None:
+    """A statement that inserts, updates or deletes routing checkpoints sits in a method that tells the
+    transaction what it wrote or that what was kept of them no longer answers (`CHECKPOINTS_TOLD`), so
+    that an Event's checkpoint an earlier commit kept (`Carried.routed`) is never answered after a
+    replay or compaction changed it. Catches: a new write of checkpoints that does not (a claim would
+    run with the binding of a route the Event no longer has)."""
+    writes = [
+        (m, f, line, bool(named & CHECKPOINTS_TOLD))
+        for m, f, line, text, _, named in direct_statements()
+        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) checkpoints\b", text)
+    ]
+    assert len(writes) >= 4, f"only {writes} writes of checkpoints found: the scan lost its way"
+    assert [w for w in writes if not w[3]] == [], f"writes of checkpoints that tell nothing: {writes}"

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 KEPT = 100_000
 """How many keys' owners, and how many Works' pending inputs, the storage actor keeps across
 transactions (`TxBase.committed`)."""
 
 KEPT_INPUTS = 250_000
 """How many pending inputs, over every Work, the storage actor keeps across transactions."""
+
+KEPT_ROUTED = 100_000
+"""How many routed inputs (an Event with its routing checkpoint) the storage actor keeps across
+transactions."""
+
+KEPT_ROUTED_BYTES = 16 << 20
+"""How much payload text, over every routed input kept, the storage actor keeps across transactions."""
 
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
@@ -19,17 +28,23 @@ class Carried:
     key is attached once, and detached only when compaction removes its Work) and Works' pending inputs
     (written only through `InputsTx`, and compaction, which tell what they change)."""
 
-    __slots__ = ("inputs", "owners", "pending")
+    __slots__ = ("inputs", "owners", "pending", "routed", "routed_bytes")
 
     def __init__(self) -> None:
         self.owners: dict[str, str] = {}
         self.pending: dict[str, Pending] = {}
         self.inputs = 0
         """How many pending inputs `pending` holds, over every Work."""
+        self.routed: dict[str, tuple[Any, Any, int]] = {}
+        """Events a committed transaction accepted and routed to a Work as input, each with its
+        checkpoint and its payload text's length, by id, until a claim takes them (`take_routed`)."""
+        self.routed_bytes = 0
+        """The payload text `routed` holds, over every Event."""
 
     def clear(self) -> None:
         self.owners.clear()
         self.forget_pending()
+        self.forget_routed()
 
     def forget_pending(self, work_id: str | None = None) -> None:
         """Forget the pending inputs kept of ``work_id`` (``None``: of every Work)."""
@@ -49,3 +64,27 @@ class Carried:
             self.forget_pending()
         self.pending[work_id] = pending
         self.inputs += len(pending[0])
+
+    def keep_routed(self, event: Any, checkpoint: Any, size: int) -> None:
+        """Keep ``event`` (its payload text ``size`` long) and the checkpoint that routed it to a Work
+        (at most `KEPT_ROUTED` Events and `KEPT_ROUTED_BYTES` of payload: past either, everything kept
+        is forgotten first)."""
+        if size > KEPT_ROUTED_BYTES:
+            return
+        if len(self.routed) >= KEPT_ROUTED or self.routed_bytes + size > KEPT_ROUTED_BYTES:
+            self.forget_routed()
+        self.routed[event.id] = (event, checkpoint, size)
+        self.routed_bytes += size
+
+    def take_routed(self, event_id: str) -> tuple[Any, Any] | None:
+        """The Event ``event_id`` and its checkpoint, if kept; forgotten from here on (an input is
+        claimed once, mostly)."""
+        kept = self.routed.pop(event_id, None)
+        if kept is None:
+            return None
+        self.routed_bytes -= kept[2]
+        return kept[0], kept[1]
+
+    def forget_routed(self) -> None:
+        self.routed.clear()
+        self.routed_bytes = 0

@@ -392,6 +392,7 @@ class CompactionTx(TxBase):
         self._inputs_changed.add(work_id)
         self._inputs.clear()
         conn.execute("UPDATE checkpoints SET work_id = NULL WHERE work_id = ?", (work_id,))
+        self._lose_routed()
         attempts = conn.execute("DELETE FROM executions WHERE work_id = ?", (work_id,)).rowcount
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
         conn.execute("DELETE FROM work_keys WHERE work_id = ?", (work_id,))
@@ -438,6 +439,7 @@ class CompactionTx(TxBase):
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)
         )
         conn.execute("DELETE FROM checkpoints WHERE seq = ?", (event.seq,))
+        self._lose_routed()
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
         self._routed_through = self._max_seq = None
         self._events.pop(event.id, None)

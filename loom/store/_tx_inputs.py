@@ -11,6 +11,7 @@ asked). A savepoint rolled back forgets them all.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.events import Event
@@ -64,6 +65,8 @@ class InputsTx(TxBase):
         row never changes, and is kept as `Tx.event` keeps it). The query's list of ids is filled up to
         a power of two with its last id, so few query texts ever take the statement cache."""
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in self._events]
+        if missing and self._kept is not None and not self._routed_lost:  # (`routed_input`)
+            missing = [event_id for event_id in missing if self._take_routed(event_id) is None]
         for ids in _lists_of(missing):
             sql = f"SELECT {_sql.EVENT_COLUMNS} FROM events WHERE id IN ({', '.join('?' * len(ids))})"
             for row in self._all(sql, ids):
@@ -82,6 +85,8 @@ class InputsTx(TxBase):
         for at, event_id in enumerate(event_ids):
             if not read:
                 known = self.recall("checkpoint", event_id)
+                if known is MISSING:
+                    known = self.routed_input(event_id)
                 if known is not MISSING:
                     yield event_id, known
                     continue
@@ -95,6 +100,27 @@ class InputsTx(TxBase):
                     tail = row[_EVENT_WIDTH:]
                     read[event.id] = _sql.checkpoint_from_row(tail) if tail[0] is not None else None
             yield event_id, read[event_id]
+
+    def routed_input(self, event_id: str) -> Checkpoint | Any:
+        """The checkpoint that routed the Event ``event_id`` to a Work, when this transaction wrote it
+        or an earlier one committed it with the Event (`Carried.routed`: a database alone only), the
+        Event kept for the claim that follows (`input_events`); `MISSING` otherwise. An Event row never
+        changes, and its checkpoint only by a replay or compaction (`TxBase._lose_routed`)."""
+        if self._kept is None or self._routed_lost:
+            return MISSING
+        if event_id in self._routed:
+            return self._routed[event_id][0]
+        kept = self._take_routed(event_id)
+        return MISSING if kept is None else kept[1]
+
+    def _take_routed(self, event_id: str) -> tuple[Event, Checkpoint] | None:
+        """The Event ``event_id`` and the checkpoint that routed it, as an earlier commit kept them
+        (`Carried.take_routed`), the Event put with those this transaction knows; ``None``: not kept."""
+        assert self._kept is not None
+        kept = self._kept.take_routed(event_id)
+        if kept is not None:
+            self._events.setdefault(event_id, kept[0])
+        return kept
 
     def add_input(self, work_id: str, event_id: str, seq: int) -> None:
         """Add an Event to a Work's inputs, pending, unless it is one of them already (in any state);
