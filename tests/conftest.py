@@ -222,6 +222,19 @@ def checked_take_routed(tx: InputsTx, event_id: str) -> object:
 TAKE_ROUTED = InputsTx._take_routed
 
 
+def checked_kept_attempt(tx: ExecutionsTx, execution_id: str) -> object:
+    """`ExecutionsTx._kept_attempt`, checked: an attempt's row an earlier commit kept is what a read
+    gives."""
+    kept = KEPT_ATTEMPT(tx, execution_id)
+    if kept is not None:
+        read = tx._conn.execute(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,)).fetchone()
+        assert kept == read, f"attempt {execution_id}'s row as kept: {kept} != {read}"
+    return kept
+
+
+KEPT_ATTEMPT = ExecutionsTx._kept_attempt
+
+
 def checked_key_owner(tx: Tx, key: str) -> str | None:
     """`Tx.key_owner`, checked: the owner it answers (read, kept, or committed earlier) is what a
     read finds."""
@@ -255,7 +268,8 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
     `SubscriptionsTx.wait_subscriptions_exist`), every key's owner (`Tx.key_owner`), and every routed
-    input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`), in
+    input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`) and every
+    attempt's row kept (`ExecutionsTx._kept_attempt`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
@@ -264,6 +278,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(InputsTx, "pending_of", checked_pending)
     monkeypatch.setattr(InputsTx, "routed_input", checked_routed_input)
     monkeypatch.setattr(InputsTx, "_take_routed", checked_take_routed)
+    monkeypatch.setattr(ExecutionsTx, "_kept_attempt", checked_kept_attempt)
     monkeypatch.setattr(TxBase, "recall", checked_recall)
     monkeypatch.setattr(TimersTx, "timer", checked_timer)
     monkeypatch.setattr(WaitsTx, "waits_exist", checked_waits_exist)

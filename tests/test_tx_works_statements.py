@@ -7,9 +7,9 @@ them in its method.
 Catches: a new ``self._conn.execute`` that writes or reads a Work's state, revision or time of last
 change while a bump or a move waits: the write would be overwritten by the bump, or undo the move's
 compare-and-set, and the read would answer the row without them. And every statement that writes Works'
-inputs tells its transaction whose inputs it wrote, and every one that writes routing checkpoints tells
-it what it wrote or that what was kept of them no longer answers (what an earlier commit left of them
-would answer later transactions wrong: `TxBase.committed`).
+inputs tells its transaction whose inputs it wrote, and every one that writes routing checkpoints or
+attempts' rows tells it what it wrote or that what was kept of them no longer answers (what an earlier
+commit left of them would answer later transactions wrong: `TxBase.committed`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ WAITING = re.compile(r"\b(revision|updated_at_ms|state)\b")
 FLUSHES = {"_flush_bumps", "write_bumps"}
 INPUTS_TOLD = {"_inputs_changed", "_inputs_lost", "_left_pending"}
 """What a method that writes Works' inputs names to tell its transaction so (`TxBase.committed`)."""
-CHECKPOINTS_TOLD = {"_routed", "_lose_routed"}
+CHECKPOINTS_TOLD = {"routed", "lose_routed"}
 """What a method that writes routing checkpoints names to tell its transaction so (`InputsTx.routed_input`)."""
+ATTEMPTS_TOLD = {"attempts", "changed_attempt", "lose_attempts"}
+"""What a method that writes attempts' rows names to tell its transaction so (`ExecutionsTx._kept_attempt`)."""
 PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}
 """Methods that send a statement their caller gives (`TxBase`'s own: checked at their callers), and
 `AdmissionTx.lock_pool`, which sends its dialect's advisory lock (no table)."""
@@ -130,3 +132,17 @@ def test_direct_writes_of_checkpoints_tell_what_routed_inputs_they_change() -> N
     ]
     assert len(writes) >= 4, f"only {writes} writes of checkpoints found: the scan lost its way"
     assert [w for w in writes if not w[3]] == [], f"writes of checkpoints that tell nothing: {writes}"
+
+
+def test_direct_writes_of_attempts_tell_which_attempts_they_change() -> None:
+    """A statement that inserts, updates or deletes attempts' rows sits in a method that tells the
+    transaction which it wrote, or that it wrote some (`ATTEMPTS_TOLD`), so that an attempt's row an
+    earlier commit kept (`Carried.attempts`) never answers after a write of it. Catches: a new write
+    of attempts that does not (a lease's renewal, an end or an adoption answered as before it)."""
+    writes = [
+        (m, f, line, bool(named & ATTEMPTS_TOLD))
+        for m, f, line, text, _, named in direct_statements()
+        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) executions\b", text)
+    ]
+    assert len(writes) >= 8, f"only {writes} writes of executions found: the scan lost its way"
+    assert [w for w in writes if not w[3]] == [], f"writes of attempts that tell nothing: {writes}"

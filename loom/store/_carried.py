@@ -18,6 +18,9 @@ transactions."""
 KEPT_ROUTED_BYTES = 16 << 20
 """How much payload text, over every routed input kept, the storage actor keeps across transactions."""
 
+KEPT_ATTEMPTS = 10_000
+"""How many attempts' rows the storage actor keeps across transactions."""
+
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
 
@@ -28,7 +31,7 @@ class Carried:
     key is attached once, and detached only when compaction removes its Work) and Works' pending inputs
     (written only through `InputsTx`, and compaction, which tell what they change)."""
 
-    __slots__ = ("inputs", "owners", "pending", "routed", "routed_bytes")
+    __slots__ = ("attempts", "inputs", "owners", "pending", "routed", "routed_bytes")
 
     def __init__(self) -> None:
         self.owners: dict[str, str] = {}
@@ -40,11 +43,15 @@ class Carried:
         checkpoint and its payload text's length, by id, until a claim takes them (`take_routed`)."""
         self.routed_bytes = 0
         """The payload text `routed` holds, over every Event."""
+        self.attempts: dict[str, tuple[Any, ...]] = {}
+        """Attempts a committed transaction inserted, each as a read gives its row, by id, until a
+        transaction writes the row."""
 
     def clear(self) -> None:
         self.owners.clear()
         self.forget_pending()
         self.forget_routed()
+        self.attempts.clear()
 
     def forget_pending(self, work_id: str | None = None) -> None:
         """Forget the pending inputs kept of ``work_id`` (``None``: of every Work)."""
@@ -88,3 +95,58 @@ class Carried:
     def forget_routed(self) -> None:
         self.routed.clear()
         self.routed_bytes = 0
+
+    def keep_attempt(self, execution_id: str, row: tuple[Any, ...]) -> None:
+        """Keep ``row``, an attempt's as `ExecutionsTx.execution` reads it (at most `KEPT_ATTEMPTS`:
+        past it, every attempt kept is forgotten first)."""
+        if len(self.attempts) >= KEPT_ATTEMPTS:
+            self.attempts.clear()
+        self.attempts[execution_id] = row
+
+
+class ToCarry:
+    """What one transaction will tell `Carried` at its commit (`TxBase.committed`), on a database alone:
+    the payload text's length of each Event it inserted and the checkpoints routing one of them to a
+    Work (`InputsTx.routed_input`); the attempts it inserted, as a read would give their rows, and
+    those whose rows it changed (`ExecutionsTx.execution`)."""
+
+    __slots__ = ("attempts", "attempts_changed", "attempts_lost", "routed", "routed_lost", "sizes")
+
+    def __init__(self) -> None:
+        self.sizes: dict[str, int] = {}
+        self.routed: dict[str, tuple[Any, int]] = {}
+        self.routed_lost = False
+        """A checkpoint was replaced or removed: none kept answers any more."""
+        self.attempts: dict[str, tuple[Any, ...]] = {}
+        self.attempts_changed: set[str] = set()
+        self.attempts_lost = False
+        """Attempts' rows were written by a statement naming no one attempt: none kept answers."""
+
+    def lose_routed(self, carried: Carried | None) -> None:
+        self.routed_lost, self.routed = True, {}
+        if carried is not None:
+            carried.forget_routed()
+
+    def changed_attempt(self, execution_id: str) -> None:
+        """The attempt's row was written: what was kept of it no longer answers."""
+        self.attempts_changed.add(execution_id)
+        self.attempts.pop(execution_id, None)
+
+    def lose_attempts(self) -> None:
+        self.attempts_lost, self.attempts = True, {}
+
+    def rolled_back(self) -> None:
+        """A savepoint rolled back: what it wrote may be undone (what it changed stays changed)."""
+        self.routed.clear()
+        self.attempts.clear()
+
+    def commit(self, carried: Carried, events: dict[str, Any]) -> None:
+        for event_id, (checkpoint, size) in () if self.routed_lost else self.routed.items():
+            if event_id in events:
+                carried.keep_routed(events[event_id], checkpoint, size)
+        if self.attempts_lost:
+            carried.attempts.clear()
+        for execution_id in self.attempts_changed:
+            carried.attempts.pop(execution_id, None)
+        for execution_id, row in self.attempts.items():
+            carried.keep_attempt(execution_id, row)

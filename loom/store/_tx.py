@@ -114,8 +114,8 @@ class Tx(
             assert if_new, "an insert returned no sequence"
             return None
         seq = int(row[0])
-        if self._kept is not None:  # (its routing may make it a Work's input: `TxBase._routed`)
-            self._sizes[id] = len(payload_json)
+        if self._kept is not None:  # (its routing may make it a Work's input: `ToCarry.routed`)
+            self._to_carry.sizes[id] = len(payload_json)
         if kept:
             # a new Event changes no record `recall` keeps (an Event's own routing is read only once
             # it exists): what was read before it still answers
@@ -406,8 +406,8 @@ class Tx(
     def insert_checkpoint(self, cp: Checkpoint) -> None:
         self._ordered()  # its commit_seq is the Work's history order
         self._unrouted.discard(cp.event_id)
-        if cp.work_id is not None and cp.event_id in self._sizes:  # (a database alone only)
-            self._routed[cp.event_id] = (cp, self._sizes[cp.event_id])
+        if cp.work_id is not None and cp.event_id in self._to_carry.sizes:  # (a database alone only)
+            self._to_carry.routed[cp.event_id] = (cp, self._to_carry.sizes[cp.event_id])
         self._conn.execute(
             "INSERT INTO checkpoints (event_id, seq, status, work_id, route, route_scope, policy,"
             " effective_policy, fallback_reason, reason, generation, at_ms, commit_seq)"
@@ -475,5 +475,5 @@ class Tx(
             (cp.event_id, replay_id, cp.status.value, cp.work_id, cp.route, cp.reason, cp.at_ms, now_ms),
         )
         self._conn.execute("DELETE FROM checkpoints WHERE seq = ?", (cp.seq,))
-        self._lose_routed()
+        self._to_carry.lose_routed(self._kept)
         self._routed_through = None

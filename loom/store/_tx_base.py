@@ -9,7 +9,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
-from ._carried import KEPT, Carried, Pending
+from ._carried import KEPT, Carried, Pending, ToCarry
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
@@ -154,17 +154,13 @@ class TxBase:
         self._key_owners: dict[str, str | None] = {}
         """Keys this transaction read the owner of, or attached (`Tx.key_owner`): a key is attached once
         and detached only when compaction removes its Work, which forgets them all."""
-        self._sizes: dict[str, int] = {}
-        self._routed: dict[str, tuple[Any, int]] = {}
-        """On a database alone: the payload text's length of each Event this transaction inserted, and
-        the checkpoints it wrote routing one of them to a Work, with it (`InputsTx.routed_input`)."""
-        self._routed_lost = False  # (a checkpoint replaced or removed: none kept answers any more)
+        self._to_carry = ToCarry()
 
     def committed(self) -> None:
         """This transaction committed: the keys' owners it read or attached, the pending inputs it knows
-        (each as of this commit: every write of them told it) and the Events it routed to a Work
-        answer later transactions (`Carried`, which bounds them); what it knew no longer of a Work
-        whose inputs it wrote is forgotten."""
+        (each as of this commit: every write of them told it), the Events it routed to a Work and the
+        attempts it inserted answer later transactions (`Carried`, which bounds them); what it knew no
+        longer of a Work whose inputs, or an attempt whose row, it wrote is forgotten."""
         kept = self._kept
         if kept is None:
             return
@@ -177,14 +173,7 @@ class TxBase:
             kept.forget_pending(work_id)
         for work_id, pending in self._pending.items():
             kept.keep_pending(work_id, pending)
-        for event_id, (checkpoint, size) in () if self._routed_lost else self._routed.items():
-            if event_id in self._events:
-                kept.keep_routed(self._events[event_id], checkpoint, size)
-
-    def _lose_routed(self) -> None:
-        self._routed_lost, self._routed = True, {}
-        if self._kept is not None:
-            self._kept.forget_routed()
+        self._to_carry.commit(kept, self._events)
 
     def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects
@@ -483,7 +472,7 @@ class _Savepoint:
                 tx._pending.clear()
                 tx._inputs.clear()
                 tx._key_owners.clear()
-                tx._routed.clear()
+                tx._to_carry.rolled_back()
                 tx._waits_on_key.clear()
                 # "none exists" is read again: it may have undone a removal
                 tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None

@@ -370,6 +370,7 @@ class CompactionTx(TxBase):
         self._conn.execute(f"DELETE FROM wait_keys WHERE wait_id IN ({waits})", (execution_id,))
         self._conn.execute("DELETE FROM waits WHERE execution_id = ?", (execution_id,))
         self._conn.execute("DELETE FROM intents WHERE execution_id = ?", (execution_id,))
+        self._to_carry.changed_attempt(execution_id)
         self._conn.execute("DELETE FROM executions WHERE id = ?", (execution_id,))
 
     def remove_work(self, work_id: str, now_ms: int) -> int:
@@ -392,7 +393,8 @@ class CompactionTx(TxBase):
         self._inputs_changed.add(work_id)
         self._inputs.clear()
         conn.execute("UPDATE checkpoints SET work_id = NULL WHERE work_id = ?", (work_id,))
-        self._lose_routed()
+        self._to_carry.lose_routed(self._kept)
+        self._to_carry.lose_attempts()
         attempts = conn.execute("DELETE FROM executions WHERE work_id = ?", (work_id,)).rowcount
         conn.execute("DELETE FROM budget_ledgers WHERE subject = ?", (work_id,))
         conn.execute("DELETE FROM work_keys WHERE work_id = ?", (work_id,))
@@ -439,7 +441,7 @@ class CompactionTx(TxBase):
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)
         )
         conn.execute("DELETE FROM checkpoints WHERE seq = ?", (event.seq,))
-        self._lose_routed()
+        self._to_carry.lose_routed(self._kept)
         conn.execute("DELETE FROM events WHERE seq = ?", (event.seq,))
         self._routed_through = self._max_seq = None
         self._events.pop(event.id, None)
@@ -466,6 +468,8 @@ class CompactionTx(TxBase):
         )
 
     def mark_logs_removed(self, execution_ids: Sequence[str], now_ms: int) -> None:
+        for execution_id in execution_ids:  # (a column no read of an attempt names: told all the same)
+            self._to_carry.changed_attempt(execution_id)
         self._conn.executemany(
             "UPDATE executions SET logs_removed_at_ms = ? WHERE id = ? AND logs_removed_at_ms IS NULL",
             [(now_ms, i) for i in execution_ids],

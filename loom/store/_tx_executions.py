@@ -98,7 +98,9 @@ class ExecutionsTx(TxBase):
     def _execution_row(self, execution_id: str) -> tuple[Any, ...] | None:
         """An attempt's row, read; the token and the segment's clock that ride along are kept (a fenced
         call reads them next: one query fewer each), and so is ``None`` for no such attempt."""
-        row = self._one(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,))
+        row = self._kept_attempt(execution_id) if self._kept is not None else None
+        if row is None:
+            row = self._one(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,))
         if row is None:
             self.keep("execution", execution_id, None)
             return None
@@ -106,6 +108,15 @@ class ExecutionsTx(TxBase):
         self.keep("execution_token", execution_id, row[width])
         self.keep("segment_clock", execution_id, (row[width + 1], row[width + 2]))
         return row
+
+    def _kept_attempt(self, execution_id: str) -> tuple[Any, ...] | None:
+        """The attempt's row as the transaction that inserted it committed it (`Carried.attempts`: a
+        database alone only), unless this transaction wrote it; ``None`` otherwise."""
+        assert self._kept is not None
+        to_carry = self._to_carry
+        if to_carry.attempts_lost or execution_id in to_carry.attempts_changed:
+            return None
+        return self._kept.attempts.get(execution_id)
 
     def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
         """When the active segment started, and its deadline timer."""
@@ -153,6 +164,7 @@ class ExecutionsTx(TxBase):
         """The leases ``owner`` holds (``None``: every lease) expire now: a clean close, so the next open
         recovers them at once; or an open that knows their holders are dead. With ``executors_only``,
         only attempts an executor ran (a host claim's holder is code outside the runtime)."""
+        self._to_carry.lose_attempts()
         cur = self._conn.execute(
             "UPDATE executions SET expires_at_ms = ? WHERE (CAST(? AS TEXT) IS NULL OR owner = ?)"
             " AND state IN (?, ?) AND expires_at_ms > ?"
@@ -166,6 +178,7 @@ class ExecutionsTx(TxBase):
     def release_incarnations(self, node: str, owner: str, now_ms: int) -> int:
         """The leases of the node's earlier incarnations (owners ``<node>#...`` but ``owner``) expire now."""
         prefix = node + "#"
+        self._to_carry.lose_attempts()
         cur = self._conn.execute(
             "UPDATE executions SET expires_at_ms = ? WHERE substr(owner, 1, ?) = ? AND owner <> ?"
             " AND state IN (?, ?) AND expires_at_ms > ?",
@@ -269,12 +282,20 @@ class ExecutionsTx(TxBase):
         self.inserted(id)
         self.touch(work_id)
         self.notify(LeaseExpiry(execution_id=id, expires_at_ms=expires_at_ms))
+        if self._kept is not None:  # (the row as a read gives it: `_kept_attempt` after its commit)
+            self._to_carry.attempts[id] = (
+                *(id, work_id, attempt, ExecutionState.RUNNING.value, 1, owner, expires_at_ms, trigger_id),
+                *(json.dumps(list(inputs)), binding, executor, json.dumps(sorted(capabilities))),
+                *(generation, None, None, now_ms, None, 1, budget_ms, 0, watermark, authority_id),
+                *(handed_at_ms, None, retry_policy, binding_config, pool, token, None, None),
+            )
 
     def update_execution(self, execution_id: str, **fields: Any) -> None:
         """Set non-state ``fields`` on an execution (its state goes through `set_execution_state`)."""
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"update_execution: unknown fields {unknown}"
         sets = ", ".join(f"{name} = ?" for name in fields)
+        self._to_carry.changed_attempt(execution_id)
         self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
         if fields.get("expires_at_ms") is not None:
             self.notify(LeaseExpiry(execution_id=execution_id, expires_at_ms=fields["expires_at_ms"]))
@@ -285,6 +306,7 @@ class ExecutionsTx(TxBase):
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"set_execution_state: unknown fields {unknown}"
         sets = "".join(f", {name} = ?" for name in fields)
+        self._to_carry.changed_attempt(execution.id)
         cur = self._conn.execute(
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
             (new.value, *fields.values(), execution.id, execution.state.value),

@@ -65,7 +65,7 @@ class InputsTx(TxBase):
         row never changes, and is kept as `Tx.event` keeps it). The query's list of ids is filled up to
         a power of two with its last id, so few query texts ever take the statement cache."""
         missing = [event_id for event_id in dict.fromkeys(event_ids) if event_id not in self._events]
-        if missing and self._kept is not None and not self._routed_lost:  # (`routed_input`)
+        if missing and self._kept is not None and not self._to_carry.routed_lost:  # (`routed_input`)
             missing = [event_id for event_id in missing if self._take_routed(event_id) is None]
         for ids in _lists_of(missing):
             sql = f"SELECT {_sql.EVENT_COLUMNS} FROM events WHERE id IN ({', '.join('?' * len(ids))})"
@@ -105,11 +105,11 @@ class InputsTx(TxBase):
         """The checkpoint that routed the Event ``event_id`` to a Work, when this transaction wrote it
         or an earlier one committed it with the Event (`Carried.routed`: a database alone only), the
         Event kept for the claim that follows (`input_events`); `MISSING` otherwise. An Event row never
-        changes, and its checkpoint only by a replay or compaction (`TxBase._lose_routed`)."""
-        if self._kept is None or self._routed_lost:
+        changes, and its checkpoint only by a replay or compaction (`ToCarry.lose_routed`)."""
+        if self._kept is None or self._to_carry.routed_lost:
             return MISSING
-        if event_id in self._routed:
-            return self._routed[event_id][0]
+        if event_id in self._to_carry.routed:
+            return self._to_carry.routed[event_id][0]
         kept = self._take_routed(event_id)
         return MISSING if kept is None else kept[1]
 
