@@ -976,6 +976,20 @@ async def test_an_attempt_an_earlier_commit_inserted_is_answered_from_what_it_ke
         assert len(queries) == (1 if alone else 2), queries
 
 
+async def test_an_input_claimed_by_the_commit_that_routed_it_is_not_kept(loom_drivers: DriverFactory) -> None:
+    """An Event that creates a Work, which starts in the same commit, is that attempt's input: no later
+    claim needs it, so that commit keeps nothing of it (`Carried.routed`). Catches: every routed Event
+    kept until the bound forgets them all (memory, and the collector's time, growing with every Event a
+    fresh Work starts on)."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+        kept = storage_of(driver.runtime)._kept
+        inputs = [event.id for event in lease.request.inputs]
+        assert inputs, "the attempt took its Event"
+        if kept is not None:  # (a database alone; a shared one keeps nothing at all)
+            assert [event_id for event_id in inputs if event_id in kept.routed] == []
+
+
 class Recording:
     """A transaction's connection that lists every statement sent through it."""
 

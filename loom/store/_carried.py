@@ -11,11 +11,11 @@ transactions (`TxBase.committed`)."""
 KEPT_INPUTS = 250_000
 """How many pending inputs, over every Work, the storage actor keeps across transactions."""
 
-KEPT_ROUTED = 100_000
+KEPT_ROUTED = 10_000
 """How many routed inputs (an Event with its routing checkpoint) the storage actor keeps across
 transactions."""
 
-KEPT_ROUTED_BYTES = 16 << 20
+KEPT_ROUTED_BYTES = 4 << 20
 """How much payload text, over every routed input kept, the storage actor keeps across transactions."""
 
 KEPT_ATTEMPTS = 10_000

@@ -283,6 +283,9 @@ class ExecutionsTx(TxBase):
         self.touch(work_id)
         self.notify(LeaseExpiry(execution_id=id, expires_at_ms=expires_at_ms))
         if self._kept is not None:  # (the row as a read gives it: `_kept_attempt` after its commit)
+            for event_id in inputs:  # (claimed: no claim after this one needs them kept)
+                self._to_carry.routed.pop(event_id, None)
+                self._kept.take_routed(event_id)
             self._to_carry.attempts[id] = (
                 *(id, work_id, attempt, ExecutionState.RUNNING.value, 1, owner, expires_at_ms, trigger_id),
                 *(json.dumps(list(inputs)), binding, executor, json.dumps(sorted(capabilities))),
