@@ -155,17 +155,18 @@ FLOORS += tuple(
         ("acceptance", 2.6, "2.1"),
         (
             "route-100",
-            14.0,
-            "10.4-11.8, with the inputs each attempt takes (14.2-17.5 before the keys' owners and pending inputs were kept)",
+            11.0,
+            "8.3-8.9, with the inputs each attempt takes (10.4-11.8 before routed inputs and attempts were"
+            " kept and an end's move went with the claim after it)",
         ),
         (
             "wakes",
-            20.5,
-            "19.4 (24.4 before the wake's move waited for its claim and owners and pending inputs were kept)",
+            19.5,
+            "18.4 (19.4 before attempts were kept; 24.4 before the wake's move waited for its claim)",
         ),
         ("timers", 4.5, "4.0"),
         ("recovery", 14.5, "13.1-13.3 (14.1-14.3 before the adoption told the segment clock)"),
-        ("due-jobs", 15.6, "15.1 (16.1 before a Work's pending inputs were kept past their commit)"),
+        ("due-jobs", 14.6, "14.1 (15.1 before attempts were kept; 16.1 before pending inputs were)"),
     )
 ) + tuple(
     Floor(
