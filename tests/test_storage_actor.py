@@ -29,6 +29,7 @@ from loom.notices import Lagged, LeaseExpiry, StoreChanged, TimerArmed
 from loom.store import SCHEMA_VERSION, SQLiteStore, StorageActor, Store, Tx, as_store
 from loom.store._actor import GUARDED_BATCHES
 from loom.store._schema import MIGRATIONS, render
+from loom.store._sqlite import WriterConnection
 from loom.testing import T0_MS, raw
 from loom.testing.faults import AFTER_COMMIT, BEFORE_COMMIT, Boundary, CrashAt, CrashPoint, storage_failure
 from loom.testing.postgres import PostgresCluster
@@ -457,6 +458,49 @@ async def test_a_failed_commit_fails_every_caller_and_the_actor_serves_on(
     assert all(isinstance(e, StorageError) and "disk is full" in str(e) for e in calls.errors.values())
     assert await actor.submit(put, "d") == "d"
     assert await actor.submit(keys) == ["d"]
+
+
+async def test_a_commit_that_failed_forgets_everything_carried(
+    file_store: SQLiteStore, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A COMMIT that reports a failure may have landed all the same: the storage actor then forgets
+    everything earlier commits left it (`Carried`), and the next transaction reads. Catches: what was
+    carried outliving such a COMMIT (a Work's pending inputs answered as they were before an input
+    that landed; tests/conftest.py's check of pending inputs fails that read too)."""
+    actor = await start_actor(nursery, file_store)
+    failing = threading.Event()
+    execute = WriterConnection.execute
+
+    def landed_then_failed(conn: WriterConnection, sql: str, parameters: object = (), /) -> object:
+        cursor = execute(conn, sql, parameters)
+        if sql == "COMMIT" and failing.is_set():
+            failing.clear()
+            raise sqlite3.OperationalError("database or disk is full")
+        return cursor
+
+    def new_work(tx: Tx, now_ms: int) -> None:  # (its empty pending inputs are carried)
+        tx.insert_work(
+            id="w", scope="s", kind=None, parent_id=None, predecessor_id=None, generation=1, now_ms=now_ms
+        )
+
+    def add_input(tx: Tx, now_ms: int) -> None:
+        seq = tx.insert_event(
+            id="e", source="t", delivery_id="d", type="t.e", scope="s", key=None, work_id=None,
+            execution_id=None, payload_json="{}", parent_id=None, cause_id=None, root_id="e", depth=0,
+            accepted_at_ms=now_ms,
+        )  # fmt: skip
+        assert seq is not None
+        tx.add_input("w", "e", seq)
+        failing.set()
+
+    def pending(tx: Tx, now_ms: int) -> tuple[str, ...]:
+        return tuple(tx.pending_inputs("w"))
+
+    monkeypatch.setattr(WriterConnection, "execute", landed_then_failed)
+    await actor.submit(new_work)
+    with pytest.raises(StorageError, match="disk is full"):
+        await actor.submit(add_input)
+    assert await actor.submit(pending) == ("e",)
 
 
 # -- replies and notices after commit --------------------------------------

@@ -19,6 +19,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 import loom.store
 
 STORE = Path(loom.store.__file__).parent
@@ -105,44 +107,23 @@ def test_direct_statements_on_works_leave_what_waits_alone() -> None:
     assert wrong == [], f"direct statements on what a bump or move that waits writes: {wrong}"
 
 
-def test_direct_writes_of_inputs_tell_which_works_inputs_they_wrote() -> None:
-    """A statement that inserts, updates or deletes Works' inputs (``work_inputs``) sits in a method
-    that tells the transaction whose inputs it wrote (`INPUTS_TOLD`), so that what an earlier commit
-    left of them (`Carried.pending`) no longer answers. Catches: a new write of inputs that does not
-    (the next transaction would answer a Work's pending inputs without it)."""
+@pytest.mark.parametrize(
+    ("table", "told", "at_least"),
+    [("work_inputs", INPUTS_TOLD, 4), ("checkpoints", CHECKPOINTS_TOLD, 4), ("executions", ATTEMPTS_TOLD, 8)],
+)
+def test_direct_writes_tell_what_they_change_of_what_is_carried(
+    table: str, told: set[str], at_least: int
+) -> None:
+    """A statement that inserts, updates or deletes Works' inputs, routing checkpoints or attempts'
+    rows sits in a method that tells the transaction what it wrote (`INPUTS_TOLD`, `CHECKPOINTS_TOLD`,
+    `ATTEMPTS_TOLD`), so that what an earlier commit left of them (`Carried.pending`, `Carried.routed`,
+    `Carried.attempts`) no longer answers. Catches: a new write that does not (the next transaction
+    would answer a Work's pending inputs without it, claim with the binding of a route its Event no
+    longer has, or read an attempt as it was before a renewal, an end or an adoption)."""
     writes = [
-        (m, f, line, bool(named & INPUTS_TOLD))
+        (m, f, line, bool(named & told))
         for m, f, line, text, _, named in direct_statements()
-        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) work_inputs\b", text)
+        if text and re.match(rf"\s*(INSERT INTO|UPDATE|DELETE FROM) {table}\b", text)
     ]
-    assert len(writes) >= 4, f"only {writes} writes of work_inputs found: the scan lost its way"
-    assert [w for w in writes if not w[3]] == [], f"writes of inputs that tell nothing: {writes}"
-
-
-def test_direct_writes_of_checkpoints_tell_what_routed_inputs_they_change() -> None:
-    """A statement that inserts, updates or deletes routing checkpoints sits in a method that tells the
-    transaction what it wrote or that what was kept of them no longer answers (`CHECKPOINTS_TOLD`), so
-    that an Event's checkpoint an earlier commit kept (`Carried.routed`) is never answered after a
-    replay or compaction changed it. Catches: a new write of checkpoints that does not (a claim would
-    run with the binding of a route the Event no longer has)."""
-    writes = [
-        (m, f, line, bool(named & CHECKPOINTS_TOLD))
-        for m, f, line, text, _, named in direct_statements()
-        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) checkpoints\b", text)
-    ]
-    assert len(writes) >= 4, f"only {writes} writes of checkpoints found: the scan lost its way"
-    assert [w for w in writes if not w[3]] == [], f"writes of checkpoints that tell nothing: {writes}"
-
-
-def test_direct_writes_of_attempts_tell_which_attempts_they_change() -> None:
-    """A statement that inserts, updates or deletes attempts' rows sits in a method that tells the
-    transaction which it wrote, or that it wrote some (`ATTEMPTS_TOLD`), so that an attempt's row an
-    earlier commit kept (`Carried.attempts`) never answers after a write of it. Catches: a new write
-    of attempts that does not (a lease's renewal, an end or an adoption answered as before it)."""
-    writes = [
-        (m, f, line, bool(named & ATTEMPTS_TOLD))
-        for m, f, line, text, _, named in direct_statements()
-        if text and re.match(r"\s*(INSERT INTO|UPDATE|DELETE FROM) executions\b", text)
-    ]
-    assert len(writes) >= 8, f"only {writes} writes of executions found: the scan lost its way"
-    assert [w for w in writes if not w[3]] == [], f"writes of attempts that tell nothing: {writes}"
+    assert len(writes) >= at_least, f"only {writes} writes of {table} found: the scan lost its way"
+    assert [w for w in writes if not w[3]] == [], f"writes of {table} that tell nothing: {writes}"

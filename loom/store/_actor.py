@@ -421,6 +421,8 @@ class StorageActor(Notices):
             self._abandon()
             raise
         except Exception as exc:
+            if in_commit and self._kept is not None:
+                self._kept.clear()  # (a COMMIT that failed may have landed: nothing carried answers)
             self._rollback()
             if tx.is_storage_failure(exc):
                 if (dialect.is_conflict(exc) and not in_commit) or isinstance(exc, RowConflict):
