@@ -110,6 +110,7 @@ def test_direct_statements_on_works_leave_what_waits_alone() -> None:
 @pytest.mark.parametrize(
     ("table", "told", "at_least"),
     [("work_inputs", INPUTS_TOLD, 4), ("checkpoints", CHECKPOINTS_TOLD, 4), ("executions", ATTEMPTS_TOLD, 8)],
+    ids=["inputs", "checkpoints", "attempts"],
 )
 def test_direct_writes_tell_what_they_change_of_what_is_carried(
     table: str, told: set[str], at_least: int
