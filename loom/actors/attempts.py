@@ -167,6 +167,7 @@ class AttemptRunner:
         self, lease: Lease, name: str, executor: Executor, config: Config, metadata: Mapping[str, Any] | None
     ) -> None:
         """Hold and renew the lease from the claim through launch to the committed outcome."""
+        kind = kind_policy(config, lease.request.kind)
         toolbelt = RuntimeToolbelt(
             self._s.storage,
             lease,
@@ -175,10 +176,9 @@ class AttemptRunner:
             lease_ms=self._s.lease_ms,
             policies=self._s.extensions.recurrence_policies,
             gates=self._s.extensions.call_gates,
-            kind=kind_policy(config, lease.request.kind),
+            kind=kind,
             budgets=config.budgets,
         )
-        kind = kind_policy(config, lease.request.kind)
         outcome: Outcome | None = None
         observing = trio.CancelScope()
         toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
