@@ -156,7 +156,7 @@ FLOORS += tuple(
         (
             "route-100",
             11.0,
-            "8.3-8.9, with the inputs each attempt takes (10.4-11.8 before routed inputs and attempts were"
+            "8.3-9.7, with the inputs each attempt takes (10.4-11.8 before routed inputs and attempts were"
             " kept and an end's move went with the claim after it)",
         ),
         (
