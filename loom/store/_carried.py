@@ -28,8 +28,10 @@ Pending = tuple[tuple[str, ...], int | None]
 class Carried:
     """What committed transactions knew that the transactions after them may take (the storage actor
     keeps it, on a database alone only, while its writer is the only one on the file): keys' owners (a
-    key is attached once, and detached only when compaction removes its Work) and Works' pending inputs
-    (written only through `InputsTx`, and compaction, which tell what they change)."""
+    key is attached once, and detached only when compaction removes its Work), Works' pending inputs
+    (written only through `InputsTx`, and compaction, which tell what they change), routed inputs (an
+    Event never changes; its checkpoint only by a replay or compaction, which forget them) and attempts'
+    rows (every write of `executions` tells which). A failed COMMIT forgets all of it."""
 
     __slots__ = ("attempts", "inputs", "owners", "pending", "routed", "routed_bytes")
 

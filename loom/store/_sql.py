@@ -206,6 +206,21 @@ EXECUTION_AND_CLOCK_BY_ID = (
 )
 """An attempt with its lease token and its active segment's clock, which a transaction asks for right
 after (`ExecutionsTx.execution`)."""
+_EXECUTION_READ = (
+    *(c.strip() for c in EXECUTION_COLUMNS.split(",")),
+    "token",
+    "segment_started_ms",
+    "deadline_timer_id",
+)
+_EXECUTION_DEFAULTS = {"segment": 1, "used_ms": 0}
+"""The schema's defaults a new attempt's row takes (every other column left out is null)."""
+
+
+def execution_read_row(values: dict[str, Any]) -> tuple[Any, ...]:
+    """The row `EXECUTION_AND_CLOCK_BY_ID` reads of an attempt just inserted with ``values`` (by column)."""
+    return tuple(values.get(c, _EXECUTION_DEFAULTS.get(c)) for c in _EXECUTION_READ)
+
+
 INTENT_SELECT = (
     "SELECT id, kind, work_id, event_id, execution_id, epoch, status, attempts, next_attempt_ms, error_fallback"
     " FROM intents"

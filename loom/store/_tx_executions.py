@@ -286,11 +286,31 @@ class ExecutionsTx(TxBase):
             for event_id in inputs:  # (claimed: no claim after this one needs them kept)
                 self._to_carry.routed.pop(event_id, None)
                 self._kept.take_routed(event_id)
-            self._to_carry.attempts[id] = (
-                *(id, work_id, attempt, ExecutionState.RUNNING.value, 1, owner, expires_at_ms, trigger_id),
-                *(json.dumps(list(inputs)), binding, executor, json.dumps(sorted(capabilities))),
-                *(generation, None, None, now_ms, None, 1, budget_ms, 0, watermark, authority_id),
-                *(handed_at_ms, None, retry_policy, binding_config, pool, token, None, None),
+            self._to_carry.attempts[id] = _sql.execution_read_row(
+                dict(
+                    id=id,
+                    work_id=work_id,
+                    attempt=attempt,
+                    state=ExecutionState.RUNNING.value,
+                    epoch=1,
+                    owner=owner,
+                    expires_at_ms=expires_at_ms,
+                    trigger_id=trigger_id,
+                    inputs=json.dumps(list(inputs)),
+                    binding=binding,
+                    executor=executor,
+                    capabilities=json.dumps(sorted(capabilities)),
+                    generation=generation,
+                    created_at_ms=now_ms,
+                    budget_ms=budget_ms,
+                    watermark=watermark,
+                    authority_id=authority_id,
+                    handed_at_ms=handed_at_ms,
+                    retry_policy=retry_policy,
+                    binding_config=binding_config,
+                    pool=pool,
+                    token=token,
+                )
             )
 
     def update_execution(self, execution_id: str, **fields: Any) -> None:
