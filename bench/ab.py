@@ -10,7 +10,8 @@ Each run prints the path's rate (items per second) and the storage thread's CPU 
 the two trees take turns, so a machine that slows down or speeds up meanwhile moves both alike. The paths
 are `ceiling.py`'s workloads (a fresh SQLite file each, WAL, ``synchronous=FULL``): ``route-100``,
 ``route-1`` (`route.py`'s routed Events into 100 standing Works, or one), ``wakes``, ``due-jobs``,
-``recovery``, ``timers``, ``acceptance``. See bench/README.md.
+``recovery``, ``timers``, ``acceptance``, and ``acceptance-1`` (`route.py`'s acceptance with one producer:
+a publish's round trip). See bench/README.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PATHS = {
     "recovery": ("recovered", 2000),
     "timers": ("fired", 20000),
     "acceptance": ("acceptance", 10000),
+    "acceptance-1": ("acceptance_1", 2000),
 }
 
 ONE_RUN = """
@@ -58,6 +60,10 @@ if workload in ("route_100", "route_1"):
     keys = 100 if workload == "route_100" else 1
     window.begin()
     rate = trio.run(route.routed, SQLiteStore(path=path, synchronous="FULL"), n, 100, keys).rate
+    window.end()
+elif workload == "acceptance_1":
+    window.begin()
+    rate = trio.run(route.acceptance, SQLiteStore(path=path, synchronous="FULL"), n, 1).rate
     window.end()
 else:
     rate = trio.run(getattr(ceiling, workload), path, window, n)

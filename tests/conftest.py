@@ -235,6 +235,19 @@ def checked_kept_attempt(tx: ExecutionsTx, execution_id: str) -> object:
 KEPT_ATTEMPT = ExecutionsTx._kept_attempt
 
 
+def checked_kv_get(tx: Tx, namespace: str, key: str, *, for_update: bool = False) -> object:
+    """`Tx.kv_get`, checked: the entry it answers (read, or kept by this transaction or an earlier
+    commit) is what a read finds."""
+    entry = KV_GET(tx, namespace, key, for_update=for_update)
+    row = tx._conn.execute(_sql.KV_GET, (namespace, key)).fetchone()  # (not counted as the procedure's)
+    read = _sql.kv_from_row(row) if row else None
+    assert entry == read, f"kv {namespace}/{key} as kept: {entry} != {read}"
+    return entry
+
+
+KV_GET = Tx.kv_get
+
+
 def checked_key_owner(tx: Tx, key: str) -> str | None:
     """`Tx.key_owner`, checked: the owner it answers (read, kept, or committed earlier) is what a
     read finds."""
@@ -268,8 +281,8 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     from the due head (`TimersTx.timer`), and every wait, open intent or pinned root a transaction
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
     `SubscriptionsTx.wait_subscriptions_exist`), every key's owner (`Tx.key_owner`), and every routed
-    input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`) and every
-    attempt's row kept (`ExecutionsTx._kept_attempt`), in
+    input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`), every
+    attempt's row kept (`ExecutionsTx._kept_attempt`) and every KV entry (`Tx.kv_get`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
@@ -286,6 +299,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
     monkeypatch.setattr(Tx, "key_owner", checked_key_owner)
+    monkeypatch.setattr(Tx, "kv_get", checked_kv_get)
     monkeypatch.setattr(SubscriptionsTx, "wait_subscriptions_exist", checked_wait_subscriptions_exist)
 
 

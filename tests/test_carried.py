@@ -1,6 +1,6 @@
 """What the storage actor keeps of committed transactions across them (`loom.store._carried.Carried`)
 stays within its bounds: `KEPT` Works' pending inputs and `KEPT_INPUTS` inputs over them all;
-`KEPT_ROUTED` routed inputs and `KEPT_ROUTED_BYTES` of their payloads.
+`KEPT_ROUTED` routed inputs and `KEPT_ROUTED_BYTES` of their payloads; `KEPT_KV` KV entries.
 
 Catches: a keep that never forgets (memory growing with every Work and input a runtime ever saw), a
 count of inputs or payload bytes that drifts from what is kept (the bound enforced against the wrong
@@ -72,3 +72,22 @@ def test_routed_inputs_kept_are_taken_once_and_bounded(monkeypatch: pytest.Monke
     assert (list(carried.routed), carried.routed_bytes) == (["g"], 1)
     carried.clear()
     assert (carried.routed, carried.routed_bytes) == ({}, 0)
+
+
+def test_kv_entries_kept_are_forgotten_when_written_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit keeps the KV entries its transaction read (`Carried.kv`), forgets those it wrote, and
+    keeps at most `KEPT_KV` (past it, everything kept is forgotten first; a transaction that read more
+    than the whole bound keeps nothing)."""
+    monkeypatch.setattr(_carried, "KEPT_KV", 3)
+    carried = Carried()
+    _carried.ToCarry().commit(carried, {}, {("n", "a"): "A", ("n", "b"): None})
+    written = _carried.ToCarry()
+    written.kv_written.add(("n", "a"))
+    written.commit(carried, {}, {("n", "c"): "C"})
+    assert carried.kv == {("n", "b"): None, ("n", "c"): "C"}
+    _carried.ToCarry().commit(carried, {}, {("n", "d"): "D", ("n", "e"): "E"})  # 2 + 2 > 3
+    assert carried.kv == {("n", "d"): "D", ("n", "e"): "E"}
+    _carried.ToCarry().commit(carried, {}, {("n", k): k for k in "fghi"})  # more than the bound
+    assert carried.kv == {("n", "d"): "D", ("n", "e"): "E"}
+    carried.clear()
+    assert carried.kv == {}

@@ -976,6 +976,57 @@ async def test_an_attempt_an_earlier_commit_inserted_is_answered_from_what_it_ke
         assert len(queries) == (1 if alone else 2), queries
 
 
+async def test_a_kv_entry_an_earlier_commit_read_is_answered_from_what_it_kept(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A KV entry (or its absence) as a committed transaction read it answers the transactions after it
+    on a database alone (`Carried.kv`): the routing watermark an acceptance reads, read once, is not
+    read again, until a transaction writes the entry (`Tx.kv_put`, `kv_delete`), in that transaction
+    and after it (a put a savepoint's rollback undid included: the entry is read again). Catches:
+    nothing kept (a read per transaction on SQLite), and a kept entry that outlives a put or a delete
+    (the old value answered: conftest's check and this test's own)."""
+    async with loom_drivers(config=RUN) as driver:
+        storage = storage_of(driver.runtime)
+        alone = storage.store.dialect.caches_reads
+
+        def read(tx: Tx, now_ms: int) -> tuple[object, object, list[str]]:
+            queries = counting_queries(tx)
+            absent = tx.kv_get("test.kv", "absent")
+            entry = tx.kv_get("test.kv", "x")
+            return absent, entry.value if entry is not None else None, queries[:]
+
+        def put(value: int, tx: Tx, now_ms: int) -> None:
+            tx.kv_put("test.kv", "x", {"v": value}, now_ms)
+
+        def put_undone(tx: Tx, now_ms: int) -> tuple[object, list[str]]:
+            with contextlib.suppress(LookupError), tx.savepoint():
+                tx.kv_put("test.kv", "x", {"v": 99}, now_ms)
+                raise LookupError("undone")
+            queries = counting_queries(tx)
+            entry = tx.kv_get("test.kv", "x")
+            return entry.value if entry is not None else None, queries[:]
+
+        def delete(tx: Tx, now_ms: int) -> None:
+            tx.kv_delete("test.kv", ["x"])
+
+        await storage.submit(partial(put, 1))
+        assert (await storage.submit(read))[:2] == (None, {"v": 1})  # read, and kept at its commit
+        absent, value, queries = await storage.submit(read)
+        assert (absent, value) == (None, {"v": 1})
+        assert len(queries) == (0 if alone else 2), queries
+        await storage.submit(partial(put, 2))
+        absent, value, queries = await storage.submit(read)
+        assert (absent, value) == (None, {"v": 2})
+        assert len(queries) == (1 if alone else 2), queries  # (the absent entry is still kept)
+        value, queries = await storage.submit(put_undone)
+        assert value == {"v": 2}
+        assert len(queries) == 1, queries  # (written, though undone: read again)
+        await storage.submit(delete)
+        absent, value, queries = await storage.submit(read)
+        assert (absent, value) == (None, None)
+        assert len(queries) == (1 if alone else 2), queries
+
+
 async def test_an_input_claimed_by_the_commit_that_routed_it_is_not_kept(loom_drivers: DriverFactory) -> None:
     """An Event that creates a Work, which starts in the same commit, is that attempt's input: no later
     claim needs it, so that commit keeps nothing of it (`Carried.routed`). Catches: every routed Event

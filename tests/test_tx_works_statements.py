@@ -34,6 +34,8 @@ CHECKPOINTS_TOLD = {"routed", "lose_routed"}
 """What a method that writes routing checkpoints names to tell its transaction so (`InputsTx.routed_input`)."""
 ATTEMPTS_TOLD = {"attempts", "changed_attempt", "lose_attempts"}
 """What a method that writes attempts' rows names to tell its transaction so (`ExecutionsTx._kept_attempt`)."""
+KV_TOLD = {"kv_written"}
+"""What a method that writes KV entries names to tell its transaction so (`Tx.kv_get`)."""
 PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}
 """Methods that send a statement their caller gives (`TxBase`'s own: checked at their callers), and
 `AdmissionTx.lock_pool`, which sends its dialect's advisory lock (no table)."""
@@ -109,18 +111,24 @@ def test_direct_statements_on_works_leave_what_waits_alone() -> None:
 
 @pytest.mark.parametrize(
     ("table", "told", "at_least"),
-    [("work_inputs", INPUTS_TOLD, 4), ("checkpoints", CHECKPOINTS_TOLD, 4), ("executions", ATTEMPTS_TOLD, 8)],
-    ids=["inputs", "checkpoints", "attempts"],
+    [
+        ("work_inputs", INPUTS_TOLD, 4),
+        ("checkpoints", CHECKPOINTS_TOLD, 4),
+        ("executions", ATTEMPTS_TOLD, 8),
+        ("kv", KV_TOLD, 2),
+    ],
+    ids=["inputs", "checkpoints", "attempts", "kv"],
 )
 def test_direct_writes_tell_what_they_change_of_what_is_carried(
     table: str, told: set[str], at_least: int
 ) -> None:
-    """A statement that inserts, updates or deletes Works' inputs, routing checkpoints or attempts'
-    rows sits in a method that tells the transaction what it wrote (`INPUTS_TOLD`, `CHECKPOINTS_TOLD`,
-    `ATTEMPTS_TOLD`), so that what an earlier commit left of them (`Carried.pending`, `Carried.routed`,
-    `Carried.attempts`) no longer answers. Catches: a new write that does not (the next transaction
-    would answer a Work's pending inputs without it, claim with the binding of a route its Event no
-    longer has, or read an attempt as it was before a renewal, an end or an adoption)."""
+    """A statement that inserts, updates or deletes Works' inputs, routing checkpoints, attempts' rows
+    or KV entries sits in a method that tells the transaction what it wrote (`INPUTS_TOLD`,
+    `CHECKPOINTS_TOLD`, `ATTEMPTS_TOLD`, `KV_TOLD`), so that what an earlier commit left of them
+    (`Carried.pending`, `Carried.routed`, `Carried.attempts`, `Carried.kv`) no longer answers. Catches:
+    a new write that does not (the next transaction would answer a Work's pending inputs without it,
+    claim with the binding of a route its Event no longer has, read an attempt as it was before a
+    renewal, an end or an adoption, or a cursor or watermark as it was before it moved)."""
     writes = [
         (m, f, line, bool(named & told))
         for m, f, line, text, _, named in direct_statements()

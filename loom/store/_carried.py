@@ -21,6 +21,9 @@ KEPT_ROUTED_BYTES = 4 << 20
 KEPT_ATTEMPTS = 10_000
 """How many attempts' rows the storage actor keeps across transactions."""
 
+KEPT_KV = 1_000
+"""How many KV entries (or their absence) the storage actor keeps across transactions."""
+
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
 
@@ -30,10 +33,11 @@ class Carried:
     keeps it, on a database alone only, while its writer is the only one on the file): keys' owners (a
     key is attached once, and detached only when compaction removes its Work), Works' pending inputs
     (written only through `InputsTx`, and compaction, which tell what they change), routed inputs (an
-    Event never changes; its checkpoint only by a replay or compaction, which forget them) and attempts'
-    rows (every write of `executions` tells which). A failed COMMIT forgets all of it."""
+    Event never changes; its checkpoint only by a replay or compaction, which forget them), attempts'
+    rows (every write of `executions` tells which) and KV entries (every write of ``kv`` tells which). A
+    failed COMMIT forgets all of it."""
 
-    __slots__ = ("attempts", "inputs", "owners", "pending", "routed", "routed_bytes")
+    __slots__ = ("attempts", "inputs", "kv", "owners", "pending", "routed", "routed_bytes")
 
     def __init__(self) -> None:
         self.owners: dict[str, str] = {}
@@ -48,12 +52,16 @@ class Carried:
         self.attempts: dict[str, tuple[Any, ...]] = {}
         """Attempts a committed transaction inserted, each as a read gives its row, by id, until a
         transaction writes the row."""
+        self.kv: dict[tuple[str, str], Any] = {}
+        """KV entries as committed transactions read them (``None``: none), by namespace and key, until
+        a transaction writes the entry (`Tx.kv_get`)."""
 
     def clear(self) -> None:
         self.owners.clear()
         self.forget_pending()
         self.forget_routed()
         self.attempts.clear()
+        self.kv.clear()
 
     def forget_pending(self, work_id: str | None = None) -> None:
         """Forget the pending inputs kept of ``work_id`` (``None``: of every Work)."""
@@ -110,9 +118,17 @@ class ToCarry:
     """What one transaction will tell `Carried` at its commit (`TxBase.committed`), on a database alone:
     the payload text's length of each Event it inserted and the checkpoints routing one of them to a
     Work (`InputsTx.routed_input`); the attempts it inserted, as a read would give their rows, and
-    those whose rows it changed (`ExecutionsTx.execution`)."""
+    those whose rows it changed (`ExecutionsTx.execution`); the KV entries it wrote (`Tx.kv_get`)."""
 
-    __slots__ = ("attempts", "attempts_changed", "attempts_lost", "routed", "routed_lost", "sizes")
+    __slots__ = (
+        "attempts",
+        "attempts_changed",
+        "attempts_lost",
+        "kv_written",
+        "routed",
+        "routed_lost",
+        "sizes",
+    )
 
     def __init__(self) -> None:
         self.sizes: dict[str, int] = {}
@@ -123,6 +139,8 @@ class ToCarry:
         self.attempts_changed: set[str] = set()
         self.attempts_lost = False
         """Attempts' rows were written by a statement naming no one attempt: none kept answers."""
+        self.kv_written: set[tuple[str, str]] = set()
+        """The KV entries it wrote (`Tx.kv_put`, `kv_delete`): what was kept of them no longer answers."""
 
     def lose_routed(self, carried: Carried | None) -> None:
         self.routed_lost, self.routed = True, {}
@@ -142,7 +160,7 @@ class ToCarry:
         self.routed.clear()
         self.attempts.clear()
 
-    def commit(self, carried: Carried, events: dict[str, Any]) -> None:
+    def commit(self, carried: Carried, events: dict[str, Any], kv: dict[tuple[str, str], Any]) -> None:
         for event_id, (checkpoint, size) in () if self.routed_lost else self.routed.items():
             if event_id in events:
                 carried.keep_routed(events[event_id], checkpoint, size)
@@ -152,3 +170,9 @@ class ToCarry:
             carried.attempts.pop(execution_id, None)
         for execution_id, row in self.attempts.items():
             carried.keep_attempt(execution_id, row)
+        for entry in self.kv_written:
+            carried.kv.pop(entry, None)
+        if kv and len(kv) <= KEPT_KV:
+            if len(carried.kv) + len(kv) > KEPT_KV:
+                carried.kv.clear()
+            carried.kv.update(kv)

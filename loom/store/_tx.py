@@ -207,6 +207,7 @@ class Tx(
 
     def kv_put(self, namespace: str, key: str, value: dict[str, Any], now_ms: int) -> None:
         self._kv.pop((namespace, key), None)
+        self._to_carry.kv_written.add((namespace, key))
         self._conn.execute(
             "INSERT INTO kv (namespace, key, value, updated_at_ms) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
@@ -216,9 +217,14 @@ class Tx(
 
     def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> KVEntry | None:
         """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits).
-        A repeated read is answered from the first until the entry is written (SQLite only)."""
-        if (namespace, key) in self._kv:
-            return self._kv[namespace, key]  # type: ignore[no-any-return]
+        On a database alone a repeated read is answered from the first until the entry is written, in
+        this transaction and after it (`Carried.kv`: every write of ``kv`` tells which entry)."""
+        entry_key = (namespace, key)
+        if entry_key in self._kv:
+            return self._kv[entry_key]  # type: ignore[no-any-return]
+        kept = self._kept
+        if kept is not None and entry_key in kept.kv and entry_key not in self._to_carry.kv_written:
+            return kept.kv[entry_key]  # type: ignore[no-any-return]
         row = self._one(_sql.KV_GET + (self.dialect.for_update if for_update else ""), (namespace, key))
         entry = _sql.kv_from_row(row) if row else None
         if self._caching:

@@ -173,7 +173,7 @@ class TxBase:
             kept.forget_pending(work_id)
         for work_id, pending in self._pending.items():
             kept.keep_pending(work_id, pending)
-        self._to_carry.commit(kept, self._events)
+        self._to_carry.commit(kept, self._events, self._kv)
 
     def savepoint(self) -> _Savepoint | _Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects

@@ -54,6 +54,7 @@ class TombstonesTx(TxBase):
     def kv_delete(self, namespace: str, keys: list[str]) -> None:
         for key in keys:
             self._kv.pop((namespace, key), None)
+            self._to_carry.kv_written.add((namespace, key))
         self._conn.executemany(
             "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
         )
