@@ -62,13 +62,13 @@ from ._batch import (
     StorageFailure,
     StorageStats,
 )
+from ._blocks import RunGuarded
 from ._carried import Carried
 from ._dialect import RowConflict, Store
 from ._feed import Notices
 from ._notify import summarize
 from ._thread import WorkerThread
 from ._tx import Tx
-from ._tx_base import RunGuarded
 
 log = logging.getLogger("loom.storage")
 
@@ -236,12 +236,14 @@ class StorageActor(Notices):
             reads = all(request.read for request in batch)
             if not reads:
                 batch_no += 1
-            with trio.CancelScope(shield=True):
-                if self._conn is None:
+            if self._conn is None:
+                with trio.CancelScope(shield=True):
                     await self._reconnect()
-                # reads alone commit nothing: no batch number, no crash point, no notice (not even
-                # `Committed`: a watcher that reads at each notice is not woken by its own reads)
-                await self._run_batch(batch, None if reads else batch_no)
+            # reads alone commit nothing: no batch number, no crash point, no notice (not even
+            # `Committed`: a watcher that reads at each notice is not woken by its own reads). The
+            # batch is shielded: its one wait, for the thread, is (`WorkerThread.run_sync`), and a
+            # cancel is delivered at the next batch's receive, once every caller has its answer.
+            await self._run_batch(batch, None if reads else batch_no)
 
     async def _reconnect(self) -> None:
         """Open the connection again after it was lost, waiting longer after each failure; requests

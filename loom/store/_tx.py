@@ -206,14 +206,19 @@ class Tx(
     # -- namespaced KV ----------------------------------------------------
 
     def kv_put(self, namespace: str, key: str, value: dict[str, Any], now_ms: int) -> None:
+        """Write a KV entry; on a database alone, reads of it (here and in the transactions after this
+        one) answer what was written, as a read would give it back (`kv_get`)."""
         self._kv.pop((namespace, key), None)
         self._to_carry.kv_written.add((namespace, key))
+        row = (namespace, key, json.dumps(value, sort_keys=True, separators=(",", ":")), now_ms)
         self._conn.execute(
             "INSERT INTO kv (namespace, key, value, updated_at_ms) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value,"
             " updated_at_ms = excluded.updated_at_ms",
-            (namespace, key, json.dumps(value, sort_keys=True, separators=(",", ":")), now_ms),
+            row,
         )
+        if self._caching:
+            self._kv[namespace, key] = _sql.kv_from_row(row)
 
     def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> KVEntry | None:
         """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits).

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
+from ._blocks import Holding, Unguarded
 from ._carried import KEPT, Carried, Pending, ToCarry
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
@@ -65,9 +65,9 @@ class TxBase:
     ) -> None:
         self._conn = conn
         self.dialect = dialect
-        self._guard: _Unguarded | None = None if guarded else _Unguarded(self)
+        self._guard: Unguarded | None = None if guarded else Unguarded(self)
         """``None``: each `savepoint` is a real one. Else the batch runs without savepoints (see
-        `_Unguarded`), and this stands in for every one."""
+        `Unguarded`), and this stands in for every one."""
         self.notices: list[Notice] = []
         self.touched: dict[str, None] = {}
         """Works whose state, inputs or attempts this transaction changed, in the order first touched
@@ -175,7 +175,7 @@ class TxBase:
             kept.keep_pending(work_id, pending)
         self._to_carry.commit(kept, self._events, self._kv)
 
-    def savepoint(self) -> _Savepoint | _Unguarded:
+    def savepoint(self) -> _Savepoint | Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects
         (and its notices), then propagates. In a transaction that runs unguarded, the exception stops
         the whole transaction instead (`RunGuarded`), which runs again guarded."""
@@ -246,21 +246,11 @@ class TxBase:
             self._held[kind, key] = record
             self._held_of.setdefault(work_id, []).append((kind, key))
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
+    def holding(self) -> Holding:
         """Keep what `hold` is told for the block: a routing (or a batch of them), the starts that
         follow it and the settling after them."""
         self._holding = True
-        try:
-            yield
-            if self._bumps and not self.batched:
-                self._flush_bumps()
-        finally:
-            self._holding = False
-            if not self.batched:
-                self._bumps.clear()  # (after an exception: undone with the block's other writes)
-                self._moves.clear()
-            self._drop_held()
+        return Holding(self)
 
     def bump_work(self, work_id: str, revision: int, now_ms: int) -> int:
         """Bump the revision of the Work ``work_id``, read at ``revision``, and its time of last change
@@ -405,31 +395,6 @@ class TxBase:
         self.touched[work_id] = None
         if self._held_of:
             self._drop_held(work_id)
-
-
-class RunGuarded(BaseException):
-    """A transaction run without savepoints met an exception a savepoint would have undone: it is
-    rolled back whole and runs again with them (`StorageActor`). A `BaseException`, so that no
-    ``except Exception`` of a procedure mistakes it for the failure it stands for."""
-
-
-class _Unguarded:
-    """`TxBase.savepoint` in a transaction run unguarded: nothing to undo while every step succeeds
-    (most batches), and no statement spent on it; a step that fails stops the transaction, which the
-    storage actor rolls back and runs again guarded, so what commits is what guarded savepoints
-    would have committed (procedures depend only on the database, the time and their arguments)."""
-
-    __slots__ = ("_tx",)
-
-    def __init__(self, tx: TxBase) -> None:
-        self._tx = tx
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, Exception) and not self._tx.is_storage_failure(exc):
-            raise RunGuarded from exc
 
 
 class _Savepoint:
