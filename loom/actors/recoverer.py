@@ -12,7 +12,6 @@ process left: expired leases, and those a clean close released.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -21,6 +20,7 @@ from ..kernel.authority import Authority
 from ..kernel.recovery import RecoverPass, next_expiry_in_tx, not_adoptable_in_tx, recover_expired_in_tx
 from ..records.errors import StaleAuthority
 from ..records.notices import Lagged, LeaseExpiry, StoreChanged
+from ..records.seeds import token_seed
 from ..records.work import Lease, Recovery
 from ..store import NoticeFeed
 from .attempts import AttemptRunner
@@ -137,7 +137,7 @@ class LeaseRecoverer:
                 recover_expired_in_tx,
                 PAGE,
                 owner=self._s.owner,
-                token_seed=secrets.token_urlsafe(32),
+                token_seed=token_seed(),
                 lease_ms=self._s.lease_ms,
                 executors=frozenset(self._s.extensions.executors),
             )

@@ -13,13 +13,13 @@ reason or started through the same claim (`admission.start_in_tx`).
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 
 from ..kernel.admission import Admission, AdmitRequest, admit_in_tx, start_in_tx
 from ..kernel.control import hold_in_tx
 from ..kernel.executions import BindingRef
 from ..records.errors import Conflict
+from ..records.seeds import token_seed
 from ..records.work import Lease, Work
 from .gates import ask_start_gates
 from .shared import Shared
@@ -42,7 +42,7 @@ def admit_request(shared: Shared, *, limit: int = 1, skip: frozenset[str] = froz
         owner=shared.owner,
         lease_ms=shared.lease_ms,
         limit=limit,
-        token_seed=secrets.token_urlsafe(32),
+        token_seed=token_seed(),
         advertised=extensions.advertised(),
         executors=frozenset(extensions.executors),
         gated=bool(extensions.start_gates),

@@ -6,7 +6,6 @@ attempts (`claim` one Work, `admit` from the ready queue), `poll` (route, fire, 
 from __future__ import annotations
 
 import logging
-import secrets
 
 import attrs
 
@@ -28,6 +27,7 @@ from ..kernel.timers import MAX_DUE
 from ..records.compaction import CompactionReport
 from ..records.errors import Conflict, InvalidRequest, NotFound
 from ..records.events import DiagnosticKind
+from ..records.seeds import token_seed
 from ..records.timers import Firing
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..records.work import Lease, Recovery
@@ -110,7 +110,7 @@ class Passes(RuntimeBase):
                 if reason is not None:
                     await self._submit(hold_in_tx, work.id, reason)
                     continue
-                single = attrs.evolve(request, limit=1, token_seed=secrets.token_urlsafe(32))
+                single = attrs.evolve(request, limit=1, token_seed=token_seed())
                 lease: Lease | Conflict = await self._submit(start_in_tx, work.id, single, binding)
                 if not isinstance(lease, Conflict):
                     leases.append(lease)
@@ -130,7 +130,7 @@ class Passes(RuntimeBase):
             owner=owner,
             lease_ms=lease_ms,
             limit=limit,
-            token_seed=secrets.token_urlsafe(32),
+            token_seed=token_seed(),
             advertised=extensions.advertised(),
             executors=None,
             gated=bool(extensions.start_gates),
@@ -189,7 +189,7 @@ class Passes(RuntimeBase):
             recover_expired_in_tx,
             limit,
             owner=owner or self._p.owner,
-            token_seed=secrets.token_urlsafe(32),
+            token_seed=token_seed(),
             lease_ms=self._p.lease_ms,
             executors=frozenset(self._p.extensions.executors),
         )
