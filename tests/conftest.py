@@ -248,6 +248,30 @@ def checked_kv_get(tx: Tx, namespace: str, key: str, *, for_update: bool = False
 KV_GET = Tx.kv_get
 
 
+def checked_max_seq(tx: Tx) -> int:
+    """`Tx.max_seq`, checked: the newest Event's sequence it answers (read, kept through its inserts,
+    or known by the last commit) is what a read finds."""
+    kept = MAX_SEQ(tx)
+    (read,) = tx._conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+    assert kept == read, f"newest Event's sequence as kept: {kept} != {read}"
+    return kept
+
+
+MAX_SEQ = Tx.max_seq
+
+
+def checked_routed_through(tx: Tx, watermark: int, wanted: int, window: int) -> int:
+    """`Tx.routed_through`, checked: no Event above the watermark, up to what it answers (found, kept
+    through the checkpoints written, or known by the last commit), lacks its checkpoint."""
+    through = ROUTED_THROUGH(tx, watermark, wanted, window)
+    row = tx._conn.execute(_sql.FIRST_UNROUTED, (watermark, through)).fetchone()
+    assert row is None, f"every Event routed through {through} answered: Event {row[0]} has no checkpoint"
+    return through
+
+
+ROUTED_THROUGH = Tx.routed_through
+
+
 def checked_key_owner(tx: Tx, key: str) -> str | None:
     """`Tx.key_owner`, checked: the owner it answers (read, kept, or committed earlier) is what a
     read finds."""
@@ -282,7 +306,8 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     answers none of (`WaitsTx.waits_exist`, `ExecutionsTx.open_intents_exist`, `Tx.roots_pinned`,
     `SubscriptionsTx.wait_subscriptions_exist`), every key's owner (`Tx.key_owner`), and every routed
     input's checkpoint and Event kept (`InputsTx.routed_input`, `InputsTx._take_routed`), every
-    attempt's row kept (`ExecutionsTx._kept_attempt`) and every KV entry (`Tx.kv_get`), in
+    attempt's row kept (`ExecutionsTx._kept_attempt`), every KV entry (`Tx.kv_get`), the newest
+    Event's sequence (`Tx.max_seq`) and how far every Event is routed (`Tx.routed_through`), in
     every test here, are checked against a read of the store (tests/test_tx_reads.py shows the checks
     fail a wrong one)."""
     monkeypatch.setattr(TxBase, "known", checked_known)
@@ -300,6 +325,8 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
     monkeypatch.setattr(Tx, "key_owner", checked_key_owner)
     monkeypatch.setattr(Tx, "kv_get", checked_kv_get)
+    monkeypatch.setattr(Tx, "max_seq", checked_max_seq)
+    monkeypatch.setattr(Tx, "routed_through", checked_routed_through)
     monkeypatch.setattr(SubscriptionsTx, "wait_subscriptions_exist", checked_wait_subscriptions_exist)
 
 

@@ -1105,12 +1105,75 @@ async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime
         wake = tx.untaken_wake(work_id)
         return on_key, wake, [q for q in queries if "FROM waits" in q]
 
+    kept = storage_of(rt)._kept
+    if kept is not None:  # (what an earlier commit knew would answer it: this transaction reads it)
+        kept.clear()
     on_key, wake, reads = await storage_of(rt).submit(look)
     assert (on_key, wake) == ([], None)
     shared = loom_store.startswith("postgresql://")
     # alone: the one read of whether any exists; shared: the key's open waits (read anew after
     # nothing is written: the second key's too) and the Work's untaken wake
     assert len(reads) == (3 if shared else 1), f"waits were read where none exists: {reads}"
+
+
+async def test_what_a_commit_knew_of_the_whole_store_answers_the_next_transaction(
+    loom_drivers: DriverFactory,
+) -> None:
+    """What a transaction alone on its database knew at its commit of the whole store answers the next
+    one (`Carried.max_seq`, `Carried.routed_through`, `Carried.none`): the newest Event's sequence, how
+    far every Event is routed, and that no wait, open intent, pinned root or wait subscription exists
+    are read by neither; a commit that parks an attempt on a wait makes the next read the waits again
+    (and find it), and one that replaces a checkpoint makes it search again how far Events are routed.
+    Catches: nothing carried (a read of each per transaction on SQLite), a "none" carried past the
+    commit that wrote one (the wait not found), and a routed sequence carried past a replay (the
+    unrouted Event passed by): this test, and conftest's checks of every answer against a read."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+        storage = storage_of(driver.runtime)
+        alone = storage.store.dialect.caches_reads
+
+        def look(tx: Tx, now_ms: int) -> tuple[object, ...]:
+            queries = counting_queries(tx)
+            seen = (
+                tx.max_seq(),
+                tx.waits_exist(),
+                tx.open_intents_exist(),
+                tx.roots_pinned(),
+                tx.wait_subscriptions_exist(),
+            )
+            through = tx.routed_through(0, seen[0], 100)
+            return (*seen, through, queries[:])
+
+        def park(tx: Tx, now_ms: int) -> None:
+            record_outcome_in_tx(
+                tx, now_ms, Authority.of(lease), Waiting(wait=WaitSpec(types=("w.go",))), KindPolicy()
+            )
+
+        await storage.submit(look)  # (read, and known at its commit)
+        newest, waits, intents, roots, subscriptions, through, queries = await storage.submit(look)
+        assert (waits, intents, roots, subscriptions) == (
+            ((False, False), False, False, False) if alone else ((True, True), True, True, True)
+        )
+        assert through == (newest if alone else 0)
+        assert len(queries) == (0 if alone else 1), queries  # (shared: the newest Event's sequence)
+        await storage.submit(park)
+        newest, waits, *_, queries = await storage.submit(look)
+        assert waits[0], "the wait the last commit opened was not seen"
+        assert [w.work_id for w in await storage.submit(lambda tx, now_ms: tx.open_waits_on_key("k"))] == [
+            work_id
+        ]
+        if alone:
+            assert [q for q in queries if "FROM waits" in q], "the waits were not read again"
+        event = lease.request.inputs[0]
+
+        def replace(tx: Tx, now_ms: int) -> None:  # (a replay's write: the Event is unrouted again)
+            checkpoint = tx.checkpoint(event.id)
+            assert checkpoint is not None
+            tx.replace_checkpoint(checkpoint, event.id, now_ms)
+
+        await storage.submit(replace)
+        through = (await storage.submit(look))[5]
+        assert through == (event.seq - 1 if alone else 0), "routed past the Event a replay made unrouted"
 
 
 async def test_a_wait_this_transaction_opens_is_found_after_none_was(loom_drivers: DriverFactory) -> None:

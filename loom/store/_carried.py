@@ -24,6 +24,12 @@ KEPT_ATTEMPTS = 10_000
 KEPT_KV = 1_000
 """How many KV entries (or their absence) the storage actor keeps across transactions."""
 
+NONE_KNOWN = ("waits", "open_intents", "pinned_roots", "wait_subscriptions")
+"""What a transaction may know there is none of, and tell the next (`Carried.none`): waits open or woken
+and not taken (`WaitsTx.waits_exist`), open intents (`ExecutionsTx.open_intents_exist`), roots with
+pinned limits (`Tx.roots_pinned`), waits' subscriptions (`SubscriptionsTx.wait_subscriptions_exist`).
+Each is read once, and only ever made true again by the writes that make one."""
+
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
 
@@ -34,10 +40,21 @@ class Carried:
     key is attached once, and detached only when compaction removes its Work), Works' pending inputs
     (written only through `InputsTx`, and compaction, which tell what they change), routed inputs (an
     Event never changes; its checkpoint only by a replay or compaction, which forget them), attempts'
-    rows (every write of `executions` tells which) and KV entries (every write of ``kv`` tells which). A
-    failed COMMIT forgets all of it."""
+    rows (every write of `executions` tells which) and KV entries (every write of ``kv`` tells which);
+    and what the last commit knew of the whole database (`facts`). A failed COMMIT forgets all of it."""
 
-    __slots__ = ("attempts", "inputs", "kv", "owners", "pending", "routed", "routed_bytes")
+    __slots__ = (
+        "attempts",
+        "inputs",
+        "kv",
+        "max_seq",
+        "none",
+        "owners",
+        "pending",
+        "routed",
+        "routed_bytes",
+        "routed_through",
+    )
 
     def __init__(self) -> None:
         self.owners: dict[str, str] = {}
@@ -55,6 +72,13 @@ class Carried:
         self.kv: dict[tuple[str, str], Any] = {}
         """KV entries as committed transactions read them (``None``: none), by namespace and key, until
         a transaction writes the entry (`Tx.kv_get`)."""
+        self.max_seq: int | None = None
+        """The newest Event's sequence, as the last commit knew it (`Tx.max_seq`; ``None``: unknown)."""
+        self.routed_through: int | None = None
+        """Every Event up to this sequence had its routing checkpoint at the last commit, as it knew
+        (`Tx.routed_through`; ``None``: unknown)."""
+        self.none: frozenset[str] = frozenset()
+        """What the last commit knew there was none of (`NONE_KNOWN`): it read so, and wrote none since."""
 
     def clear(self) -> None:
         self.owners.clear()
@@ -62,6 +86,8 @@ class Carried:
         self.forget_routed()
         self.attempts.clear()
         self.kv.clear()
+        self.max_seq = self.routed_through = None
+        self.none = frozenset()
 
     def forget_pending(self, work_id: str | None = None) -> None:
         """Forget the pending inputs kept of ``work_id`` (``None``: of every Work)."""

@@ -250,6 +250,7 @@ class ExecutionsTx(TxBase):
         handed_at_ms: int | None = None,
         budget_ms: int | None = None,
     ) -> None:
+        inputs_json, capabilities_json = json.dumps(list(inputs)), json.dumps(sorted(capabilities))
         self._conn.execute(
             "INSERT INTO executions (id, work_id, attempt, state, epoch, token, owner, expires_at_ms, trigger_id,"
             " inputs, binding, executor, capabilities, generation, created_at_ms, watermark, authority_id, pool,"
@@ -264,10 +265,10 @@ class ExecutionsTx(TxBase):
                 owner,
                 expires_at_ms,
                 trigger_id,
-                json.dumps(list(inputs)),
+                inputs_json,
                 binding,
                 executor,
-                json.dumps(sorted(capabilities)),
+                capabilities_json,
                 generation,
                 now_ms,
                 watermark,
@@ -296,10 +297,10 @@ class ExecutionsTx(TxBase):
                     owner=owner,
                     expires_at_ms=expires_at_ms,
                     trigger_id=trigger_id,
-                    inputs=json.dumps(list(inputs)),
+                    inputs=inputs_json,
                     binding=binding,
                     executor=executor,
-                    capabilities=json.dumps(sorted(capabilities)),
+                    capabilities=capabilities_json,
                     generation=generation,
                     created_at_ms=now_ms,
                     budget_ms=budget_ms,
