@@ -20,7 +20,6 @@ from typing import Any
 import trio
 
 from ..config import Config
-from ..kernel.authority import Authority
 from ..kernel.chains import adopt_then_complete_in_tx, complete_then_start_in_tx
 from ..kernel.executions import CompletionBlocked, KindPolicy, kind_policy, record_outcome_in_tx
 from ..kernel.recovery import not_adoptable_in_tx
@@ -222,7 +221,7 @@ class AttemptRunner:
         except NotAdoptable as exc:
             try:
                 await self._s.storage.submit(
-                    not_adoptable_in_tx, Authority.of(toolbelt.lease), str(exc) or "unverifiable"
+                    not_adoptable_in_tx, toolbelt.authority, str(exc) or "unverifiable"
                 )
             except StaleAuthority:
                 pass  # cancelled, or recovered by another recoverer meanwhile
@@ -234,7 +233,7 @@ class AttemptRunner:
             reason = f"executor {name!r} recover raised {describe(exc)}"
             await self._contain(name, "recover", lease, reason, exc)
             try:
-                await self._s.storage.submit(not_adoptable_in_tx, Authority.of(toolbelt.lease), reason)
+                await self._s.storage.submit(not_adoptable_in_tx, toolbelt.authority, reason)
             except StaleAuthority:
                 pass
             return None
@@ -292,7 +291,7 @@ class AttemptRunner:
                 if adopting or not self._chain:
                     await storage.submit(
                         adopt_then_complete_in_tx if adopting else record_outcome_in_tx,
-                        Authority.of(toolbelt.lease),
+                        toolbelt.authority,
                         outcome,
                         kind,
                         config.causal,
@@ -301,7 +300,7 @@ class AttemptRunner:
                     return
                 following = await storage.submit(
                     complete_then_start_in_tx,
-                    Authority.of(toolbelt.lease),
+                    toolbelt.authority,
                     outcome,
                     kind,
                     config.causal,

@@ -48,13 +48,17 @@ class RuntimeToolbelt:
         kind: KindPolicy | None = None,
         budgets: Sequence[Budget] = (),
     ) -> None:
-        self._policies = dict(policies or {})
+        # (the runtime's registries, built once at its start: shared, not copied per attempt)
+        self._policies: Mapping[str, RecurrencePolicy] = policies if policies is not None else {}
         self._storage = storage
         self._lease = lease
+        self._authority = Authority.of(lease)
+        """What every call presents (checked once: a lease is immutable, and a renewal moves only its
+        expiry)."""
         self._limits = limits
         self._generation = generation
         self._lease_ms = lease_ms
-        self._gates = dict(gates or {})
+        self._gates: Mapping[str, Any] = gates if gates is not None else {}
         self._kind = kind or KindPolicy()
         self._budgets = tuple(budgets)
         self.parked = False
@@ -68,12 +72,17 @@ class RuntimeToolbelt:
     def lease(self) -> Lease:
         return self._lease
 
+    @property
+    def authority(self) -> Authority:
+        """The lease's fenced identity, as every call presents it."""
+        return self._authority
+
     async def emit(self, event: EventIn, *, cause_id: str | None = None) -> Event:
         """Emit a derived Event (its parent is the attempt's trigger); `CausalRefused` over the bounds."""
         if self._gates:
             await self.gated("emit", {"event": event, "cause_id": cause_id})
         result = await self._storage.submit(
-            emit_in_tx, Authority.of(self._lease), event, self._limits, cause_id=cause_id
+            emit_in_tx, self._authority, event, self._limits, cause_id=cause_id
         )
         if isinstance(result, CausalRejection):
             raise CausalRefused(result.describe(), rejection=result)
@@ -90,7 +99,7 @@ class RuntimeToolbelt:
             await self.gated("create_child", {"name": name, "keys": tuple(keys), "kind": kind})
         result = await self._storage.submit(
             create_child_in_tx,
-            Authority.of(self._lease),
+            self._authority,
             name,
             keys,
             kind,
@@ -105,11 +114,11 @@ class RuntimeToolbelt:
         """Arm a timer in this Work's scope; its firing derives from the attempt's trigger."""
         if self._gates:
             await self.gated("arm_timer", {"spec": spec})
-        return await self._storage.submit(arm_derived_in_tx, Authority.of(self._lease), spec, self._policies)
+        return await self._storage.submit(arm_derived_in_tx, self._authority, spec, self._policies)
 
     async def heartbeat(self) -> None:
         """Renew the lease."""
-        expires = await self._storage.submit(renew_in_tx, Authority.of(self._lease), self._lease_ms)
+        expires = await self._storage.submit(renew_in_tx, self._authority, self._lease_ms)
         self._lease = attrs.evolve(self._lease, expires_at_ms=expires)
 
     async def pin(self, metadata: Mapping[str, Any]) -> None:
@@ -117,12 +126,12 @@ class RuntimeToolbelt:
         handle): if the lease is lost, recovery hands it back to the executor's ``recover``. It is held
         to the payload rules (a JSON object, at most `MAX_PAYLOAD_BYTES`)."""
         payload_json(metadata, field="metadata")
-        await self._storage.submit(pin_metadata_in_tx, Authority.of(self._lease), dict(metadata))
+        await self._storage.submit(pin_metadata_in_tx, self._authority, dict(metadata))
 
     async def adopt(self) -> None:
         """During recovery: the process is verified; the attempt runs again under this toolbelt's lease
         (a new token: the old one stays stale). Idempotent."""
-        await self._storage.submit(adopt_in_tx, Authority.of(self._lease))
+        await self._storage.submit(adopt_in_tx, self._authority)
         self.adopted = True
 
     async def gated(self, operation: str, args: Mapping[str, Any] | None = None) -> None:
@@ -199,7 +208,7 @@ class RuntimeToolbelt:
         """Register the gate's wait under this lease, exactly as a `Waiting` outcome would."""
         wait_id: str | None = await self._storage.submit(
             park_on_call_in_tx,
-            Authority.of(self._lease),
+            self._authority,
             Waiting(wait=wait),
             self._kind,
             self._limits,
