@@ -15,11 +15,9 @@ class RunGuarded(BaseException):
     ``except Exception`` of a procedure mistakes it for the failure it stands for."""
 
 
-class Unguarded:
-    """`TxBase.savepoint` in a transaction run unguarded: nothing to undo while every step succeeds
-    (most batches), and no statement spent on it; a step that fails stops the transaction, which the
-    storage actor rolls back and runs again guarded, so what commits is what guarded savepoints
-    would have committed (procedures depend only on the database, the time and their arguments)."""
+class _Block:
+    """A block of a transaction's (a context manager of its own: it runs for every request or every
+    routed Event, so it costs less than a generator's)."""
 
     __slots__ = ("_tx",)
 
@@ -28,22 +26,25 @@ class Unguarded:
 
     def __enter__(self) -> None:
         return None
+
+
+class Unguarded(_Block):
+    """`TxBase.savepoint` in a transaction run unguarded: nothing to undo while every step succeeds
+    (most batches), and no statement spent on it; a step that fails stops the transaction, which the
+    storage actor rolls back and runs again guarded, so what commits is what guarded savepoints
+    would have committed (procedures depend only on the database, the time and their arguments)."""
+
+    __slots__ = ()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if isinstance(exc, Exception) and not self._tx.is_storage_failure(exc):
             raise RunGuarded from exc
 
 
-class Holding:
-    """`TxBase.holding`'s block (a context manager of its own: it runs for every routed Event)."""
+class Holding(_Block):
+    """`TxBase.holding`'s block."""
 
-    __slots__ = ("_tx",)
-
-    def __init__(self, tx: TxBase) -> None:
-        self._tx = tx
-
-    def __enter__(self) -> None:
-        return None
+    __slots__ = ()
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         tx = self._tx

@@ -41,7 +41,8 @@ class Carried:
     (written only through `InputsTx`, and compaction, which tell what they change), routed inputs (an
     Event never changes; its checkpoint only by a replay or compaction, which forget them), attempts'
     rows (every write of `executions` tells which) and KV entries (every write of ``kv`` tells which);
-    and what the last commit knew of the whole database (`facts`). A failed COMMIT forgets all of it."""
+    and what the last commit knew of the whole database (`max_seq`, `routed_through`, `none`). A failed
+    COMMIT forgets all of it."""
 
     __slots__ = (
         "attempts",
