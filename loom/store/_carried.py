@@ -24,11 +24,12 @@ KEPT_ATTEMPTS = 10_000
 KEPT_KV = 1_000
 """How many KV entries (or their absence) the storage actor keeps across transactions."""
 
-NONE_KNOWN = ("waits", "open_intents", "pinned_roots", "wait_subscriptions")
-"""What a transaction may know there is none of, and tell the next (`Carried.none`): waits open or woken
+NoneKnown = tuple[bool, bool, bool, bool]
+"""What a transaction knows there is none of, and tells the next (`Carried.none`): waits open or woken
 and not taken (`WaitsTx.waits_exist`), open intents (`ExecutionsTx.open_intents_exist`), roots with
 pinned limits (`Tx.roots_pinned`), waits' subscriptions (`SubscriptionsTx.wait_subscriptions_exist`).
 Each is read once, and only ever made true again by the writes that make one."""
+NOTHING_KNOWN: NoneKnown = (False, False, False, False)
 
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
@@ -78,8 +79,8 @@ class Carried:
         self.routed_through: int | None = None
         """Every Event up to this sequence had its routing checkpoint at the last commit, as it knew
         (`Tx.routed_through`; ``None``: unknown)."""
-        self.none: frozenset[str] = frozenset()
-        """What the last commit knew there was none of (`NONE_KNOWN`): it read so, and wrote none since."""
+        self.none: NoneKnown = NOTHING_KNOWN
+        """What the last commit knew there was none of (`NoneKnown`): it read so, and wrote none since."""
 
     def clear(self) -> None:
         self.owners.clear()
@@ -88,7 +89,7 @@ class Carried:
         self.attempts.clear()
         self.kv.clear()
         self.max_seq = self.routed_through = None
-        self.none = frozenset()
+        self.none = NOTHING_KNOWN
 
     def forget_pending(self, work_id: str | None = None) -> None:
         """Forget the pending inputs kept of ``work_id`` (``None``: of every Work)."""

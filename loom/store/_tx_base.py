@@ -9,7 +9,7 @@ from typing import Any
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
 from ._blocks import Holding, Unguarded
-from ._carried import KEPT, NONE_KNOWN, Carried, Pending, ToCarry
+from ._carried import KEPT, Carried, NoneKnown, Pending, ToCarry
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
@@ -161,25 +161,23 @@ class TxBase:
     def _take_facts(self, kept: Carried) -> None:
         """Start from what the last commit knew of the whole database (a database alone: nobody wrote
         it since): the newest Event's sequence, how far every Event is routed, and what there is none
-        of (`NONE_KNOWN`), each as it would have gone on knowing it."""
+        of (`NoneKnown`), each as it would have gone on knowing it."""
         self._max_seq, self._routed_through = kept.max_seq, kept.routed_through
-        none = kept.none
-        if none:
-            if "waits" in none:
-                self._waits_exist, self._untaken = [False, False], {}
-            self._open_intents = False if "open_intents" in none else None
-            self._pinned_roots = False if "pinned_roots" in none else None
-            self._wait_subscriptions = False if "wait_subscriptions" in none else None
+        waits, intents, roots, subscriptions = kept.none
+        if waits:
+            self._waits_exist, self._untaken = [False, False], {}
+        self._open_intents = False if intents else None
+        self._pinned_roots = False if roots else None
+        self._wait_subscriptions = False if subscriptions else None
 
-    def _facts(self) -> frozenset[str]:
+    def _none_known(self) -> NoneKnown:
         """What this transaction knows there is none of, at its commit (`Carried.none`)."""
-        known = (
+        return (
             self._waits_exist == [False, False],
             self._open_intents is False,
             self._pinned_roots is False,
             self._wait_subscriptions is False,
         )
-        return frozenset(name for name, none in zip(NONE_KNOWN, known, strict=True) if none)
 
     def committed(self) -> None:
         """This transaction committed: the keys' owners it read or attached, the pending inputs it knows
@@ -199,7 +197,7 @@ class TxBase:
         for work_id, pending in self._pending.items():
             kept.keep_pending(work_id, pending)
         self._to_carry.commit(kept, self._events, self._kv)
-        kept.max_seq, kept.routed_through, kept.none = self._max_seq, self._routed_through, self._facts()
+        kept.max_seq, kept.routed_through, kept.none = self._max_seq, self._routed_through, self._none_known()
 
     def savepoint(self) -> _Savepoint | Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects
