@@ -1571,14 +1571,15 @@ async def test_a_works_pending_inputs_are_read_once_and_kept_through_its_own_add
 
 async def test_a_works_pending_inputs_a_commit_knew_answer_the_transactions_after_it(rt: Runtime) -> None:
     """On a database alone the pending inputs a committed transaction knew of a Work (read, or told by
-    its own writes) answer the transactions after it without a read (`TxBase.committed`); a Work whose
-    inputs a transaction wrote without knowing them, or removed, is read again after its commit, and
-    conftest's check compares every answer with a read. Catches: nothing carried past a commit (a read
-    in each transaction), a Work written unknown whose earlier list is still carried (an input missing:
+    its own writes) answer the transactions after it without a read (`TxBase.committed`), and an input
+    added goes on from them; a Work whose inputs a transaction wrote knowing none (nothing carried), or
+    removed, is read again after its commit, and conftest's check compares every answer with a read.
+    Catches: nothing carried past a commit (a read in each transaction), an add that does not go on
+    from what was carried (a read after it), a list kept by an add that knew none (an input missing:
     conftest's check), and a removed Work's list carried (inputs it no longer has)."""
     work_id = await a_work(rt)
     caches = storage_of(rt).store.dialect.caches_reads
-    offers = [EventIn(source="shop", delivery_id=f"d-c{i}", type="order.paid", scope=SCOPE) for i in range(2)]
+    offers = [EventIn(source="shop", delivery_id=f"d-c{i}", type="order.paid", scope=SCOPE) for i in range(3)]
     events = [await rt.publish(offer) for offer in offers]
 
     def pending(tx: Tx, now_ms: int) -> tuple[tuple[str, ...], int]:
@@ -1598,9 +1599,15 @@ async def test_a_works_pending_inputs_a_commit_knew_answer_the_transactions_afte
     after_known, reads_known = await storage_of(rt).submit(pending)
     assert after_known == (*first, events[0].id)
     assert reads_known == (0 if caches else 1), "a list the commit before knew was read again"
-    await storage_of(rt).submit(add(events[1], known=False))
+    await storage_of(rt).submit(add(events[1], known=False))  # (it goes on from what was carried)
+    after_carried, reads_carried = await storage_of(rt).submit(pending)
+    assert after_carried == (*first, events[0].id, events[1].id)
+    assert reads_carried == (0 if caches else 1), "an add did not go on from the list carried"
+    if caches:
+        storage_of(rt)._kept.forget_pending()  # (as past its bound: `Carried.keep_pending`)
+    await storage_of(rt).submit(add(events[2], known=False))
     after_unknown, reads_unknown = await storage_of(rt).submit(pending)
-    assert after_unknown == (*first, events[0].id, events[1].id)
+    assert after_unknown == (*first, *(event.id for event in events))
     assert reads_unknown == 1, "a Work's list was answered after a commit that wrote it unknown"
     await storage_of(rt).submit(lambda tx, now_ms: tx.remove_work(work_id, now_ms))
     assert await storage_of(rt).submit(pending) == ((), 1)
@@ -1722,14 +1729,14 @@ async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
     def keep_wrong(tx: Tx, now_ms: int) -> bool:
         work = tx.work(work_id)
         assert work is not None
-        tx._reads["work", work_id] = attrs.evolve(work, revision=work.revision + 1)
+        tx._to_carry.of_works["work", work_id] = attrs.evolve(work, revision=work.revision + 1)
         again = tx.work(work_id)
         return again is not None and again.revision == work.revision
 
     def keep_wrong_facts(tx: Tx, now_ms: int) -> bool:
         facts = tx.admission_facts(work_id)
         assert facts is not None
-        tx._reads["facts", work_id] = attrs.evolve(facts, held=not facts.held)
+        tx._to_carry.of_works["facts", work_id] = attrs.evolve(facts, held=not facts.held)
         return tx.admission_facts(work_id) == facts
 
     if not storage_of(rt).store.dialect.caches_reads:

@@ -136,3 +136,51 @@ def test_direct_writes_tell_what_they_change_of_what_is_carried(
     ]
     assert len(writes) >= at_least, f"only {writes} writes of {table} found: the scan lost its way"
     assert [w for w in writes if not w[3]] == [], f"writes of {table} that tell nothing: {writes}"
+
+
+WORK_PARTS = re.compile(
+    r"\s*((INSERT INTO|UPDATE|DELETE FROM) (works|work_keys|waits|work_inputs)\b"
+    r"|(INSERT INTO|DELETE FROM) executions\b|UPDATE executions SET state\b)"
+)
+"""Writes of a Work's row or of its parts as a read of it gives them (`_sql.work_with_parts`, the
+admission facts, the queue place): its keys, its open wait, its inputs, its live attempt (an attempt's
+other columns are no part of it)."""
+WORKS_TOLD = {"touch", "work_written", "lose_works"}
+"""What a method that writes them names to tell its transaction which Work (`ToCarry.work_written`)."""
+SENDERS = {"execute", "executemany", "_one", "_all", "_one_work"}
+
+
+def all_statements() -> list[tuple[str, str, int, str | None, set[str]]]:
+    """Every statement the transaction modules send, through `TxBase`'s plumbing too: module, method,
+    line, its text (``None``: not known from the source) and the attributes its method names."""
+    found = []
+    for path in sorted(STORE.glob("_tx*.py")):
+        module = importlib.import_module(f"loom.store.{path.stem}")
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, ast.FunctionDef):
+                continue
+            named = {n.attr for n in ast.walk(function) if isinstance(n, ast.Attribute)}
+            for call in ast.walk(function):
+                if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.args:
+                    if call.func.attr in SENDERS:
+                        text = sql_of(call.args[0], module)
+                        found.append((path.stem, function.name, call.lineno, text, named))
+    return found
+
+
+def test_writes_of_a_works_row_or_parts_tell_which_work() -> None:
+    """Every statement that writes a Work's row, keys, waits, inputs or live attempt sits in a method
+    that tells its transaction which Work (`WORKS_TOLD`), so that what is known of it (`Carried.of_works`,
+    and within the transaction through other Works' writes) no longer answers; but the writes of the
+    revision bumps and state moves that wait, which their callers told when they were made
+    (`TxBase._flush_bumps`). Catches: a new write that does not (the next transaction would answer the
+    Work as it was: a key, hold, wait or place it no longer has)."""
+    writes = [
+        (m, f, line, bool(named & WORKS_TOLD))
+        for m, f, line, text, named in all_statements()
+        if text and WORK_PARTS.match(text) and f != "_flush_bumps"
+    ]
+    assert len(writes) >= 25, f"only {writes} writes of Works' rows or parts found: the scan lost its way"
+    assert [w for w in writes if not w[3]] == [], (
+        f"writes of Works' rows or parts that tell nothing: {writes}"
+    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
@@ -37,6 +36,7 @@ from ..records.work import (
 )
 from ..store import AdmissionFacts, Tx
 from ._common import require_work
+from ._told import claimed_work, ended_work
 from .authority import Authority, authorize, authorize_recovery
 from .bindings import NO_BINDING as NO_BINDING
 from .bindings import BindingRef as BindingRef
@@ -294,7 +294,9 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         # the first active segment: its deadline is a durable timer armed in this same commit
         assert authority is not None
         start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
-    tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
+    revision = tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
+    tx.known_lazily("work", work.id, lambda: claimed_work(work, revision, execution_id, now_ms))
+    tx.known("place", work.id, place)  # (a claim moves no Work in the queue: the settle hook does)
     tx.notify(WorkChanged(work_id=work.id))
     if req.budgets:
         charge_in_tx(tx, now_ms, work, {"turns": 1, "attempts": 1}, req.budgets, req.limits)
@@ -462,7 +464,7 @@ def record_outcome_in_tx(
     revision = tx.move_later(work, next_state, now_ms)
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
-        tx.known_lazily("work", work.id, lambda: _ended(work, execution, next_state, revision, now_ms))
+        tx.known_lazily("work", work.id, lambda: ended_work(work, execution, next_state, revision, now_ms))
         if place is not None:  # and its admission facts and queue place, for what follows
             pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)
             facts = AdmissionFacts.told(work, next_state, place, now_ms, live=None, pending=pending)
@@ -480,13 +482,6 @@ def record_outcome_in_tx(
             rate_limited=outcome.rate_limited,
         )
     return work.id
-
-
-def _ended(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
-    """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
-    pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
-    now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
-    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
 
 
 def _still_pending(tx: Tx, work: Work, execution: Execution, outcome: Outcome) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 KEPT = 100_000
@@ -24,12 +25,40 @@ KEPT_ATTEMPTS = 10_000
 KEPT_KV = 1_000
 """How many KV entries (or their absence) the storage actor keeps across transactions."""
 
+KEPT_OF_WORKS = 30_000
+"""How many records of Works (a Work, its queue place, its admission facts) the storage actor keeps
+across transactions."""
+
+OF_WORK = frozenset({"work", "place", "facts"})
+"""The kinds of record of one Work, by its id, that stay true until a write of that Work's row or parts
+tells its transaction so (`ToCarry.work_written`), and that `Carried.of_works` keeps."""
+
 NoneKnown = tuple[bool, bool, bool, bool]
 """What a transaction knows there is none of, and tells the next (`Carried.none`): waits open or woken
 and not taken (`WaitsTx.waits_exist`), open intents (`ExecutionsTx.open_intents_exist`), roots with
 pinned limits (`Tx.roots_pinned`), waits' subscriptions (`SubscriptionsTx.wait_subscriptions_exist`).
 Each is read once, and only ever made true again by the writes that make one."""
 NOTHING_KNOWN: NoneKnown = (False, False, False, False)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""`TxBase.recall` found nothing it may answer."""
+
+
+class Lazy:
+    """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it (or,
+    if it is of a Work and its Work is not written before, ahead of the commit: `ToCarry.made`)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
 
 Pending = tuple[tuple[str, ...], int | None]
 """A Work's pending inputs' Event ids in acceptance order, and the newest one's sequence (at least)."""
@@ -51,6 +80,7 @@ class Carried:
         "kv",
         "max_seq",
         "none",
+        "of_works",
         "owners",
         "pending",
         "routed",
@@ -81,9 +111,13 @@ class Carried:
         (`Tx.routed_through`; ``None``: unknown)."""
         self.none: NoneKnown = NOTHING_KNOWN
         """What the last commit knew there was none of (`NoneKnown`): it read so, and wrote none since."""
+        self.of_works: dict[tuple[str, str], Any] = {}
+        """Records of Works (`OF_WORK`, by kind and Work id) as committed transactions knew them at
+        their commit, until a transaction writes that Work's row or parts (`ToCarry.work_written`)."""
 
     def clear(self) -> None:
         self.owners.clear()
+        self.of_works.clear()
         self.forget_pending()
         self.forget_routed()
         self.attempts.clear()
@@ -146,16 +180,26 @@ class ToCarry:
     """What one transaction will tell `Carried` at its commit (`TxBase.committed`), on a database alone:
     the payload text's length of each Event it inserted and the checkpoints routing one of them to a
     Work (`InputsTx.routed_input`); the attempts it inserted, as a read would give their rows, and
-    those whose rows it changed (`ExecutionsTx.execution`); the KV entries it wrote (`Tx.kv_get`)."""
+    those whose rows it changed (`ExecutionsTx.execution`); the KV entries it wrote (`Tx.kv_get`); the
+    records of Works it knows, and the Works whose rows or parts it wrote (`TxBase.recall`).
+
+    The records of Works answer this transaction's reads too, through its writes of other Works: a
+    Work's record (`OF_WORK`) is read from its row and its parts (keys, live attempt, open wait,
+    pending inputs, place in the ready queue), and every statement that writes one of them tells
+    which Work (`work_written`; `lose_works` for one naming none), checked by
+    ``tests/test_tx_works_statements.py``."""
 
     __slots__ = (
         "attempts",
         "attempts_changed",
         "attempts_lost",
         "kv_written",
+        "of_works",
         "routed",
         "routed_lost",
         "sizes",
+        "works_lost",
+        "works_written",
     )
 
     def __init__(self) -> None:
@@ -169,6 +213,34 @@ class ToCarry:
         """Attempts' rows were written by a statement naming no one attempt: none kept answers."""
         self.kv_written: set[tuple[str, str]] = set()
         """The KV entries it wrote (`Tx.kv_put`, `kv_delete`): what was kept of them no longer answers."""
+        self.of_works: dict[tuple[str, str], Any] = {}
+        """Records of Works (`OF_WORK`) as a read would answer them now, by kind and Work id: read, or
+        told (`TxBase.known`), each until its Work is written."""
+        self.works_written: set[str] = set()
+        """Works whose row or parts it wrote (savepoints rolled back included): what earlier commits
+        kept of them no longer answers."""
+        self.works_lost = False
+        """A statement naming no one Work wrote Works' rows or parts: nothing kept earlier answers."""
+
+    def work_written(self, work_id: str) -> None:
+        """A statement wrote the row or a part of the Work ``work_id``: what is known of it no longer
+        answers (the caller may tell what it knows after it)."""
+        self.works_written.add(work_id)
+        of_works = self.of_works
+        if of_works:
+            of_works.pop(("work", work_id), None)
+            of_works.pop(("place", work_id), None)
+            of_works.pop(("facts", work_id), None)
+
+    def lose_works(self) -> None:
+        self.works_lost, self.of_works = True, {}
+
+    def made(self) -> None:
+        """Make each record of a Work told lazily and not read (before the COMMIT: making one may read,
+        `TxBase.known_lazily`), for the transactions after this one."""
+        for entry, record in self.of_works.items():
+            if type(record) is Lazy:
+                self.of_works[entry] = record.make()
 
     def lose_routed(self, carried: Carried | None) -> None:
         self.routed_lost, self.routed = True, {}
@@ -187,6 +259,7 @@ class ToCarry:
         """A savepoint rolled back: what it wrote may be undone (what it changed stays changed)."""
         self.routed.clear()
         self.attempts.clear()
+        self.of_works.clear()
 
     def commit(self, carried: Carried, events: dict[str, Any], kv: dict[tuple[str, str], Any]) -> None:
         for event_id, (checkpoint, size) in () if self.routed_lost else self.routed.items():
@@ -204,3 +277,13 @@ class ToCarry:
             if len(carried.kv) + len(kv) > KEPT_KV:
                 carried.kv.clear()
             carried.kv.update(kv)
+        of_works = carried.of_works
+        if self.works_lost:
+            of_works.clear()
+        for work_id in self.works_written:
+            of_works.pop(("work", work_id), None)
+            of_works.pop(("place", work_id), None)
+            of_works.pop(("facts", work_id), None)
+        if len(of_works) + len(self.of_works) > KEPT_OF_WORKS:
+            of_works.clear()
+        of_works.update(self.of_works)  # (each made before the COMMIT: `made`)

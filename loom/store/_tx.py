@@ -389,6 +389,7 @@ class Tx(
             (key, work_id, seq, now_ms),
         )
         self._key_owners[key] = work_id
+        self._to_carry.work_written(work_id)
 
     # -- routing checkpoints --------------------------------------------------
 

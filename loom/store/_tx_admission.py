@@ -125,10 +125,12 @@ class AdmissionTx(TxBase):
         """Record that a Work changed at ``now_ms`` (its place in the order of last change)."""
         if self._bumps:
             self._flush_bumps()  # a bump that waits writes the time too (`TxBase.bump_work`)
+        self._to_carry.work_written(work_id)
         self._conn.execute("UPDATE works SET updated_at_ms = ? WHERE id = ?", (now_ms, work_id))
 
     def enqueue_work(self, work_id: str, now_ms: int) -> None:
         """Put a Work at the tail of the ready queue (behind every Work in it now)."""
+        self._to_carry.work_written(work_id)
         self._conn.execute(
             "UPDATE works SET ready_seq = (SELECT coalesce(max(ready_seq), 0) + 1 FROM works"
             " WHERE ready_seq IS NOT NULL), ready_at_ms = ?, blocked = NULL WHERE id = ?",
@@ -136,12 +138,14 @@ class AdmissionTx(TxBase):
         )
 
     def dequeue_work(self, work_id: str) -> None:
+        self._to_carry.work_written(work_id)
         self._conn.execute(
             "UPDATE works SET ready_seq = NULL, ready_at_ms = NULL, blocked = NULL WHERE id = ?", (work_id,)
         )
 
     def block_work(self, work_id: str, blocked: str | None) -> None:
         """Record why the admission pass passed over a queued Work (``None``: it looks again)."""
+        self._to_carry.work_written(work_id)
         self._conn.execute("UPDATE works SET blocked = ? WHERE id = ?", (blocked, work_id))
 
     def admission_page(self, limit: int) -> list[tuple[str, int]]:
@@ -161,10 +165,12 @@ class AdmissionTx(TxBase):
             "SELECT id FROM works WHERE blocked = ? ORDER BY ready_seq, id LIMIT ?", (blocked, limit)
         )
         for (work_id,) in rows:
+            self._to_carry.work_written(work_id)
             self._conn.execute("UPDATE works SET blocked = NULL WHERE id = ?", (work_id,))
         return [r[0] for r in rows]
 
     def unblock_all(self) -> int:
+        self._to_carry.lose_works()
         cur = self._conn.execute("UPDATE works SET blocked = NULL WHERE blocked IS NOT NULL")
         return int(cur.rowcount)
 

@@ -9,19 +9,12 @@ from typing import Any
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
 from ._blocks import Holding, Unguarded
-from ._carried import KEPT, Carried, NoneKnown, Pending, ToCarry
+from ._carried import KEPT, OF_WORK, Carried, Lazy, NoneKnown, Pending, ToCarry
+from ._carried import MISSING as MISSING
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
 
 Params = Sequence[Any]
 
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING: Any = _Missing()
-"""`TxBase.recall` found nothing it may answer."""
 
 PATCHED_READS: set[str] = set()
 """Reads of one Work's row by its id that answer what bumps waiting for it will write (`TxBase.patched`)
@@ -43,15 +36,6 @@ state move that waits (`Tx.move_later`), for one Work."""
 
 _OWN_KINDS = frozenset({"work", "facts", "execution", "execution_state", "execution_token", "segment_clock"})
 """What `TxBase.recall` keeps of a Work (by its id) or an attempt (by its id) this transaction inserted."""
-
-
-class _Lazy:
-    """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it."""
-
-    __slots__ = ("make",)
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
 
 
 class TxBase:
@@ -237,12 +221,15 @@ class TxBase:
         """A record of ``kind`` read by ``key`` earlier in this transaction, if no row changed since (the
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
-        A read that misses keeps its answer with `keep`. What `hold` holds answers too."""
+        A read that misses keeps its answer with `keep`. What `hold` holds answers too, and a Work's
+        records (`OF_WORK`) answer until a write of its row or parts (`_of_work`)."""
         if not self._keeps(kind, key):
             return MISSING
+        if kind in OF_WORK and (record := self._of_work(kind, key)) is not MISSING:
+            return record
         if self._reads_current():
             record = self._reads.get((kind, key), MISSING)
-            if type(record) is _Lazy:
+            if type(record) is Lazy:
                 record = self._reads[kind, key] = record.make()
             if record is not MISSING:
                 return record
@@ -252,14 +239,33 @@ class TxBase:
         """Keep what a read just answered (right after `recall` missed: no row changed between)."""
         if self._keeps(kind, key):
             self._reads[kind, key] = record
+            if kind in OF_WORK:
+                self._to_carry.of_works[kind, key] = record
+        return record
+
+    def _of_work(self, kind: str, work_id: str) -> Any:
+        """A record of the Work ``work_id`` (`OF_WORK`) this transaction knows, or else an earlier
+        commit did (`Carried.of_works`), with no write of its row or parts since (`ToCarry`)."""
+        to_carry = self._to_carry
+        record = to_carry.of_works.get((kind, work_id), MISSING)
+        if record is MISSING:
+            kept = self._kept
+            if kept is None or to_carry.works_lost or work_id in to_carry.works_written:
+                return MISSING
+            return kept.of_works.get((kind, work_id), MISSING)
+        if type(record) is Lazy:
+            record = to_carry.of_works[kind, work_id] = record.make()
         return record
 
     def known(self, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
-        record it read and what it wrote since. Reads answer it (`recall`) until a row changes again."""
+        record it read and what it wrote since. Reads answer it (`recall`) until a row changes again
+        (a Work's record, `OF_WORK`: until a write of its row or parts)."""
         if self._keeps(kind, key):
             self._reads_current()
             self._reads[kind, key] = record
+            if kind in OF_WORK:
+                self._to_carry.of_works[kind, key] = record
 
     def hold(self, work_id: str, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now, and is of the Work
@@ -325,6 +331,13 @@ class TxBase:
         if self._bumps:
             self._flush_bumps()
 
+    def before_commit(self) -> None:
+        """What a batch does last before its COMMIT: write the bumps that wait, and (on a database
+        alone) make what was told lazily of Works that the transactions after it may take."""
+        self.write_bumps()
+        if self._kept is not None:
+            self._to_carry.made()
+
     def _flush_bumps(self) -> None:
         """Write the revision bumps that wait (`bump_work`), in one statement (a Work's with a move
         that waits, `Tx.move_later`, in one of its own). What this transaction keeps stays: each was
@@ -367,11 +380,14 @@ class TxBase:
 
     def known_lazily(self, kind: str, key: str, make: Callable[[], Any]) -> None:
         """`known`, with the record made by ``make`` only if a read asks for it before a row changes
-        (most such records are never read: making each would cost more than the reads it saves).
-        ``make`` depends only on this transaction's state, which no read changes."""
+        (most such records are never read: making each would cost more than the reads it saves), or,
+        of a Work, before its Work is written (or the COMMIT: `before_commit`). ``make`` depends only
+        on what this transaction knows of that Work, which no read changes, nor a write of another."""
         if self._keeps(kind, key):
             self._reads_current()
-            self._reads[kind, key] = _Lazy(make)
+            self._reads[kind, key] = lazy = Lazy(make)
+            if kind in OF_WORK:
+                self._to_carry.of_works[kind, key] = lazy
 
     def _keeps(self, kind: str, key: str) -> bool:
         """Whether a record of ``kind`` by ``key`` may be kept: always alone on the database; on a shared
@@ -415,8 +431,10 @@ class TxBase:
         self.notices.append(notice)
 
     def touch(self, work_id: str) -> None:
-        """Note that a Work's state, inputs or attempts changed (see ``touched``)."""
+        """Note that a Work's state, inputs or attempts changed (see ``touched``): what this transaction
+        knows of it no longer answers (`ToCarry.work_written`)."""
         self.touched[work_id] = None
+        self._to_carry.work_written(work_id)
         if self._held_of:
             self._drop_held(work_id)
 

@@ -371,6 +371,7 @@ class CompactionTx(TxBase):
         self._conn.execute("DELETE FROM waits WHERE execution_id = ?", (execution_id,))
         self._conn.execute("DELETE FROM intents WHERE execution_id = ?", (execution_id,))
         self._to_carry.changed_attempt(execution_id)
+        self._to_carry.lose_works()  # (an ended attempt is no Work's part; its waits, ended, neither)
         self._conn.execute("DELETE FROM executions WHERE id = ?", (execution_id,))
 
     def remove_work(self, work_id: str, now_ms: int) -> int:
@@ -391,6 +392,7 @@ class CompactionTx(TxBase):
         conn.execute("DELETE FROM work_inputs WHERE work_id = ?", (work_id,))
         self._pending.pop(work_id, None)
         self._inputs_changed.add(work_id)
+        self._to_carry.work_written(work_id)
         self._inputs.clear()
         conn.execute("UPDATE checkpoints SET work_id = NULL WHERE work_id = ?", (work_id,))
         self._to_carry.lose_routed(self._kept)
@@ -437,6 +439,7 @@ class CompactionTx(TxBase):
         self._pending.clear()  # the Event's inputs are consumed ones: forgotten all the same
         self._inputs_lost = True
         self._inputs.clear()
+        self._to_carry.lose_works()  # (its inputs are consumed ones, no Work's part: all the same)
         conn.execute(
             "DELETE FROM replaced_checkpoints WHERE event_id = ? OR replay_id = ?", (event.id, event.id)
         )

@@ -17,6 +17,7 @@ from ..records.errors import IllegalTransition
 from ..records.events import Event
 from ..records.work import INPUT_LIFECYCLE, Checkpoint, InputState
 from . import _sql
+from ._carried import Pending
 from ._tx_base import MISSING, TxBase
 
 _EVENTS_PER_READ = 512
@@ -42,19 +43,23 @@ def _padded(ids: list[str]) -> tuple[str, ...]:
 class InputsTx(TxBase):
     def pending_of(self, work_id: str) -> tuple[str, ...]:
         """The Work's pending inputs' Event ids, in acceptance order (see the module docstring)."""
-        kept = self._pending.get(work_id)
+        kept = self._known_pending(work_id)
         if kept is not None:
             return kept[0]
-        if self._kept is not None and not self._inputs_lost and work_id not in self._inputs_changed:
-            committed = self._kept.pending.get(work_id)  # (as an earlier commit left them)
-            if committed is not None:
-                self._pending[work_id] = committed
-                return committed[0]
         rows = self._all(_sql.WORK_PENDING_SEQ, (work_id,))
         pending = tuple(row[0] for row in rows)
         if self._caching:
             self._pending[work_id] = (pending, rows[-1][1] if rows else None)
         return pending
+
+    def _known_pending(self, work_id: str) -> Pending | None:
+        """The Work's pending inputs as this transaction keeps them, or else as an earlier commit left
+        them (`Carried.pending`), with none written since; ``None``: not kept."""
+        kept = self._pending.get(work_id)
+        if kept is None and self._kept is not None and not self._inputs_lost:
+            if work_id not in self._inputs_changed and (kept := self._kept.pending.get(work_id)) is not None:
+                self._pending[work_id] = kept
+        return kept
 
     def pending_inputs(self, work_id: str) -> list[str]:
         return list(self.pending_of(work_id))
@@ -129,6 +134,7 @@ class InputsTx(TxBase):
         if (work_id, event_id) in self._inputs:
             self.touch(work_id)
             return
+        self._known_pending(work_id)  # (what is kept goes on from here, or else is forgotten)
         cur = self._conn.execute(
             "INSERT INTO work_inputs (work_id, event_id, seq, state) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (work_id, event_id, seq, InputState.PENDING.value),
@@ -151,8 +157,8 @@ class InputsTx(TxBase):
         inputs goes on without it (the newest sequence kept stays an upper bound: `add_input`), or, a
         list longer than `_REBUILT`, is read again when asked for (an attempt that takes hundreds
         consumes them one by one: rebuilding the list at each would cost their square)."""
+        kept = self._known_pending(work_id)
         self._inputs_changed.add(work_id)
-        kept = self._pending.get(work_id)
         if kept is None:
             return
         if len(kept[0]) > _REBUILT:

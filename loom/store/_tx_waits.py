@@ -152,6 +152,7 @@ class WaitsTx(TxBase):
 
     def insert_wait(self, wait: Wait) -> None:
         self._wait_written(wait.state.value, taken=False)
+        self._to_carry.work_written(wait.work_id)  # (its open wait is a part of the Work)
         if wait.state is WaitState.WOKEN:
             self._untaken = None  # (not kept: read them)
         self._conn.execute(
@@ -198,6 +199,7 @@ class WaitsTx(TxBase):
         values = [json.dumps(v, sort_keys=True) if k == "detail" else v for k, v in fields.items()]
         sets = "".join(f", {name} = ?" for name in fields)
         self._wait_written(state, taken=fields.get("taken_at_ms") is not None)
+        self._to_carry.work_written(wait.work_id)
         cur = self._conn.execute(
             f"UPDATE waits SET state = ?{sets} WHERE id = ? AND state = ?",
             (state, *values, wait.id, wait.state.value),

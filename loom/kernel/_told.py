@@ -1,0 +1,33 @@
+"""A Work as a procedure's writes left it, which the procedure tells its transaction
+(`TxBase.known_lazily`) rather than have the next reader read it again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..records.work import Execution, ExecutionState, Work, WorkState
+
+
+def claimed_work(work: Work, revision: int, execution_id: str, now_ms: int) -> Work:
+    """``work`` as its claim wrote it: running its new attempt, every input it held still pending (what
+    the attempt's end reads next, on a database alone from an earlier commit: `Carried.of_works`)."""
+    return attrs.evolve(
+        work,
+        state=WorkState.RUNNING,
+        revision=revision,
+        updated_at_ms=now_ms,
+        attempts=work.attempts + 1,
+        started=True,
+        released=False,
+        current_execution_id=execution_id,
+        execution_state=ExecutionState.RUNNING,
+    )
+
+
+def ended_work(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
+    """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
+    pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
+    now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
+    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
