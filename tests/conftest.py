@@ -92,11 +92,13 @@ def checked_hold(tx: TxBase, work_id: str, kind: str, key: str, record: object) 
 HOLD = TxBase.hold
 
 
-def checked_known_lazily(tx: TxBase, kind: str, key: str, make: Callable[[], object]) -> None:
+def checked_known_lazily(
+    tx: TxBase, kind: str, key: str, make: Callable[[], object], *, pure: bool = False
+) -> None:
     """`TxBase.known_lazily`, checked as `checked_known` (the record made at once: a read made before
-    a row changes answers what it would make then)."""
+    a row changes answers what it would make then; one made later is checked by `checked_recall`)."""
     checked_known(tx, kind, key, make())
-    KNOWN_LAZILY(tx, kind, key, make)
+    KNOWN_LAZILY(tx, kind, key, make, pure=pure)
 
 
 KNOWN_LAZILY = TxBase.known_lazily

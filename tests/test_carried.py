@@ -1,6 +1,7 @@
 """What the storage actor keeps of committed transactions across them (`loom.store._carried.Carried`)
 stays within its bounds: `KEPT` Works' pending inputs and `KEPT_INPUTS` inputs over them all;
-`KEPT_ROUTED` routed inputs and `KEPT_ROUTED_BYTES` of their payloads; `KEPT_KV` KV entries.
+`KEPT_ROUTED` routed inputs and `KEPT_ROUTED_BYTES` of their payloads; `KEPT_KV` KV entries;
+`KEPT_OF_WORKS` Works' records.
 
 Catches: a keep that never forgets (memory growing with every Work and input a runtime ever saw), a
 count of inputs or payload bytes that drifts from what is kept (the bound enforced against the wrong
@@ -91,3 +92,30 @@ def test_kv_entries_kept_are_forgotten_when_written_and_bounded(monkeypatch: pyt
     assert carried.kv == {("n", "d"): "D", ("n", "e"): "E"}
     carried.clear()
     assert carried.kv == {}
+
+
+def committed_works(carried: Carried, told: dict[str, object], written: tuple[str, ...] = ()) -> None:
+    """Commit one transaction that wrote the Works ``written`` and knew each Work in ``told`` so."""
+    to_carry = _carried.ToCarry()
+    for work_id in written:
+        to_carry.work_written(work_id)
+    for work_id, record in told.items():
+        to_carry.tell("work", work_id, record)
+    to_carry.commit(carried, {}, {})
+
+
+def test_works_records_are_forgotten_when_written_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Work's records a commit knew are kept (beside those it did not write), a Work written by a later
+    commit is forgotten unless that commit knew it anew, a record made by asking its transaction is not
+    kept (the transaction is gone), and past `KEPT_OF_WORKS` Works everything kept is forgotten first.
+    Catches: a written Work kept, an impure record carried out of its transaction, and no bound."""
+    monkeypatch.setattr(_carried, "KEPT_OF_WORKS", 3)
+    carried = Carried()
+    pure = _carried.Lazy(lambda: "made", pure=True)
+    committed_works(carried, {"a": "a1", "b": "b1", "c": pure})
+    committed_works(carried, {"b": "b2"}, written=("a", "b"))
+    assert carried.of_works == {"b": {"work": "b2"}, "c": {"work": pure}}
+    committed_works(carried, {"d": _carried.Lazy(lambda: "asks", pure=False)}, written=("d",))
+    assert "d" not in carried.of_works  # (nor anything older of d: it was written)
+    committed_works(carried, {"e": "e1", "f": "f1"})  # 2 + 2 Works: over the bound of 3
+    assert carried.of_works == {"e": {"work": "e1"}, "f": {"work": "f1"}}

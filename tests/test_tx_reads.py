@@ -1729,14 +1729,14 @@ async def test_a_work_kept_wrong_fails_the_suites_check(rt: Runtime) -> None:
     def keep_wrong(tx: Tx, now_ms: int) -> bool:
         work = tx.work(work_id)
         assert work is not None
-        tx._to_carry.of_works["work", work_id] = attrs.evolve(work, revision=work.revision + 1)
+        tx._to_carry.tell("work", work_id, attrs.evolve(work, revision=work.revision + 1))
         again = tx.work(work_id)
         return again is not None and again.revision == work.revision
 
     def keep_wrong_facts(tx: Tx, now_ms: int) -> bool:
         facts = tx.admission_facts(work_id)
         assert facts is not None
-        tx._to_carry.of_works["facts", work_id] = attrs.evolve(facts, held=not facts.held)
+        tx._to_carry.tell("facts", work_id, attrs.evolve(facts, held=not facts.held))
         return tx.admission_facts(work_id) == facts
 
     if not storage_of(rt).store.dialect.caches_reads:

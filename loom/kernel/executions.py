@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 
 import attrs
 
@@ -295,7 +296,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         assert authority is not None
         start_segment_in_tx(tx, now_ms, execution_id, 1, req.timeout_ms, authority, work.scope)
     revision = tx.set_work_state(work, WorkState.RUNNING, now_ms, attempts=attempt, started=1, release_once=0)
-    tx.known_lazily("work", work.id, lambda: claimed_work(work, revision, execution_id, now_ms))
+    tx.known_lazily("work", work.id, partial(claimed_work, work, revision, execution_id, now_ms), pure=True)
     tx.known("place", work.id, place)  # (a claim moves no Work in the queue: the settle hook does)
     tx.notify(WorkChanged(work_id=work.id))
     if req.budgets:
@@ -464,7 +465,8 @@ def record_outcome_in_tx(
     revision = tx.move_later(work, next_state, now_ms)
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
-        tx.known_lazily("work", work.id, lambda: ended_work(work, execution, next_state, revision, now_ms))
+        ended = partial(ended_work, work, execution, next_state, revision, now_ms)
+        tx.known_lazily("work", work.id, ended, pure=True)
         if place is not None:  # and its admission facts and queue place, for what follows
             pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)
             facts = AdmissionFacts.told(work, next_state, place, now_ms, live=None, pending=pending)

@@ -409,7 +409,7 @@ class StorageActor(Notices):
                     if tx.is_storage_failure(exc):
                         raise
                     request.error = exc
-            tx.before_commit()
+            tx.write_bumps()
             if dialect.notify is not None:
                 payload = summarize(tx.notices, self.origin, routing=self.routing)
                 if payload is not None:

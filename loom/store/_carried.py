@@ -25,8 +25,8 @@ KEPT_ATTEMPTS = 10_000
 KEPT_KV = 1_000
 """How many KV entries (or their absence) the storage actor keeps across transactions."""
 
-KEPT_OF_WORKS = 30_000
-"""How many records of Works (a Work, its queue place, its admission facts) the storage actor keeps
+KEPT_OF_WORKS = 10_000
+"""How many Works' records (a Work, its queue place, its admission facts) the storage actor keeps
 across transactions."""
 
 OF_WORK = frozenset({"work", "place", "facts"})
@@ -51,13 +51,14 @@ MISSING: Any = _Missing()
 
 
 class Lazy:
-    """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it (or,
-    if it is of a Work and its Work is not written before, ahead of the commit: `ToCarry.made`)."""
+    """A record `TxBase.known_lazily` was told how to make: made at the first read that asks for it.
+    ``pure``: ``make`` depends on nothing but what it holds (not on its transaction), so that a record
+    of a Work may be made in a later transaction too (`Carried.of_works`)."""
 
-    __slots__ = ("make",)
+    __slots__ = ("make", "pure")
 
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
+    def __init__(self, make: Callable[[], Any], pure: bool) -> None:
+        self.make, self.pure = make, pure
 
 
 Pending = tuple[tuple[str, ...], int | None]
@@ -111,8 +112,8 @@ class Carried:
         (`Tx.routed_through`; ``None``: unknown)."""
         self.none: NoneKnown = NOTHING_KNOWN
         """What the last commit knew there was none of (`NoneKnown`): it read so, and wrote none since."""
-        self.of_works: dict[tuple[str, str], Any] = {}
-        """Records of Works (`OF_WORK`, by kind and Work id) as committed transactions knew them at
+        self.of_works: dict[str, dict[str, Any]] = {}
+        """Records of Works (`OF_WORK`), by Work id and kind, as committed transactions knew them at
         their commit, until a transaction writes that Work's row or parts (`ToCarry.work_written`)."""
 
     def clear(self) -> None:
@@ -213,8 +214,8 @@ class ToCarry:
         """Attempts' rows were written by a statement naming no one attempt: none kept answers."""
         self.kv_written: set[tuple[str, str]] = set()
         """The KV entries it wrote (`Tx.kv_put`, `kv_delete`): what was kept of them no longer answers."""
-        self.of_works: dict[tuple[str, str], Any] = {}
-        """Records of Works (`OF_WORK`) as a read would answer them now, by kind and Work id: read, or
+        self.of_works: dict[str, dict[str, Any]] = {}
+        """Records of Works (`OF_WORK`) as a read would answer them now, by Work id and kind: read, or
         told (`TxBase.known`), each until its Work is written."""
         self.works_written: set[str] = set()
         """Works whose row or parts it wrote (savepoints rolled back included): what earlier commits
@@ -226,21 +227,18 @@ class ToCarry:
         """A statement wrote the row or a part of the Work ``work_id``: what is known of it no longer
         answers (the caller may tell what it knows after it)."""
         self.works_written.add(work_id)
-        of_works = self.of_works
-        if of_works:
-            of_works.pop(("work", work_id), None)
-            of_works.pop(("place", work_id), None)
-            of_works.pop(("facts", work_id), None)
+        self.of_works.pop(work_id, None)
+
+    def tell(self, kind: str, work_id: str, record: Any) -> None:
+        """``record`` (of `OF_WORK`) is what a read of the Work ``work_id`` would answer now."""
+        known = self.of_works.get(work_id)
+        if known is None:
+            self.of_works[work_id] = {kind: record}
+        else:
+            known[kind] = record
 
     def lose_works(self) -> None:
         self.works_lost, self.of_works = True, {}
-
-    def made(self) -> None:
-        """Make each record of a Work told lazily and not read (before the COMMIT: making one may read,
-        `TxBase.known_lazily`), for the transactions after this one."""
-        for entry, record in self.of_works.items():
-            if type(record) is Lazy:
-                self.of_works[entry] = record.make()
 
     def lose_routed(self, carried: Carried | None) -> None:
         self.routed_lost, self.routed = True, {}
@@ -281,9 +279,16 @@ class ToCarry:
         if self.works_lost:
             of_works.clear()
         for work_id in self.works_written:
-            of_works.pop(("work", work_id), None)
-            of_works.pop(("place", work_id), None)
-            of_works.pop(("facts", work_id), None)
+            of_works.pop(work_id, None)
         if len(of_works) + len(self.of_works) > KEPT_OF_WORKS:
             of_works.clear()
-        of_works.update(self.of_works)  # (each made before the COMMIT: `made`)
+        for work_id, records in self.of_works.items():
+            work = records.get("work")
+            if type(work) is Lazy and not work.pure:  # (one that asks its transaction goes with it)
+                records = {kind: record for kind, record in records.items() if kind != "work"}
+                if not records:
+                    continue
+            if (kept := of_works.get(work_id)) is None:
+                of_works[work_id] = records
+            else:  # (a Work not written here: what this one read adds to what was kept)
+                kept.update(records)

@@ -222,11 +222,19 @@ class TxBase:
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
         A read that misses keeps its answer with `keep`. What `hold` holds answers too, and a Work's
-        records (`OF_WORK`) answer until a write of its row or parts (`_of_work`)."""
-        if not self._keeps(kind, key):
+        records (`OF_WORK`) answer until a write of its row or parts (`_kept_of_work`)."""
+        if not (self._caching or (kind in _OWN_KINDS and key in self._own)):  # (`_keeps`, inline)
             return MISSING
-        if kind in OF_WORK and (record := self._of_work(kind, key)) is not MISSING:
-            return record
+        if kind in OF_WORK:  # (a Work's records: the most asked for)
+            records = self._to_carry.of_works.get(key)
+            record = MISSING if records is None else records.get(kind, MISSING)
+            if record is MISSING:
+                records, record = self._kept_of_work(kind, key)
+            if record is not MISSING:
+                if type(record) is Lazy:
+                    assert records is not None
+                    record = records[kind] = record.make()  # (a kept one too: any makes the same)
+                return record
         if self._reads_current():
             record = self._reads.get((kind, key), MISSING)
             if type(record) is Lazy:
@@ -240,22 +248,17 @@ class TxBase:
         if self._keeps(kind, key):
             self._reads[kind, key] = record
             if kind in OF_WORK:
-                self._to_carry.of_works[kind, key] = record
+                self._to_carry.tell(kind, key, record)
         return record
 
-    def _of_work(self, kind: str, work_id: str) -> Any:
-        """A record of the Work ``work_id`` (`OF_WORK`) this transaction knows, or else an earlier
-        commit did (`Carried.of_works`), with no write of its row or parts since (`ToCarry`)."""
-        to_carry = self._to_carry
-        record = to_carry.of_works.get((kind, work_id), MISSING)
-        if record is MISSING:
-            kept = self._kept
-            if kept is None or to_carry.works_lost or work_id in to_carry.works_written:
-                return MISSING
-            return kept.of_works.get((kind, work_id), MISSING)
-        if type(record) is Lazy:
-            record = to_carry.of_works[kind, work_id] = record.make()
-        return record
+    def _kept_of_work(self, kind: str, work_id: str) -> tuple[dict[str, Any] | None, Any]:
+        """A record of the Work ``work_id`` (`OF_WORK`) as an earlier commit knew it (`Carried.of_works`)
+        with its Work's records, if this transaction wrote none of its row or parts (`ToCarry`)."""
+        kept, to_carry = self._kept, self._to_carry
+        if kept is None or to_carry.works_lost or work_id in to_carry.works_written:
+            return None, MISSING
+        records = kept.of_works.get(work_id)
+        return records, MISSING if records is None else records.get(kind, MISSING)
 
     def known(self, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
@@ -265,7 +268,7 @@ class TxBase:
             self._reads_current()
             self._reads[kind, key] = record
             if kind in OF_WORK:
-                self._to_carry.of_works[kind, key] = record
+                self._to_carry.tell(kind, key, record)
 
     def hold(self, work_id: str, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now, and is of the Work
@@ -331,13 +334,6 @@ class TxBase:
         if self._bumps:
             self._flush_bumps()
 
-    def before_commit(self) -> None:
-        """What a batch does last before its COMMIT: write the bumps that wait, and (on a database
-        alone) make what was told lazily of Works that the transactions after it may take."""
-        self.write_bumps()
-        if self._kept is not None:
-            self._to_carry.made()
-
     def _flush_bumps(self) -> None:
         """Write the revision bumps that wait (`bump_work`), in one statement (a Work's with a move
         that waits, `Tx.move_later`, in one of its own). What this transaction keeps stays: each was
@@ -378,16 +374,17 @@ class TxBase:
             for held in self._held_of.pop(work_id, ()):
                 self._held.pop(held, None)
 
-    def known_lazily(self, kind: str, key: str, make: Callable[[], Any]) -> None:
+    def known_lazily(self, kind: str, key: str, make: Callable[[], Any], *, pure: bool = False) -> None:
         """`known`, with the record made by ``make`` only if a read asks for it before a row changes
         (most such records are never read: making each would cost more than the reads it saves), or,
-        of a Work, before its Work is written (or the COMMIT: `before_commit`). ``make`` depends only
-        on what this transaction knows of that Work, which no read changes, nor a write of another."""
+        of a Work, before its Work is written; ``pure`` (``make`` asks nothing of this transaction), in
+        the transactions after its commit too (`Carried.of_works`). ``make`` depends only on what this
+        transaction knows of that Work, which no read changes, nor a write of another Work."""
         if self._keeps(kind, key):
             self._reads_current()
-            self._reads[kind, key] = lazy = Lazy(make)
+            self._reads[kind, key] = lazy = Lazy(make, pure)
             if kind in OF_WORK:
-                self._to_carry.of_works[kind, key] = lazy
+                self._to_carry.tell(kind, key, lazy)
 
     def _keeps(self, kind: str, key: str) -> bool:
         """Whether a record of ``kind`` by ``key`` may be kept: always alone on the database; on a shared
@@ -434,7 +431,9 @@ class TxBase:
         """Note that a Work's state, inputs or attempts changed (see ``touched``): what this transaction
         knows of it no longer answers (`ToCarry.work_written`)."""
         self.touched[work_id] = None
-        self._to_carry.work_written(work_id)
+        to_carry = self._to_carry
+        to_carry.works_written.add(work_id)  # (`ToCarry.work_written`, inline: a hot path)
+        to_carry.of_works.pop(work_id, None)
         if self._held_of:
             self._drop_held(work_id)
 
