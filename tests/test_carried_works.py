@@ -11,7 +11,7 @@ import attrs
 import pytest
 from test_tx_reads import CONFIG, RUN, SCOPE, a_work, counting_queries, deliver, launched_attempt, rt
 
-from loom import CausalLimits, Completed, EventIn
+from loom import CausalLimits, Completed, EventIn, ExecutionState, Waiting, WaitSpec, WorkState
 from loom.kernel.accept import accept_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.executions import record_outcome_in_tx
@@ -171,3 +171,34 @@ async def test_an_attempts_end_and_the_next_routing_read_no_work(loom_drivers: D
         assert (reads == []) is alone, f"the routing read the Work its attempt's end wrote: {reads}"
         assert work is not None
         assert (work.attempts, work.current_execution_id, work.pending_inputs) == (1, None, ())
+
+
+async def test_a_parked_attempt_and_its_waiting_work_answer_the_wake(loom_drivers: DriverFactory) -> None:
+    """An attempt that ends on a wait leaves its Work waiting (with the wait), its queue place and the
+    attempt's row as its commit knew them: the Event that wakes it reads none of them (on a database
+    alone). Catches: the registration not telling the Work with its wait (a read of the Work), nor its
+    place (a read of the place), and an attempt's row read after its last write not carried (a read of
+    the attempt); conftest's checks catch any answered that a read does not give."""
+    async with loom_drivers(config=RUN) as driver:
+        work_id, lease = await launched_attempt(driver)
+        storage = storage_of(driver.runtime)
+        alone = storage.store.dialect.caches_reads
+
+        def park(tx: Tx, now_ms: int) -> None:
+            waiting = Waiting(wait=WaitSpec(types=("w.go",)))
+            record_outcome_in_tx(tx, now_ms, Authority.of(lease), waiting, KindPolicy())
+
+        def wake_reads(tx: Tx, now_ms: int) -> tuple[Work | None, object, list[str]]:
+            queries = counting_queries(tx)
+            work, place = tx.work(work_id), tx.queue_place(work_id)
+            state = tx.execution_state(lease.execution_id)  # (what the continuation's binding asks)
+            return work, (place, state), queries[:]
+
+        await storage.submit(park)
+        work, (place, state), queries = await storage.submit(wake_reads)
+        assert work is not None
+        assert work.state is WorkState.WAITING
+        assert work.wait_id is not None
+        assert place.ready_seq is None  # type: ignore[attr-defined]
+        assert state is ExecutionState.WAITED  # (the fake executor does not resume: its attempt ended)
+        assert (queries == []) is alone, queries

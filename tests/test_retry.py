@@ -7,6 +7,7 @@ catches.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -33,6 +34,7 @@ from loom import (
     open_runtime,
 )
 from loom.kernel import retry as kernel_retry
+from loom.kernel.kinds import KindPolicy, pin_retry, pinned_retry, pinned_retry_text
 from loom.plugins.handlers import work_id_for_key
 from loom.testing import ManualClock
 
@@ -406,3 +408,25 @@ async def test_idle_standing_work_without_input_cannot_be_claimed(
         assert (await rt.work(lease.work_id)).state is WorkState.READY
         with pytest.raises(Conflict, match="no pending input"):
             await rt.claim(lease.work_id, owner="host")
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        KindPolicy(),
+        KindPolicy(standing=True, retry_backoff_ms=(5, 10), fail_on_exhaustion=True),
+        KindPolicy(retry_backoff_ms=()),
+    ],
+)
+def test_the_retry_policy_pinned_at_a_claim_reads_back_as_the_kind(kind: KindPolicy) -> None:
+    """The text a claim pins on its attempt (made once per policy) reads back as the policy it was
+    made of, and as `pin_retry` writes it. Catches: a cached text shared by policies that differ (the
+    attempt retried under another kind's budget)."""
+    text = pinned_retry_text(kind)
+    assert text == json.dumps(pin_retry(kind))
+    again = pinned_retry(json.loads(text))
+    assert (again.standing, again.retry_backoff_ms, again.fail_on_exhaustion) == (
+        kind.standing,
+        kind.retry_backoff_ms,
+        kind.fail_on_exhaustion,
+    )

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from ..records.work import Execution, ExecutionState, Work, WorkState
+from ..records.work import ExecutionState, Work, WorkState
 
 
 def claimed_work(work: Work, revision: int, execution_id: str, now_ms: int) -> Work:
@@ -26,8 +26,9 @@ def claimed_work(work: Work, revision: int, execution_id: str, now_ms: int) -> W
     )
 
 
-def ended_work(work: Work, execution: Execution, state: WorkState, revision: int, now_ms: int) -> Work:
-    """``work`` as its attempt's end wrote it: without the attempt or the inputs it took."""
-    pending = tuple(event_id for event_id in work.pending_inputs if event_id not in execution.inputs)
+def ended_work(work: Work, taken: tuple[str, ...], state: WorkState, revision: int, now_ms: int) -> Work:
+    """``work`` as its attempt's end wrote it: without the attempt or the inputs it took (``taken``: the
+    attempt's own, not the whole attempt, which a Work kept across commits would keep alive)."""
+    pending = tuple(event_id for event_id in work.pending_inputs if event_id not in taken)
     now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
     return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)

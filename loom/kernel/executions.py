@@ -50,7 +50,7 @@ from .kinds import TRIGGER_SELECTORS as TRIGGER_SELECTORS
 from .kinds import KindPolicy as KindPolicy
 from .kinds import TriggerSelector as TriggerSelector
 from .kinds import kind_policy as kind_policy
-from .kinds import pin_retry
+from .kinds import pinned_retry_text
 from .retry import apply_failure_in_tx
 from .segments import end_segment_in_tx, start_segment_in_tx
 from .unrouted import earlier_unrouted
@@ -286,7 +286,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         watermark=max((e.seq for e in inputs), default=0),
         authority_id=authority,
         pool=pool,
-        retry_policy=json.dumps(pin_retry(req.kind)),
+        retry_policy=pinned_retry_text(req.kind),
         binding_config=json.dumps(dict(req.binding.config)) if req.binding.config else None,
         handed_at_ms=now_ms if req.handed else None,
         budget_ms=req.timeout_ms,
@@ -465,7 +465,7 @@ def record_outcome_in_tx(
     revision = tx.move_later(work, next_state, now_ms)
     tx.ended(execution.id, state)
     if not outcome.consumed_inputs and not (budgets and outcome.usage):  # nothing else wrote the Work
-        ended = partial(ended_work, work, execution, next_state, revision, now_ms)
+        ended = partial(ended_work, work, tuple(execution.inputs), next_state, revision, now_ms)
         tx.known_lazily("work", work.id, ended, pure=True)
         if place is not None:  # and its admission facts and queue place, for what follows
             pending = any(event_id not in execution.inputs for event_id in work.pending_inputs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
@@ -62,6 +64,17 @@ def pin_retry(kind: KindPolicy) -> dict[str, object]:
         "backoff_ms": list(kind.retry_backoff_ms),
         "fail_on_exhaustion": kind.fail_on_exhaustion,
     }
+
+
+def pinned_retry_text(kind: KindPolicy) -> str:
+    """`pin_retry` as the JSON text an attempt's row holds (made once per policy, not at every claim)."""
+    return _retry_text(kind.standing, tuple(kind.retry_backoff_ms), kind.fail_on_exhaustion)
+
+
+@functools.lru_cache(maxsize=256)
+def _retry_text(standing: bool, backoff_ms: tuple[int, ...], fail_on_exhaustion: bool) -> str:
+    pinned = {"standing": standing, "backoff_ms": list(backoff_ms), "fail_on_exhaustion": fail_on_exhaustion}
+    return json.dumps(pinned)
 
 
 def pinned_retry(pinned: Mapping[str, object] | None) -> KindPolicy:

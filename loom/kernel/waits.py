@@ -139,7 +139,13 @@ def register_wait_in_tx(
         created_at_ms=now_ms,
         woken_at_ms=None,
     )
+    place = tx.kept_queue_place(work.id)
     tx.insert_wait(wait)
+    # the Work as it waits now (``work``: read after its move to waiting) and its queue place, which
+    # the Event that wakes it reads first, on a database alone from this commit (`Carried.of_works`)
+    tx.known("work", work.id, attrs.evolve(work, wait_id=wait.id))
+    if place is not None:
+        tx.known("place", work.id, place)
     for i, declared in enumerate(spec.subscriptions):
         # the aliases land on the wait's first key, so a matching one wakes it
         declare_in_tx(

@@ -100,8 +100,8 @@ class Carried:
         self.routed_bytes = 0
         """The payload text `routed` holds, over every Event."""
         self.attempts: dict[str, tuple[Any, ...]] = {}
-        """Attempts a committed transaction inserted, each as a read gives its row, by id, until a
-        transaction writes the row."""
+        """Attempts a committed transaction inserted or read (after its last write of them), each as a
+        read gives its row, by id, until a transaction writes the row."""
         self.kv: dict[tuple[str, str], Any] = {}
         """KV entries as committed transactions read them (``None``: none), by namespace and key, until
         a transaction writes the entry (`Tx.kv_get`)."""
@@ -180,8 +180,8 @@ class Carried:
 class ToCarry:
     """What one transaction will tell `Carried` at its commit (`TxBase.committed`), on a database alone:
     the payload text's length of each Event it inserted and the checkpoints routing one of them to a
-    Work (`InputsTx.routed_input`); the attempts it inserted, as a read would give their rows, and
-    those whose rows it changed (`ExecutionsTx.execution`); the KV entries it wrote (`Tx.kv_get`); the
+    Work (`InputsTx.routed_input`); the attempts it inserted or read, as a read would give their rows,
+    and those whose rows it changed (`ExecutionsTx.execution`); the KV entries it wrote (`Tx.kv_get`); the
     records of Works it knows, and the Works whose rows or parts it wrote (`TxBase.recall`).
 
     The records of Works answer this transaction's reads too, through its writes of other Works: a

@@ -165,9 +165,9 @@ class TxBase:
 
     def committed(self) -> None:
         """This transaction committed: the keys' owners it read or attached, the pending inputs it knows
-        (each as of this commit: every write of them told it), the Events it routed to a Work and the
-        attempts it inserted answer later transactions (`Carried`, which bounds them); what it knew no
-        longer of a Work whose inputs, or an attempt whose row, it wrote is forgotten."""
+        (each as of this commit: every write of them told it), the Events it routed to a Work, the
+        attempts it inserted or read and the Works it knows answer later transactions (`Carried`, which
+        bounds them); what it knew no longer of a Work or an attempt whose row it wrote is forgotten."""
         kept = self._kept
         if kept is None:
             return

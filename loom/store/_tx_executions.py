@@ -101,6 +101,8 @@ class ExecutionsTx(TxBase):
         row = self._kept_attempt(execution_id) if self._kept is not None else None
         if row is None:
             row = self._one(_sql.EXECUTION_AND_CLOCK_BY_ID, (execution_id,))
+            if row is not None and self._kept is not None:
+                self._to_carry.attempts[execution_id] = row  # (until a write of it: `changed_attempt`)
         if row is None:
             self.keep("execution", execution_id, None)
             return None
@@ -110,8 +112,8 @@ class ExecutionsTx(TxBase):
         return row
 
     def _kept_attempt(self, execution_id: str) -> tuple[Any, ...] | None:
-        """The attempt's row as the transaction that inserted it committed it (`Carried.attempts`: a
-        database alone only), unless this transaction wrote it; ``None`` otherwise."""
+        """The attempt's row as a committed transaction that inserted or read it left it (`Carried.
+        attempts`: a database alone only), unless this transaction wrote it; ``None`` otherwise."""
         assert self._kept is not None
         to_carry = self._to_carry
         if to_carry.attempts_lost or execution_id in to_carry.attempts_changed:
