@@ -1,5 +1,6 @@
-"""The blocks of a transaction that are no savepoints: `TxBase.holding`'s, and `TxBase.savepoint`'s in a
-transaction run unguarded (`Unguarded`, and the `RunGuarded` it raises)."""
+"""The blocks of a transaction: `TxBase.savepoint`'s (`Savepoint`), and those that are no savepoints:
+`TxBase.holding`'s, and `TxBase.savepoint`'s in a transaction run unguarded (`Unguarded`, and the
+`RunGuarded` it raises)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,60 @@ class Holding(_Block):
                 tx._bumps.clear()  # (after an exception: undone with the block's other writes)
                 tx._moves.clear()
             tx._drop_held()
+
+
+class Savepoint:
+    """`TxBase.savepoint`: a context manager of its own (it runs for every request and every routed
+    Event, so it costs less than a generator's)."""
+
+    __slots__ = ("_depth", "_freed", "_mark", "_name", "_touched", "_tx")
+
+    def __init__(self, tx: TxBase) -> None:
+        self._tx = tx
+
+    def __enter__(self) -> None:
+        tx = self._tx
+        self._depth = depth = tx._savepoints
+        self._name = f"nested_{depth}"
+        self._mark = len(tx.notices)
+        self._freed = len(tx.freed_pools)
+        self._touched = len(tx.touched)
+        if tx._bumps:
+            tx._flush_bumps()  # a rollback undoes only what the block wrote
+        tx._conn.execute(f"SAVEPOINT {self._name}")
+        tx._savepoints += 1
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        tx = self._tx
+        try:
+            if exc is None:
+                tx._conn.execute(f"RELEASE {self._name}")
+            elif not tx.is_storage_failure(exc):
+                tx._conn.execute(f"ROLLBACK TO {self._name}")
+                tx._conn.execute(f"RELEASE {self._name}")
+                tx._reads.clear()  # what it read may have been its own writes, now undone
+                tx._drop_held()
+                tx._bumps.clear()
+                tx._moves.clear()
+                tx._own.clear()  # and what it inserted may be gone
+                tx._events.clear()
+                tx._unrouted.clear()
+                tx._kv.clear()
+                tx._pending.clear()
+                tx._inputs.clear()
+                tx._key_owners.clear()
+                tx._to_carry.rolled_back()
+                tx._waits_on_key.clear()
+                # "none exists" is read again: it may have undone a removal
+                tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
+                tx._untaken = None
+                tx._timer_rows.clear()
+                tx._routed_through = tx._max_seq = None
+                del tx.notices[self._mark :]
+                del tx.freed_pools[self._freed :]
+                for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too
+                    del tx.touched[work_id]
+                if tx._ordered_at is not None and tx._ordered_at > self._depth:
+                    tx._ordered_at = None  # a lock taken inside a savepoint goes with its rollback
+        finally:
+            tx._savepoints -= 1

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
-from ._blocks import Holding, Unguarded
+from ._blocks import Holding, Savepoint, Unguarded
 from ._carried import KEPT, OF_WORK, Carried, Lazy, NoneKnown, Pending, ToCarry
 from ._carried import MISSING as MISSING
 from ._dialect import SQLITE, Connection, Cursor, Dialect, RowConflict
@@ -183,11 +183,11 @@ class TxBase:
         self._to_carry.commit(kept, self._events, self._kv)
         kept.max_seq, kept.routed_through, kept.none = self._max_seq, self._routed_through, self._none_known()
 
-    def savepoint(self) -> _Savepoint | Unguarded:
+    def savepoint(self) -> Savepoint | Unguarded:
         """Run a block atomically inside the transaction: an exception undoes only its effects
         (and its notices), then propagates. In a transaction that runs unguarded, the exception stops
         the whole transaction instead (`RunGuarded`), which runs again guarded."""
-        return _Savepoint(self) if self._guard is None else self._guard
+        return Savepoint(self) if self._guard is None else self._guard
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         """The store failed (I/O, a full disk, a lost connection) or another writer raced this batch:
@@ -222,14 +222,18 @@ class TxBase:
         connection's count of changed rows has not moved; a savepoint rolled back forgets every one);
         `MISSING` otherwise. Records are immutable, so what was read is what a read would answer now.
         A read that misses keeps its answer with `keep`. What `hold` holds answers too, and a Work's
-        records (`OF_WORK`) answer until a write of its row or parts (`_kept_of_work`)."""
+        records (`OF_WORK`) answer until a write of its row or parts (`ToCarry`), and as an earlier
+        commit knew them (`Carried.of_works`) if this transaction wrote none."""
         if not (self._caching or (kind in _OWN_KINDS and key in self._own)):  # (`_keeps`, inline)
             return MISSING
         if kind in OF_WORK:  # (a Work's records: the most asked for)
             records = self._to_carry.of_works.get(key)
             record = MISSING if records is None else records.get(kind, MISSING)
-            if record is MISSING:
-                records, record = self._kept_of_work(kind, key)
+            if record is MISSING and (kept := self._kept) is not None:  # (as an earlier commit knew it)
+                to_carry = self._to_carry
+                if not to_carry.works_lost and key not in to_carry.works_written:
+                    records = kept.of_works.get(key)
+                    record = MISSING if records is None else records.get(kind, MISSING)
             if record is not MISSING:
                 if type(record) is Lazy:
                     assert records is not None
@@ -245,20 +249,14 @@ class TxBase:
 
     def keep(self, kind: str, key: str, record: Any) -> Any:
         """Keep what a read just answered (right after `recall` missed: no row changed between)."""
-        if self._keeps(kind, key):
+        if self._caching or (kind in _OWN_KINDS and key in self._own):  # (`_keeps`, inline)
             self._reads[kind, key] = record
-            if kind in OF_WORK:
-                self._to_carry.tell(kind, key, record)
+            if kind in OF_WORK:  # (`ToCarry.tell`, inline: its most frequent caller)
+                if (known := self._to_carry.of_works.get(key)) is None:
+                    self._to_carry.of_works[key] = {kind: record}
+                else:
+                    known[kind] = record
         return record
-
-    def _kept_of_work(self, kind: str, work_id: str) -> tuple[dict[str, Any] | None, Any]:
-        """A record of the Work ``work_id`` (`OF_WORK`) as an earlier commit knew it (`Carried.of_works`)
-        with its Work's records, if this transaction wrote none of its row or parts (`ToCarry`)."""
-        kept, to_carry = self._kept, self._to_carry
-        if kept is None or to_carry.works_lost or work_id in to_carry.works_written:
-            return None, MISSING
-        records = kept.of_works.get(work_id)
-        return records, MISSING if records is None else records.get(kind, MISSING)
 
     def known(self, kind: str, key: str, record: Any) -> None:
         """``record`` is what a read of ``kind`` by ``key`` would answer now: the caller made it from the
@@ -436,60 +434,3 @@ class TxBase:
         to_carry.of_works.pop(work_id, None)
         if self._held_of:
             self._drop_held(work_id)
-
-
-class _Savepoint:
-    """`TxBase.savepoint`: a context manager of its own (it runs for every request and every routed
-    Event, so it costs less than a generator's)."""
-
-    __slots__ = ("_depth", "_freed", "_mark", "_name", "_touched", "_tx")
-
-    def __init__(self, tx: TxBase) -> None:
-        self._tx = tx
-
-    def __enter__(self) -> None:
-        tx = self._tx
-        self._depth = depth = tx._savepoints
-        self._name = f"nested_{depth}"
-        self._mark = len(tx.notices)
-        self._freed = len(tx.freed_pools)
-        self._touched = len(tx.touched)
-        if tx._bumps:
-            tx._flush_bumps()  # a rollback undoes only what the block wrote
-        tx._conn.execute(f"SAVEPOINT {self._name}")
-        tx._savepoints += 1
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        tx = self._tx
-        try:
-            if exc is None:
-                tx._conn.execute(f"RELEASE {self._name}")
-            elif not tx.is_storage_failure(exc):
-                tx._conn.execute(f"ROLLBACK TO {self._name}")
-                tx._conn.execute(f"RELEASE {self._name}")
-                tx._reads.clear()  # what it read may have been its own writes, now undone
-                tx._drop_held()
-                tx._bumps.clear()
-                tx._moves.clear()
-                tx._own.clear()  # and what it inserted may be gone
-                tx._events.clear()
-                tx._unrouted.clear()
-                tx._kv.clear()
-                tx._pending.clear()
-                tx._inputs.clear()
-                tx._key_owners.clear()
-                tx._to_carry.rolled_back()
-                tx._waits_on_key.clear()
-                # "none exists" is read again: it may have undone a removal
-                tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
-                tx._untaken = None
-                tx._timer_rows.clear()
-                tx._routed_through = tx._max_seq = None
-                del tx.notices[self._mark :]
-                del tx.freed_pools[self._freed :]
-                for work_id in list(tx.touched)[self._touched :]:  # what it touched was undone too
-                    del tx.touched[work_id]
-                if tx._ordered_at is not None and tx._ordered_at > self._depth:
-                    tx._ordered_at = None  # a lock taken inside a savepoint goes with its rollback
-        finally:
-            tx._savepoints -= 1
