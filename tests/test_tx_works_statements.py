@@ -131,7 +131,7 @@ def test_direct_writes_tell_what_they_change_of_what_is_carried(
     renewal, an end or an adoption, or a cursor or watermark as it was before it moved)."""
     writes = [
         (m, f, line, bool(named & told))
-        for m, f, line, text, _, named in direct_statements()
+        for m, f, line, text, named in all_statements()  # (through `TxBase._one` and `_all` too)
         if text and re.match(rf"\s*(INSERT INTO|UPDATE|DELETE FROM) {table}\b", text)
     ]
     assert len(writes) >= at_least, f"only {writes} writes of {table} found: the scan lost its way"
