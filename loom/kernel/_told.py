@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
-from ..records.work import ExecutionState, Work, WorkState
+from ..records.work import ExecutionState, Work, WorkState, work_with
 
 
 def claimed_work(work: Work, revision: int, execution_id: str, now_ms: int) -> Work:
     """``work`` as its claim wrote it: running its new attempt, every input it held still pending (what
     the attempt's end reads next, on a database alone from an earlier commit: `Carried.of_works`)."""
-    return attrs.evolve(
+    return work_with(
         work,
         state=WorkState.RUNNING,
         revision=revision,
@@ -31,4 +29,4 @@ def ended_work(work: Work, taken: tuple[str, ...], state: WorkState, revision: i
     attempt's own, not the whole attempt, which a Work kept across commits would keep alive)."""
     pending = tuple(event_id for event_id in work.pending_inputs if event_id not in taken)
     now: dict[str, Any] = {"state": state, "revision": revision, "updated_at_ms": now_ms}
-    return attrs.evolve(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)
+    return work_with(work, **now, pending_inputs=pending, current_execution_id=None, execution_state=None)

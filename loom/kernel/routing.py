@@ -32,6 +32,7 @@ from ..records.work import (
     Unmatched,
     Work,
     WorkState,
+    work_with,
 )
 from ..store import AdmissionFacts, QueuePlace, Tx
 from ._common import new_work_id
@@ -356,7 +357,7 @@ def _deliver(
             tx.known_lazily(
                 "work",
                 work.id,
-                lambda: attrs.evolve(
+                lambda: work_with(
                     work, revision=revision, updated_at_ms=now_ms, pending_inputs=tx.pending_of(work.id)
                 ),
             )

@@ -36,7 +36,7 @@ from ..records.subscriptions import SubscriptionState
 from ..records.timers import Timer, TimerSpec, TimerState
 from ..records.validation import MAX_TIME_MS
 from ..records.waits import Wait, WaitSpec, WaitState
-from ..records.work import Execution, Work, WorkState
+from ..records.work import Execution, Work, WorkState, work_with
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx, delivered
 from .checkpoints import control_checkpoint
@@ -143,7 +143,7 @@ def register_wait_in_tx(
     tx.insert_wait(wait)
     # the Work as it waits now (``work``: read after its move to waiting) and its queue place, which
     # the Event that wakes it reads first, on a database alone from this commit (`Carried.of_works`)
-    tx.known("work", work.id, attrs.evolve(work, wait_id=wait.id))
+    tx.known("work", work.id, work_with(work, wait_id=wait.id))
     if place is not None:
         tx.known("place", work.id, place)
     for i, declared in enumerate(spec.subscriptions):
@@ -281,7 +281,7 @@ def _woken(tx: Tx, work: Work, revision: int | None, now_ms: int) -> Work:
     moved: dict[str, Any] = {}
     if revision is not None:
         moved = {"state": WorkState.READY, "revision": revision, "updated_at_ms": now_ms}
-    return attrs.evolve(work, **moved, wait_id=None, pending_inputs=tx.pending_of(work.id))
+    return work_with(work, **moved, wait_id=None, pending_inputs=tx.pending_of(work.id))
 
 
 def _disarm_timeout(tx: Tx, now_ms: int, wait: Wait, reason: str) -> None:

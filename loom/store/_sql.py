@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
+import operator
 from typing import Any, TypeVar
 
 from ..records.events import Diagnostic, Event, KVEntry
@@ -216,9 +217,14 @@ _EXECUTION_DEFAULTS = {"segment": 1, "used_ms": 0}
 """The schema's defaults a new attempt's row takes (every other column left out is null)."""
 
 
+_EXECUTION_BLANK = dict.fromkeys(_EXECUTION_READ) | _EXECUTION_DEFAULTS
+_EXECUTION_PICK = operator.itemgetter(*_EXECUTION_READ)
+
+
 def execution_read_row(values: dict[str, Any]) -> tuple[Any, ...]:
     """The row `EXECUTION_AND_CLOCK_BY_ID` reads of an attempt just inserted with ``values`` (by column)."""
-    return tuple(values.get(c, _EXECUTION_DEFAULTS.get(c)) for c in _EXECUTION_READ)
+    row: tuple[Any, ...] = _EXECUTION_PICK(_EXECUTION_BLANK | values)
+    return row
 
 
 INTENT_SELECT = (
