@@ -124,6 +124,14 @@ FLOORS = (
         reached="1.0 (3.0 when the runner adopted a finished result in a request of its own)",
     ),
     Floor(
+        "POST /events, one Event per request / the HTTP stack alone (an empty handler)",
+        "http.py",
+        ("--events", "1000", "--works", "200", "--renders", "5", "--rounds", "1"),
+        r"ratio http/empty-stack: ([\d.]+)",
+        0.3,
+        reached="0.63-0.70 (0.12 when each answer read its Event and routing back from the store)",
+    ),
+    Floor(
         "claims per start, 50 Works under capacity 1 (at most)",
         "admission.py",
         ("--works", "50"),

@@ -612,6 +612,7 @@ limit = (st.sampled_from([1, 10, 1_000]), hostile_int)
 text_id = (names, hostile_text)
 
 host("publish", event=(event_in(), st.sampled_from([None, "event", Opaque(), loom.Unmatched()])))
+host("publish_routed", event=(event_in(), st.sampled_from([None, "event", Opaque(), loom.Unmatched()])))
 host(
     "publish_many",
     events=(st.lists(event_in(), max_size=3), st.sampled_from([None, "event", [Opaque()], (None,), {}])),

@@ -19,6 +19,7 @@ from loom.plugins.python_executor import PythonExecutor
 from loom.records.validation import MAX_VALUE_BYTES
 from loom.records.work import RetryState, WorkState
 from loom.testing import T0_MS
+from loom.testing.internals import storage_of
 
 CONFIG = Config.from_toml("""
 [work_kinds.quick]
@@ -215,6 +216,35 @@ async def test_a_watch_on_memory_is_not_woken_by_reads() -> None:
             first = await notices.__anext__()
         assert isinstance(first, EventAccepted), first
         assert not isinstance(first, Committed)
+
+
+async def test_publish_routed_answers_the_checkpoint_its_acceptance_commit_wrote(loom_store: str) -> None:
+    """`Runtime.publish_routed`: the checkpoint the acceptance commit wrote is what a read answers after
+    it; on a database alone every Event a running router plans routes in that commit, on a shared one
+    at least those whose routing is their checkpoint alone (no route matched). ``None``: a duplicate, or
+    no router. Catches a checkpoint that is not the committed one, and an answer that hides a routing
+    the commit did."""
+    async with open_runtime(loom_store, config=CONFIG, load_entry_points=False) as rt:
+        alone = not storage_of(rt).shared
+        routed, routing = await rt.publish_routed(order(1))
+        stray, unmatched = await rt.publish_routed(
+            EventIn(source="shop", delivery_id="x", type="refund.asked", scope="shop")
+        )
+        assert unmatched is not None
+        assert (unmatched.status.value, unmatched.route) == ("unmatched", None)
+        assert unmatched == await rt.checkpoint(stray.id)
+        if alone:
+            assert routing is not None
+            assert (routing.status.value, routing.route) == ("routed", "orders")
+        if routing is not None:
+            assert routing == await rt.checkpoint(routed.id)
+        again, known = await rt.publish_routed(order(1))
+        assert again.duplicate
+        assert known is None, "a duplicate's checkpoint is an earlier commit's: read it"
+    async with host(loom_store) as rt:  # no router: accepted, not routed yet
+        pending, none = await rt.publish_routed(order(3))
+        assert none is None
+        assert await rt.checkpoint(pending.id) is None
 
 
 async def test_wait_routed_says_which_route_matched_or_that_none_did(loom_store: str) -> None:

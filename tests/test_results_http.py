@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 from service_kit import api, order, refusal
 
 import loom
 from loom.plugins.shell import ShellExecutor
+from loom.store._reader import Reader
 
 SHELL = loom.Config.from_toml("""
 [scopes.ops.bindings.sh]
@@ -42,6 +44,51 @@ async def test_post_events_says_which_route_took_the_event(tmp_path: Path) -> No
         assert stray["routing"] == {"status": "unmatched", "route": None, "route_scope": None, "work_id": None,
                                     "reason": stray["routing"]["reason"]}  # fmt: skip
         refusal(await a.client.post("/events?wait=61", json=order(3)), 400, "invalid_request", "wait")
+
+
+async def test_post_events_answers_what_its_acceptance_commit_routed_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One Event per request: where it went is what its acceptance commit wrote, answered without a
+    read (a read is a thread hop on the store's one reader connection, and two per request bounded the
+    endpoint at a sixth of its rate: bench/http.py); a duplicate's checkpoint, from an earlier commit, is
+    read. Catches an answer read back from the store whatever the commit knew (the reads are counted),
+    and one that differs from what a read answers."""
+    reads: list[str] = []
+    checkpoint, event = Reader.checkpoint, Reader.event
+
+    async def read_checkpoint(reader: Reader, event_id: str) -> loom.Checkpoint | None:
+        reads.append(event_id)
+        return await checkpoint(reader, event_id)
+
+    async def read_event(reader: Reader, event_id: str) -> loom.Event | None:
+        reads.append(event_id)
+        return await event(reader, event_id)
+
+    monkeypatch.setattr(Reader, "checkpoint", read_checkpoint)
+    monkeypatch.setattr(Reader, "event", read_event)
+    async with api(tmp_path) as a:
+        routed = (await a.client.post("/events", json=order(1))).json()
+        stray = (await a.client.post("/events", json=order(2, type="refund.asked"))).json()
+        assert routed["routing"]["status"] == "routed"
+        assert routed["routing"]["work_id"] == (await a.rt.work_for_key("order/1")).id
+        assert stray["routing"]["status"] == "unmatched"
+        assert reads == [], "the acceptance commit's own routing was read back"
+        for answer in (routed, stray):
+            read = await a.rt.checkpoint(answer["id"])
+            assert read is not None
+            assert answer["routing"] == {
+                "status": read.status.value,
+                "route": read.route,
+                "route_scope": read.route_scope,
+                "work_id": read.work_id,
+                "reason": read.reason,
+            }
+        reads.clear()
+        again = await a.client.post("/events", json=order(1))
+        assert again.status_code == 200
+        assert again.json()["routing"] == routed["routing"]
+        assert reads == [routed["id"]], "a duplicate's checkpoint is read, once"
 
 
 async def test_a_result_long_poll_answers_when_the_work_completes(tmp_path: Path) -> None:

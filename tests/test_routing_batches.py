@@ -486,7 +486,7 @@ async def test_an_acceptance_that_routes_starts_the_work_it_created_from_what_it
 
     def accept(tx: Tx, now_ms: int) -> tuple[tuple[Lease, ...], list[str]]:
         queries = counting_queries(tx)
-        _, leases = loom.kernel.chains.accept_then_route_in_tx(
+        _, leases, _ = loom.kernel.chains.accept_then_route_in_tx(
             tx, now_ms, order(99, "a"), CausalLimits(), plan, admit()
         )
         return leases, [q for q in queries if q.startswith(START_READS)]

@@ -22,7 +22,7 @@ from ..kernel.resolve import RoutePlan
 from ..records.errors import CausalRefused, LoomError
 from ..records.events import CausalRejection, Event, EventIn
 from ..records.validation import CheckedPayload, check_text, checked_payload
-from ..records.work import Lease
+from ..records.work import Checkpoint, Lease
 from ..store import StorageActor
 
 
@@ -61,7 +61,20 @@ class IngressActor:
         trusted: bool = False,
         routing: Callable[[EventIn], RouteAtAcceptance | None] | None = None,
     ) -> Event:
-        """Accept a root Event; return it once committed (or the original, marked duplicate).
+        """Accept a root Event; return it once committed (or the original, marked duplicate): see
+        `publish_routed`."""
+        accepted, _ = await self.publish_routed(event, trusted=trusted, routing=routing)
+        return accepted
+
+    async def publish_routed(
+        self,
+        event: EventIn,
+        *,
+        trusted: bool = False,
+        routing: Callable[[EventIn], RouteAtAcceptance | None] | None = None,
+    ) -> tuple[Event, Checkpoint | None]:
+        """Accept a root Event; return it once committed (or the original, marked duplicate), with the
+        routing checkpoint its acceptance commit wrote (``None``: that commit routed nothing).
 
         A bad Event is refused here, naming the field, before it costs a storage request. What is
         stored is the payload's JSON text checked here (``checked``, read back here too): a payload the
@@ -75,10 +88,11 @@ class IngressActor:
         payload = checked_payload(event, allow_core=trusted)
         plan = routing(event) if routing is not None else None
         if plan is None:
-            return await self._storage.submit(
+            alone: Event = await self._storage.submit(
                 accept_in_tx, event, self._limits(), trusted=trusted, checked=payload
             )
-        accepted, started = await self._storage.submit(
+            return alone, None
+        accepted, started, checkpoint = await self._storage.submit(
             accept_then_route_in_tx,
             event,
             self._limits(),
@@ -89,7 +103,7 @@ class IngressActor:
         )
         for lease in started:
             plan.launch(lease, lease.request.executor or "")
-        return accepted
+        return accepted, checkpoint
 
     async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
         """Accept root Events in the order given, in one storage request (`accept_batch_in_tx`): each

@@ -20,7 +20,7 @@ from ..records.events import Event, EventIn
 from ..records.timers import Firing, FiringResult, RecurrencePolicy
 from ..records.validation import CheckedPayload
 from ..records.waits import Waiting
-from ..records.work import Execution, Lease, Outcome
+from ..records.work import Checkpoint, Execution, Lease, Outcome
 from ..store import Tx
 from .accept import accept_in_tx
 from .admission import AdmitRequest, settle_in_tx, start_at_once_in_tx
@@ -156,16 +156,17 @@ def accept_then_route_in_tx(
     *,
     trusted: bool = False,
     checked: CheckedPayload | None = None,
-) -> tuple[Event, tuple[Lease, ...]]:
+) -> tuple[Event, tuple[Lease, ...], Checkpoint | None]:
     """Accept an Event (`accept_in_tx`) and route it in the same commit as a batch of one would
     (`route_batch_then_start_in_tx`), starting its Work at once if the admission pass would (with
     ``admit``: a plan that can deliver): one commit from publish to a started attempt. Routing is the
     router's to retry: an Event this cannot route (an earlier Event of its Work unrouted, a conflict, a
     failing pure handler) is accepted unrouted, as any other, and its lane routes it. A duplicate is
-    answered as it is."""
+    answered as it is. Also answers the routing checkpoint this commit wrote (``None``: it routed
+    nothing, or the Event is a duplicate)."""
     accepted = accept_in_tx(tx, now_ms, event, limits, trusted=trusted, checked=checked)
     if accepted.duplicate:
-        return accepted, ()
+        return accepted, (), None
     req = plan.request(accepted.id)
     with tx.holding():  # a Work the routing creates starts from what it wrote (`TxBase.hold`)
         try:
@@ -175,20 +176,21 @@ def accept_then_route_in_tx(
         except Exception as exc:
             if tx.is_storage_failure(exc):
                 raise
-            return accepted, ()  # its lane routes it, and records what fails
+            return accepted, (), None  # its lane routes it, and records what fails
         if not tx.dialect.shared and accepted.seq - routing_watermark(tx) >= WATERMARK_EVERY:
             raise_watermark_in_tx(tx, now_ms)
         work_id = result.checkpoint.work_id if result is not None and not result.replay else None
+        checkpoint = result.checkpoint if result is not None else None
         if admit is None or work_id is None:
-            return accepted, ()
+            return accepted, (), checkpoint
         try:
             with tx.savepoint():
                 lease = start_at_once_in_tx(tx, now_ms, work_id, admit)
         except Exception as exc:
             if tx.is_storage_failure(exc):
                 raise
-            return accepted, ()  # the Work stays queued: the admission pass meets it and diagnoses it
-    return accepted, (lease,) if lease is not None else ()
+            return accepted, (), checkpoint  # the Work stays queued: the admission pass diagnoses it
+    return accepted, (lease,) if lease is not None else (), checkpoint
 
 
 def fire_then_route_in_tx(

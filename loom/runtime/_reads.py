@@ -64,9 +64,12 @@ class Reads(RuntimeBase):
         return await self._p.reader.events_after(after_seq, limit, type)
 
     async def checkpoint(self, event_id: str) -> Checkpoint | None:
-        """The Event's routing checkpoint (``None``: not routed yet)."""
-        await self.event(event_id)
-        return await self._p.reader.checkpoint(event_id)
+        """The Event's routing checkpoint (``None``: not routed yet). `NotFound` for an unknown Event."""
+        lookup("event_id", event_id)
+        found = await self._p.reader.checkpoint(event_id)
+        if found is None:
+            await self.event(event_id)  # (no checkpoint: is there such an Event?)
+        return found
 
     async def work(self, work_id: str) -> Work:
         return await self._known_work(work_id)

@@ -25,6 +25,7 @@ from ..records.clock import Clock
 from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
+from ..records.work import Checkpoint
 from ._browse import Browse
 from ._checks import Checks
 from ._host import Host
@@ -108,6 +109,14 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
         """Durably accept an external root Event; a duplicate returns the original, marked."""
         router = self._p.router
         return await self._p.ingress.publish(event, routing=router.at_acceptance if router else None)
+
+    async def publish_routed(self, event: EventIn) -> tuple[Event, Checkpoint | None]:
+        """`publish`, and where its acceptance commit routed it: the routing checkpoint that commit wrote,
+        known without a read. ``None``: that commit did not route it (a duplicate, whose checkpoint
+        `checkpoint` reads; or an Event a router routes in a commit of its own, which `wait_routed`
+        waits for, as on a shared database for most Events)."""
+        router = self._p.router
+        return await self._p.ingress.publish_routed(event, routing=router.at_acceptance if router else None)
 
     async def publish_many(self, events: Sequence[EventIn]) -> list[Event | LoomError]:
         """Durably accept external root Events in the order given, with one commit: the answers, in

@@ -108,7 +108,8 @@ async def post_event(s: Service, call: Call) -> Response:
     """``POST /events``: one Event (``201``, or ``200`` for a duplicate), or a batch (`post_events`)."""
     if call.items is not None:
         return await post_events(s, call.items)
-    event = await s.rt.publish(event_in(call.body))
+    event, checkpoint = await s.rt.publish_routed(event_in(call.body))
     answer = to_data(event)
-    answer["routing"] = await routing_of(s, call, event)  # where it went (?wait= for its checkpoint)
+    # where it went: known from its acceptance commit when that routed it, else read (?wait= for it)
+    answer["routing"] = await routing_of(s, call, event, checkpoint)
     return json_response(answer, 200 if event.duplicate else 201)

@@ -101,9 +101,13 @@ def routing(event: Event, checkpoint: Checkpoint | None) -> dict[str, Any]:
     }
 
 
-async def routing_of(s: Service, call: Call, event: Event) -> dict[str, Any]:
-    """The routing of the Event just accepted, waiting up to ``?wait=`` seconds for its checkpoint (by
-    default not at all: a duplicate delivery's is known already)."""
+async def routing_of(
+    s: Service, call: Call, event: Event, checkpoint: Checkpoint | None = None
+) -> dict[str, Any]:
+    """The routing of the Event just accepted: ``checkpoint`` when its acceptance commit wrote one (no
+    read: most Events on a database alone), else its checkpoint read, waiting up to ``?wait=`` seconds
+    for it (by default not at all: a duplicate delivery's is known already). Without a wait it is read
+    once, in the request's own task (a duplicate's checkpoint is one query)."""
     wait = query_int(call.query, "wait", 0, 0, MAX_WAIT_S)
     if event.compacted:  # the original and its checkpoint were removed: only its identity is kept
         return {
@@ -113,6 +117,10 @@ async def routing_of(s: Service, call: Call, event: Event) -> dict[str, Any]:
             "work_id": None,
             "reason": "the original Event was removed by compaction; where it went is no longer kept",
         }
+    if checkpoint is not None:
+        return routing(event, checkpoint)
+    if wait == 0:
+        return routing(event, await s.rt.checkpoint(event.id))
     found = await _unless_stopping(s, lambda: s.rt.wait_routed(event.id, timeout=wait))
     return routing(event, found)
 
