@@ -126,3 +126,42 @@ async def test_the_thread_ends_with_the_runtime() -> None:
     (thread,) = ours
     thread.join(GATE_TIMEOUT_S)
     assert not thread.is_alive()
+
+
+async def test_a_cancel_interrupts_an_interruptible_call_and_is_raised_once_it_ended() -> None:
+    """A read may be stopped (``interrupt``): a cancel calls it, still waits for the call to end (the
+    thread holds the connection until then), and is raised then rather than the call's answer. Wrong
+    implementations caught: a cancel that leaves at once (the reader's connection still in use by the
+    call), one that never interrupts (the caller waits for the whole call), one that answers."""
+    worker = WorkerThread("test reader")
+    inside, stop = threading.Event(), threading.Event()
+    ended: list[str] = []
+
+    def call() -> str:
+        inside.set()
+        assert stop.wait(GATE_TIMEOUT_S), "the call was never interrupted"
+        ended.append("interrupted")
+        return "an answer nobody asked for any more"
+
+    def interrupt() -> None:
+        assert ended == [], "interrupted after the call had ended"
+        stop.set()
+
+    got: list[str] = []
+    try:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def cancel_once_inside() -> None:
+                    assert await trio.to_thread.run_sync(inside.wait, GATE_TIMEOUT_S)
+                    scope.cancel()
+
+                nursery.start_soon(cancel_once_inside)
+                got.append(await worker.run_sync(call, interrupt=interrupt))
+        assert scope.cancelled_caught
+        assert got == []
+        assert ended == ["interrupted"], "the cancel was raised before the call ended"
+        assert await worker.run_sync(pow, 3, 2) == 9  # the thread goes on
+    finally:
+        stop.set()
+        worker.stop()

@@ -1,8 +1,11 @@
-"""The read side: queries on separate read-only connections (sqlite-anyio).
+"""The read side: queries on a read-only connection of their own, in a thread of their own.
 
-Reads never block the writer (WAL) and a cancelled read interrupts its query. A
-``:memory:`` database has no second connection, so its reads go through the storage
-actor instead (`ActorReader`); both readers offer the same methods, mirroring `Tx`.
+Reads never block the writer (WAL) and a cancelled read interrupts its query. Each read is one hand-off
+to the reader's thread and one back (`WorkerThread`, as the storage actor's): sqlite-anyio, which this
+side used before, made four per query (a cursor, its execute, its fetch and its close, each through
+anyio's worker threads), 730 against 110 us per read here (bench/README.md, "The read side"). A
+``:memory:`` database has no second connection, so its reads go through the storage actor instead
+(`ActorReader`); both readers offer the same methods, mirroring `Tx`.
 
 A read that fails in the store (a corrupt page, an I/O error), or finds the file deleted or replaced
 since it was opened, raises `StorageError` (a closed reader `StorageClosed`): what the store answers
@@ -13,11 +16,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
-import sqlite_anyio
 import trio
 
 from ..records.budgets import BudgetLedger
@@ -32,6 +35,7 @@ from . import _sql
 from ._actor import StorageActor
 from ._browse import BrowseReads
 from ._dialect import SQLITE
+from ._thread import WorkerThread
 from ._tx import Tx
 from ._tx_budgets import LEDGER_COLUMNS, ledger_from_row
 from ._tx_compaction import TABLES
@@ -47,25 +51,36 @@ def _file_of(uri: str) -> str | None:
     return unquote(parts.path) if parts.scheme == "file" and parts.path else None
 
 
+PROGRESS_STEPS = 10_000
+"""How many of SQLite's virtual machine steps a read runs between two looks at whether it was cancelled
+(``set_progress_handler``): a cancelled read stops within about a millisecond of work."""
+
+
 class Reader(BrowseReads):
-    """Read-only queries on a file database through sqlite-anyio.
+    """Read-only queries on a file database, on one connection in a thread of the reader's own.
 
     One read runs at a time (the lock), and closing takes the lock too: a read that races the close
     either finishes first or finds the store closed (`StorageClosed`), never a connection closed under
-    its query.
+    its query. A read cancelled while its query runs stops it (the connection's progress handler sees
+    the read's cancel and aborts the statement) and ends with the cancellation once the thread has let
+    go of the connection; one cancelled before its query began never runs it.
     """
 
     def __init__(self, uri: str) -> None:
         self._uri = uri
-        self._conn: sqlite_anyio.Connection | None = None
+        self._conn: sqlite3.Connection | None = None
         self._lock = trio.Lock()
+        self._thread = WorkerThread("loom reader")
+        self._stop = threading.Event()
+        """Set when the read in progress is cancelled (`_progress` aborts its statement)."""
         self._path = _file_of(uri)
         self._identity: tuple[int, int] | None = None
 
     async def open(self) -> None:
         try:
-            self._conn = await sqlite_anyio.connect(self._uri, uri=True)
+            self._conn = await self._thread.run_sync(self._connect_file)
         except sqlite3.Error as exc:
+            self._thread.stop()
             raise StorageError(f"cannot open a reader on {self._path or self._uri}: {exc}") from exc
         if self._path is not None:
             info = os.stat(self._path)
@@ -81,8 +96,18 @@ class Reader(BrowseReads):
         if (info.st_dev, info.st_ino) != self._identity:
             raise StorageError(f"the database file {self._path} was replaced while loom had it open")
 
-    async def _guarded(self, run: Callable[[sqlite_anyio.Connection], Awaitable[T]]) -> T:
-        """Run ``run`` on the connection, one read at a time; the store's failures as `StorageError`."""
+    def _connect_file(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
+        conn.set_progress_handler(self._progress, PROGRESS_STEPS)
+        return conn
+
+    def _progress(self) -> int:
+        """SQLite asks, every `PROGRESS_STEPS` steps of a statement: nonzero aborts it (cancelled)."""
+        return 1 if self._stop.is_set() else 0
+
+    async def _guarded(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``run`` on the connection in the reader's thread, one read at a time; the store's failures
+        as `StorageError`."""
         if self._conn is None:
             raise StorageClosed("the store is closed: reads end with the runtime")
         async with self._lock:
@@ -90,8 +115,9 @@ class Reader(BrowseReads):
             if conn is None:
                 raise StorageClosed("the store is closed: reads end with the runtime")
             self._check_file()
+            self._stop.clear()
             try:
-                return await run(conn)
+                return await self._thread.run_sync(self._in_thread, run, conn, interrupt=self._stop.set)
             except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
                 if self._conn is None:
                     raise StorageClosed("the store is closed: reads end with the runtime") from None
@@ -99,42 +125,38 @@ class Reader(BrowseReads):
             except sqlite3.Error as exc:
                 raise StorageError(f"reading {self._path or 'the store'} failed: {exc}") from exc
 
+    def _in_thread(self, run: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:
+        """In the reader's thread: ``run`` (stopped by `_progress` once cancelled, even before it began);
+        a read transaction it left open (a snapshot stopped half-way) is ended, whatever happened."""
+        try:
+            return run(conn)
+        finally:
+            if conn.in_transaction:
+                self._stop.clear()  # (the progress handler would stop the ROLLBACK too)
+                conn.execute("ROLLBACK")
+
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None  # reads from now on are refused
         if conn is not None:
             with trio.CancelScope(shield=True):
                 async with self._lock:  # the read in progress (if any) ends first
-                    await conn.close()
+                    await self._thread.run_sync(conn.close)
+        self._thread.stop()
 
     async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
-        async def query(conn: sqlite_anyio.Connection) -> Rows:
-            cursor = await conn.cursor()
-            try:
-                await cursor.execute(sql, params)
-                return await cursor.fetchall()
-            finally:
-                await cursor.close()
+        def query(conn: sqlite3.Connection) -> Rows:
+            return conn.execute(sql, params).fetchall()
 
         return await self._guarded(query)
 
     async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
         """Several queries in one read transaction: one consistent snapshot."""
 
-        async def snapshot(conn: sqlite_anyio.Connection) -> list[Rows]:
-            cursor = await conn.cursor()
-            try:
-                await cursor.execute("BEGIN")
-                try:
-                    out = []
-                    for sql, params in queries:
-                        await cursor.execute(sql, params)
-                        out.append(await cursor.fetchall())
-                finally:
-                    with trio.CancelScope(shield=True):
-                        await cursor.execute("COMMIT")
-                return out
-            finally:
-                await cursor.close()
+        def snapshot(conn: sqlite3.Connection) -> list[Rows]:
+            conn.execute("BEGIN")
+            out = [conn.execute(sql, params).fetchall() for sql, params in queries]
+            conn.execute("COMMIT")
+            return out
 
         return await self._guarded(snapshot)
 

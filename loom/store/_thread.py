@@ -40,8 +40,14 @@ class WorkerThread:
         """The socket pair the thread answers through: it writes a byte to the first when a call is
         over, the waiting task reads it from the second. Made with the thread, closed by `stop`."""
 
-    async def run_sync(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run ``fn(*args)`` in the thread and return (or raise) what it did."""
+    async def run_sync(
+        self, fn: Callable[..., R], *args: Any, interrupt: Callable[[], object] | None = None
+    ) -> R:
+        """Run ``fn(*args)`` in the thread and return (or raise) what it did.
+
+        With ``interrupt``, a cancel that arrives meanwhile calls it (from this thread: it must make the
+        call end soon), waits for the call to end all the same, and is raised then, whatever the call
+        did; without, the call's result is returned and the cancel is delivered at the next checkpoint."""
         if self._busy:
             raise RuntimeError(f"{self._name}: one call at a time")  # the actor's own invariant
         if self._thread is None:
@@ -49,24 +55,41 @@ class WorkerThread:
         assert self._wake is not None
         reader = self._wake[1]
         self._busy = True
+        cancelled: trio.Cancelled | None = None
         try:
             self._jobs.put((fn, args))
-            # the call is never abandoned: a cancel waits for it (and is delivered at the next checkpoint)
-            with trio.CancelScope(shield=True):
-                while True:
-                    await trio.lowlevel.wait_readable(reader)
-                    try:
-                        if reader.recv(16):
-                            break
-                    except BlockingIOError:  # pragma: no cover - woken with nothing to read
-                        continue
+            answered = False
+            if interrupt is not None:
+                try:
+                    await self._answered(reader)
+                    answered = True
+                except trio.Cancelled as exc:
+                    cancelled = exc
+                    interrupt()
+            if not answered:
+                # the call is never abandoned: a cancel waits for it
+                with trio.CancelScope(shield=True):
+                    await self._answered(reader)
             result, self._result = self._result, None
         finally:
             self._busy = False
             if self._thread is None:  # stopped meanwhile: its answer has come
                 self._close_wake()
+        if cancelled is not None:
+            raise cancelled
         assert result is not None
         return result.unwrap()  # type: ignore[no-any-return]
+
+    @staticmethod
+    async def _answered(reader: socket.socket) -> None:
+        """Wait for the thread's byte saying its call is over."""
+        while True:
+            await trio.lowlevel.wait_readable(reader)
+            try:
+                if reader.recv(16):
+                    return
+            except BlockingIOError:  # pragma: no cover - woken with nothing to read
+                continue
 
     def stop(self) -> None:
         """Let the thread end once its current call (if any) is over; a later call starts a new one."""
