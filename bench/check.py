@@ -132,6 +132,15 @@ FLOORS = (
         reached="0.63-0.70 (0.12 when each answer read its Event and routing back from the store)",
     ),
     Floor(
+        "a read through the runtime, in raw sqlite3 reads of the same row (at most)",
+        "reads.py",
+        ("--reads", "2000"),
+        r"ratio loom-read/raw-read: ([\d.]+)",
+        20.0,
+        at_least=False,
+        reached="5.0-7.8 (80 when each read took four thread hops through sqlite-anyio)",
+    ),
+    Floor(
         "claims per start, 50 Works under capacity 1 (at most)",
         "admission.py",
         ("--works", "50"),
