@@ -289,15 +289,32 @@ def measure(tmp: Path, name: str, path: Workload, n: int) -> tuple[float, float,
     return rate, n / seconds, last - first
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser_of(description: str) -> argparse.ArgumentParser:
+    """The arguments every script over these paths takes: each path's size, and the directory."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--events", type=int, default=5_000, help="Events of acceptance and route-100")
     parser.add_argument("--wakes", type=int, default=2_000, help="Works parked, then woken")
     parser.add_argument("--timers", type=int, default=20_000, help="timers fired by the timer actor")
     parser.add_argument("--attempts", type=int, default=2_000, help="expired attempts recovered")
     parser.add_argument("--jobs", type=int, default=2_000, help="timers run as jobs of fresh Work")
     parser.add_argument("--dir", default=None, help="where the database files go (default: temp dir)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def paths(args: argparse.Namespace) -> list[tuple[str, Workload, int, str]]:
+    """Each path: its name, its workload, how many items (from ``args``), and what an item is."""
+    return [
+        ("acceptance", acceptance, args.events, "events"),
+        ("route-100", route_100, args.events, "events"),
+        ("wakes", wakes, args.wakes, "wakes"),
+        ("timers", fired, args.timers, "timers"),
+        ("recovery", recovered, args.attempts, "attempts"),
+        ("due-jobs", due_jobs, args.jobs, "jobs"),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser_of(__doc__.splitlines()[0]).parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="loom-ceiling-", dir=args.dir))
     try:
         print(
@@ -305,14 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         raw_batched = timers.raw_fires(str(tmp / "raw-batch.db"), args.timers, timers.RAW_BATCH, "FULL")
         rates: dict[str, tuple[float, float]] = {}
-        for name, path, n, unit in (
-            ("acceptance", acceptance, args.events, "events"),
-            ("route-100", route_100, args.events, "events"),
-            ("wakes", wakes, args.wakes, "wakes"),
-            ("timers", fired, args.timers, "timers"),
-            ("recovery", recovered, args.attempts, "attempts"),
-            ("due-jobs", due_jobs, args.jobs, "jobs"),
-        ):
+        for name, path, n, unit in paths(args):
             loom_rate, sql_rate, count = measure(tmp, name, path, n)
             rates[name] = (loom_rate, sql_rate)
             print(

@@ -3,7 +3,7 @@
 Reads never block the writer (WAL) and a cancelled read interrupts its query. Each read is one hand-off
 to the reader's thread and one back (`WorkerThread`, as the storage actor's): sqlite-anyio, which this
 side used before, made four per query (a cursor, its execute, its fetch and its close, each through
-anyio's worker threads), 730 against 110 us per read here (bench/README.md, "The read side"). A
+anyio's worker threads), 730 against 110 us per read here (bench/README.md, (14)). A
 ``:memory:`` database has no second connection, so its reads go through the storage actor instead
 (`ActorReader`); both readers offer the same methods, mirroring `Tx`.
 
@@ -62,8 +62,9 @@ class Reader(BrowseReads):
     One read runs at a time (the lock), and closing takes the lock too: a read that races the close
     either finishes first or finds the store closed (`StorageClosed`), never a connection closed under
     its query. A read cancelled while its query runs stops it (the connection's progress handler sees
-    the read's cancel and aborts the statement) and ends with the cancellation once the thread has let
-    go of the connection; one cancelled before its query began never runs it.
+    the read's cancel and aborts the statement within `PROGRESS_STEPS` steps, from its first ones if
+    the cancel came first) and ends with the cancellation once the thread has let go of the
+    connection.
     """
 
     def __init__(self, uri: str) -> None:
