@@ -131,7 +131,7 @@ async def test_a_random_mixed_workload_keeps_every_record_true_and_the_store_who
         async def publish(key: str) -> None:
             nonlocal published
             published += 1
-            delivery = f"d{rng.randrange(published + 1)}"  # (about one in three a redelivery)
+            delivery = f"d{rng.randrange(published + 1)}"  # (often one used before: a redelivery)
             kind = rng.choice(["job.a", "go.b"])
             offered = loom.EventIn(source="t", delivery_id=delivery, type=kind, scope=SCOPE, key=key)
             event = await rt.publish(offered)
