@@ -3,12 +3,14 @@ checkpointed, whatever its checkpoint (unmatched included)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import trio
 import trio.testing
 
 from loom import CheckpointStatus, Completed, Config, EventIn, Unmatched, WorkState
+from loom.kernel.unrouted import unrouted_in_tx
 from loom.plugins.handlers import work_id_for_key
 from loom.testing import RuntimeDriver
 from loom.testing.internals import activity_of
@@ -114,3 +116,52 @@ async def test_a_completion_waiting_for_an_earlier_event_wakes_when_a_lane_route
         await driver.until(completed, "the completion to go on once the earlier Event is routed")
         assert (await rt.checkpoint(earlier.id)).status is CheckpointStatus.UNMATCHED  # type: ignore[union-attr]
         await driver.stop()
+
+
+class RacingStore:
+    """A shared database as one transaction of `unrouted_in_tx` sees it, statement by statement: each
+    statement sees what was committed before it ran, and other nodes commit Events between statements
+    (in sequence order, as the acceptance-order lock makes them). After its second statement, Events
+    2 and 3 commit, not routed yet."""
+
+    def __init__(self) -> None:
+        self.committed = [1]
+        self.routed = {1}
+        self.watermark = 0
+        self.statements = 0
+
+    def _ran(self) -> None:
+        self.statements += 1
+        if self.statements == 2:
+            self.committed += [2, 3]  # another node's acceptances, committed meanwhile
+
+    def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> Any:
+        self._ran()
+        return SimpleNamespace(value={"seq": self.watermark}) if self.watermark else None
+
+    def kv_put(self, namespace: str, key: str, value: dict[str, Any], now_ms: int) -> None:
+        self.watermark = value["seq"]
+
+    def max_seq(self) -> int:
+        newest = max(self.committed)
+        self._ran()
+        return newest
+
+    def unrouted_events(self, after_seq: int, limit: int) -> list[Any]:
+        seen = [SimpleNamespace(seq=s) for s in self.committed if s > after_seq and s not in self.routed]
+        self._ran()
+        return seen[:limit]
+
+
+def test_a_routing_search_never_raises_the_watermark_past_events_committed_meanwhile() -> None:
+    """Every Event at or below the routing watermark has its checkpoint, also on a shared database where
+    other nodes commit between a search's statements. Catches a search that reads the newest Event
+    after looking for unrouted ones (it raised the watermark over Events 2 and 3, committed between
+    the two reads and never seen unrouted, and a later Event of their Work then routed before them:
+    the multi-node drill once found a Work's inputs routed out of order so)."""
+    store = RacingStore()
+    found = unrouted_in_tx(store, 0, 100)  # type: ignore[arg-type]
+    assert all(seq in store.routed for seq in range(1, store.watermark + 1)), (
+        f"the watermark {store.watermark} passed over unrouted Events"
+    )
+    assert [e.seq for e in found] in ([], [2, 3])

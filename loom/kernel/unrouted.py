@@ -30,8 +30,14 @@ def unrouted_in_tx(tx: Tx, now_ms: int, limit: int, after_seq: int | None = None
     if after_seq is not None:
         return tx.unrouted_events(after_seq, limit)
     watermark = routing_watermark(tx, for_update=True)
+    # The newest Event is read before the search, not after: on a shared database each statement sees
+    # what other nodes committed by then, and sequence order is commit order, so every Event up to it
+    # has committed and the search sees it. Read after, it could name Events committed after the
+    # search looked (unrouted, unseen), and the watermark would pass over them: an Event of their Work
+    # accepted later would then route first (no earlier unrouted Event found below the watermark).
+    newest = tx.max_seq()
     found = tx.unrouted_events(watermark, limit)
-    raised = found[0].seq - 1 if found else tx.max_seq()
+    raised = found[0].seq - 1 if found else newest
     if raised > watermark:
         tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
     return found
