@@ -8,9 +8,11 @@ while it waits.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import trio
+
+A = TypeVar("A")
 
 
 class Activity:
@@ -98,6 +100,41 @@ class Activity:
                 self.leave()
 
         self._nursery.start_soon(counted)
+
+
+class Coalesced(Generic[A]):
+    """An ask for ``run(arg)`` that runs it one at a time: asked while a run is in progress, it runs
+    once more when that run ends, with the asks' arguments combined by ``merge`` (by default the
+    latest), however many asks came meanwhile. For a rescan the store may be asked for faster than it
+    answers (a shared database's periodic check, another node's commits): one task per ask would pile
+    requests up in the storage actor's mailbox without bound, ahead of the work they are meant to
+    unblock. The run counts as busy (`Activity.spawn`) until no ask is left."""
+
+    def __init__(
+        self,
+        activity: Activity,
+        run: Callable[[A], Awaitable[object]],
+        merge: Callable[[A, A], A] = lambda earlier, later: later,
+    ) -> None:
+        self._activity = activity
+        self._run = run
+        self._merge = merge
+        self._running = False
+        self._asked: tuple[A] | None = None
+
+    def ask(self, arg: A) -> None:
+        self._asked = (arg,) if self._asked is None else (self._merge(self._asked[0], arg),)
+        if not self._running:
+            self._running = True
+            self._activity.spawn(self._runs)
+
+    async def _runs(self) -> None:
+        try:
+            while self._asked is not None:
+                (arg,), self._asked = self._asked, None
+                await self._run(arg)
+        finally:
+            self._running = False
 
 
 class Progress:

@@ -30,6 +30,7 @@ from ..records.notices import (
     WorkReady,
 )
 from ..records.work import Lease
+from .activity import Coalesced
 from .attempts import AttemptRunner
 from .dispatch import IntentDispatcher
 from .ingress import RouteAtAcceptance, RouteAtFiring
@@ -47,6 +48,11 @@ class RouterPool:
         self.dispatcher = IntentDispatcher(shared)
         self._accepting = False
         """Publishers may route their Events in their acceptance commits (`at_acceptance`)."""
+        activity = shared.activity
+        self._unrouted = Coalesced(activity, self.lanes.resync, _wider)
+        """Another node's unrouted Events (``None``: every one), or, at a check, those accepted
+        before a time: looked for by one pass at a time however often asked (`Coalesced`)."""
+        self._intents = Coalesced(activity, self._resync_intents)
 
     def at_acceptance(self, event: EventIn) -> RouteAtAcceptance | None:
         """How ``event`` routes in its own acceptance commit (`chains.accept_then_route_in_tx`), when it
@@ -199,15 +205,18 @@ class RouterPool:
         if notice.work_ready or notice.check:
             self.starter.kick()
         if notice.intents or notice.check:
-            activity.spawn(self.dispatcher.resync)
+            self._intents.ask(None)
         for execution_id in notice.fenced:
             activity.spawn(partial(self.dispatcher.stop, execution_id, None, remote=True))
         if notice.unrouted:
-            activity.spawn(self.lanes.resync)  # a node that routes nothing: its Events are routed here
+            self._unrouted.ask(None)  # a node that routes nothing: its Events are routed here
         elif notice.check:
             # Events another node accepted and has not routed for a whole check period (it may have
             # stopped): routed here, in order, from the routing watermark
-            activity.spawn(self.lanes.resync, self._s.clock.now_ms() - self._s.storage.check_ms)
+            self._unrouted.ask(self._s.clock.now_ms() - self._s.storage.check_ms)
+
+    async def _resync_intents(self, _: None) -> None:
+        await self.dispatcher.resync()
 
     def _on_notice(
         self, notice: Notice, quick: list[RouteRequest | DeferredRoute], quick_events: list[Event]
@@ -231,3 +240,9 @@ class RouterPool:
             self.dispatcher.dispatch(notice.intent_id)
         elif isinstance(notice, ExecutionFenced):
             self.dispatcher.stop_fenced(notice)
+
+
+def _wider(earlier: int | None, later: int | None) -> int | None:
+    """Two asks for unrouted Events merged: every one (``None``) if either asks it, else those
+    accepted before the later time."""
+    return None if earlier is None or later is None else max(earlier, later)
