@@ -6,15 +6,21 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any, cast
 
 import trio
 
 import loom
 from loom.store import Reader, SQLiteStore
+from loom.store._open import open_reader
+from loom.store._postgres import PostgresStore
 from loom.testing import T0_MS
+from loom.testing.postgres import PostgresCluster
 
 LONG = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n"
 """A query that never ends by itself (it counts forever)."""
+SLEEP = ("SELECT pg_sleep(60)", ())
+"""PostgreSQL's long query."""
 
 
 async def opened(tmp_path: Path) -> Reader:
@@ -58,5 +64,52 @@ async def test_a_cancelled_read_stops_its_query_and_the_reader_goes_on(tmp_path:
                 assert scope.cancelled_caught
                 assert len(await reader.events_after(0, 10)) == 1
                 assert len(await reader._snapshot([("SELECT 1", ())])) == 1
+    finally:
+        await reader.aclose()
+
+
+async def test_a_cancelled_read_on_postgresql_stops_its_query_and_the_reader_goes_on(
+    loom_postgres: PostgresCluster,
+) -> None:
+    """The same on PostgreSQL, where the server cancels the query. Here each read's queries reach the
+    server only after the first cancel did (which the server drops: nothing runs yet). Wrong
+    implementations caught: a cancel that waits for the query (60 s of sleep: the time limit fails it),
+    and a cancel sent once."""
+    url = loom_postgres.create_database(template=loom_postgres.migrated_template())
+    reader = open_reader(PostgresStore(url=url), cast(Any, None))
+    await reader.open()
+    begun, sent = threading.Event(), threading.Event()
+    read = reader._read  # type: ignore[attr-defined]
+    raw = reader._raw  # type: ignore[attr-defined]
+    cancel = raw.cancel_safe
+
+    def reading(queries: list[tuple[str, tuple[Any, ...]]]) -> object:
+        begun.set()
+        assert sent.wait(30)
+        return read(queries)
+
+    def cancelling(*args: Any, **kwargs: Any) -> None:
+        cancel(*args, **kwargs)
+        sent.set()
+
+    reader._read = reading  # type: ignore[attr-defined]
+    raw.cancel_safe = cancelling
+    try:
+        with trio.fail_after(30):  # (a guard: a cancel that does not stop the query never returns)
+            for queries in ([SLEEP], [("SELECT count(*) FROM events", ()), SLEEP]):
+                begun.clear()
+                sent.clear()
+                with trio.CancelScope() as scope:
+                    async with trio.open_nursery() as nursery:
+
+                        async def cancel_once_running() -> None:
+                            assert await trio.to_thread.run_sync(begun.wait, 30)
+                            scope.cancel()
+
+                        nursery.start_soon(cancel_once_running)
+                        await reader._snapshot(queries)
+                assert scope.cancelled_caught
+                assert await reader.events_after(0, 10) == []
+                assert await reader._snapshot([("SELECT 1", ()), ("SELECT 2", ())]) == [[(1,)], [(2,)]]
     finally:
         await reader.aclose()

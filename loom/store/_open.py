@@ -64,7 +64,9 @@ def open_reader(store: Store, storage: StorageActor) -> Reader:
     """The read side for ``store`` (not yet opened): its own connection where it can have one."""
     if isinstance(store, SQLiteStore):
         return ActorReader(storage) if store.in_memory else Reader(store.reader_uri())
-    return postgres_backend().PostgresReader(store)  # type: ignore[no-any-return]
+    postgres_backend()  # (psycopg is there, or the error says how to install it)
+    module: ModuleType = importlib.import_module("._postgres_reader", __package__)
+    return module.PostgresReader(store)  # type: ignore[no-any-return]
 
 
 def postgres_backend() -> Any:

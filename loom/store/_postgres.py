@@ -37,13 +37,11 @@ from ..records.errors import (
     InvalidRequest,
     NodeInUse,
     SchemaTooNew,
-    StorageClosed,
     StorageError,
     StorageUnavailable,
 )
 from ._dialect import Dialect
 from ._notify import CHANNEL
-from ._reader import Reader, Rows
 from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
 
 log = logging.getLogger("loom.storage")
@@ -421,80 +419,3 @@ def migrate(raw: psycopg.Connection[tuple[Any, ...]], where: str) -> None:
     finally:
         if not raw.closed:
             raw.execute(f"SELECT pg_advisory_unlock({LOCK_CLASS}, {MIGRATION_LOCK})")
-
-
-class PostgresReader(Reader):
-    """The same reads on a connection of their own, in a worker thread (see `_read` for failures)."""
-
-    size_sql = POSTGRES.size_sql
-
-    def __init__(self, store: PostgresStore) -> None:
-        super().__init__(store.describe())
-        self._store = store
-        self._raw: psycopg.Connection[tuple[Any, ...]] | None = None
-        self._limiter = anyio.CapacityLimiter(1)
-        self._open = False
-
-    async def open(self) -> None:
-        self._raw = await anyio.to_thread.run_sync(self._connect, limiter=self._limiter)
-        self._open = True
-
-    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        return self._store.connect(application_name="loom reader")
-
-    async def aclose(self) -> None:
-        self._open = False  # reads from now on are refused
-        # in the reads' own worker slot: the read in progress (if any) ends first, and none that
-        # waited for the slot finds its connection gone (it finds the store closed)
-        await anyio.to_thread.run_sync(self._close, limiter=self._limiter)
-
-    def _close(self) -> None:
-        raw, self._raw = self._raw, None
-        if raw is not None:
-            raw.close()
-
-    async def _all(self, sql: str, params: tuple[Any, ...]) -> Rows:
-        return (await self._snapshot([(sql, params)]))[0]
-
-    async def _snapshot(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
-        if not self._open:
-            raise StorageClosed("the store is closed: reads end with the runtime")
-        return await anyio.to_thread.run_sync(self._read, queries, limiter=self._limiter)
-
-    def _read(self, queries: list[tuple[str, tuple[Any, ...]]]) -> list[Rows]:
-        # A read changes nothing: one that finds its connection gone (a server restart since the last
-        # read) connects again, and one that named a prepared statement the server lost (psycopg forgot
-        # it as it failed, all of them at a snapshot's rollback) runs again, once, before it fails.
-        for retry in (True, False):
-            if not self._open:
-                raise StorageClosed("the store is closed: reads end with the runtime")
-            if self._raw is None or self._raw.closed:
-                self._raw = self._connect()
-            try:
-                return self._read_once(self._raw, queries)
-            except psycopg.Error as exc:
-                if POSTGRES.is_disconnect(exc) or self._raw.closed or self._raw.broken:
-                    self._raw.close()
-                    self._raw = None
-                    if retry:
-                        continue
-                    raise StorageUnavailable(f"reading {self._store.describe()} failed: {exc}") from exc
-                lost = isinstance(exc, psycopg.errors.InvalidSqlStatementName)
-                if lost and retry:
-                    continue
-                if lost or POSTGRES.is_storage_failure(exc):
-                    raise StorageError(f"reading {self._store.describe()} failed: {exc}") from exc
-                raise
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    def _read_once(
-        raw: psycopg.Connection[tuple[Any, ...]], queries: list[tuple[str, tuple[Any, ...]]]
-    ) -> list[Rows]:
-        conn = PostgresConnection(raw)
-        if len(queries) == 1:
-            sql, params = queries[0]
-            return [conn.execute(sql, params).fetchall()]
-        with raw.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return [conn.execute(sql, params).fetchall() for sql, params in queries]
