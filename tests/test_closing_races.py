@@ -99,7 +99,7 @@ async def test_host_calls_racing_a_crash_complete_or_find_the_store_closed(
 # -- the narrowest race, on purpose ------------------------------------------------------------------
 
 
-async def read_behind_a_read_in_progress(reader: Reader, hold: trio.Lock | trio.CapacityLimiter) -> object:
+async def read_behind_a_read_in_progress(reader: Reader, hold: trio.Lock) -> object:
     """Start a read that waits its turn behind one in progress (``hold`` held), begin closing the reader,
     then let the read in progress end: return what the waiting read got (its error, or its rows)."""
     got: list[object] = []
@@ -139,5 +139,5 @@ async def test_a_postgres_read_queued_when_the_close_begins_finds_the_store_clos
     store = as_store(loom_postgres.create_database(template=loom_postgres.migrated_template()))
     reader = open_reader(store, StorageActor(store, clock))
     await reader.open()
-    result = await read_behind_a_read_in_progress(reader, reader._limiter)  # type: ignore[attr-defined]
+    result = await read_behind_a_read_in_progress(reader, reader._lock)
     assert isinstance(result, StorageClosed), repr(result)
