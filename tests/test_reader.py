@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,6 +34,21 @@ async def opened(tmp_path: Path) -> Reader:
     return reader
 
 
+async def cancelled_once_begun(begun: threading.Event, read: Callable[[], Awaitable[object]]) -> bool:
+    """Run ``read``, cancelling it once the reader's thread sets ``begun``; whether the cancel ended it."""
+    begun.clear()
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_once_running() -> None:
+                assert await trio.to_thread.run_sync(begun.wait, 30)
+                scope.cancel()
+
+            nursery.start_soon(cancel_once_running)
+            await read()
+    return scope.cancelled_caught
+
+
 async def test_a_cancelled_read_stops_its_query_and_the_reader_goes_on(tmp_path: Path) -> None:
     """A query running when its read is cancelled stops, and the reader answers the next read. Wrong
     implementations caught: a cancel that waits for the query (this one never ends: the test's time limit
@@ -51,17 +68,7 @@ async def test_a_cancelled_read_stops_its_query_and_the_reader_goes_on(tmp_path:
     try:
         with trio.fail_after(30):  # (a guard: a cancel that does not stop the query never returns)
             for run in (one, snapshot):
-                begun.clear()
-                with trio.CancelScope() as scope:
-                    async with trio.open_nursery() as nursery:
-
-                        async def cancel_once_running() -> None:
-                            assert await trio.to_thread.run_sync(begun.wait, 30)
-                            scope.cancel()
-
-                        nursery.start_soon(cancel_once_running)
-                        await reader._guarded(run)
-                assert scope.cancelled_caught
+                assert await cancelled_once_begun(begun, partial(reader._guarded, run))
                 assert len(await reader.events_after(0, 10)) == 1
                 assert len(await reader._snapshot([("SELECT 1", ())])) == 1
     finally:
@@ -97,18 +104,8 @@ async def test_a_cancelled_read_on_postgresql_stops_its_query_and_the_reader_goe
     try:
         with trio.fail_after(30):  # (a guard: a cancel that does not stop the query never returns)
             for queries in ([SLEEP], [("SELECT count(*) FROM events", ()), SLEEP]):
-                begun.clear()
                 sent.clear()
-                with trio.CancelScope() as scope:
-                    async with trio.open_nursery() as nursery:
-
-                        async def cancel_once_running() -> None:
-                            assert await trio.to_thread.run_sync(begun.wait, 30)
-                            scope.cancel()
-
-                        nursery.start_soon(cancel_once_running)
-                        await reader._snapshot(queries)
-                assert scope.cancelled_caught
+                assert await cancelled_once_begun(begun, partial(reader._snapshot, queries))
                 assert await reader.events_after(0, 10) == []
                 assert await reader._snapshot([("SELECT 1", ()), ("SELECT 2", ())]) == [[(1,)], [(2,)]]
     finally:
