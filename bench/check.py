@@ -184,7 +184,13 @@ FLOORS += tuple(
             " attempts were kept; 24.4 before the wake's move waited for its claim)",
         ),
         ("timers", 4.5, "4.0"),
-        ("recovery", 14.5, "13.1-13.3 (14.1-14.3 before the adoption told the segment clock)"),
+        (
+            "recovery",
+            11.0,
+            "10.2 (13.1-13.3 before the page of expired leases read each attempt whole with its Work's"
+            " scope and kind, and an attempt's row was kept as written; 14.1-14.3 before the adoption"
+            " told the segment clock)",
+        ),
         (
             "due-jobs",
             14.0,

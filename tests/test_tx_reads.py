@@ -48,6 +48,7 @@ from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, recor
 from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.intents import stale_open_intents_in_tx
 from loom.kernel.kinds import KindPolicy
+from loom.kernel.recovery import RecoverPass, adopt_in_tx, recover_expired_in_tx
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
@@ -60,10 +61,12 @@ from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import InputState, Policy, Unmatched
 from loom.store import AdmissionFacts, Tx
+from loom.store import _sql as _sql_module
 from loom.store._sql import (
     DELIVERY,
     EVENT_BY_ID,
     EVENTS_TO_ROUTE,
+    EXECUTION_AND_CLOCK_BY_ID,
     TIMER_BY_ID,
     TIMER_OR_REMOVED,
     WORK_PENDING,
@@ -948,9 +951,10 @@ async def test_an_attempt_an_earlier_commit_inserted_is_answered_from_what_it_ke
 ) -> None:
     """An attempt's row, as the claim that inserted it committed it, answers the transactions after it on
     a database alone (`Carried.attempts`): the end's fenced read of the attempt and its token read
-    nothing, until a transaction writes the row (a lease's renewal here), after which it is read again.
-    Catches: nothing kept (a read on SQLite) and a kept row that outlives a write of it; conftest's
-    check catches a row kept wrong (one built at the insert unlike the read)."""
+    nothing; a transaction that writes the row (a lease's renewal here) keeps it as it wrote it, and
+    the next one reads nothing either. Catches: nothing kept (a read on SQLite) and a kept row that
+    outlives a write of it unchanged (the old expiry); conftest's check catches a row kept wrong (one
+    built at the insert, or patched at a write, unlike the read)."""
     async with loom_drivers(config=RUN) as driver:
         _, lease = await launched_attempt(driver)
 
@@ -973,7 +977,7 @@ async def test_an_attempt_an_earlier_commit_inserted_is_answered_from_what_it_ke
         renewed = await storage.submit(renew)
         state, expires, token, queries = await storage.submit(read)
         assert (state, expires, token) == (ExecutionState.RUNNING, renewed, lease.token)
-        assert len(queries) == (1 if alone else 2), queries
+        assert len(queries) == (0 if alone else 2), queries
 
 
 async def test_a_kv_entry_an_earlier_commit_read_is_answered_from_what_it_kept(
@@ -1841,3 +1845,62 @@ async def test_arming_a_new_timer_reads_the_timer_and_its_tombstone_in_one_query
 
     queries = await storage_of(rt).submit(arm)
     assert queries == [TIMER_OR_REMOVED], f"arming read: {queries}"
+
+
+async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
+    loom_drivers: DriverFactory,
+) -> None:
+    """A recovery pass reads each expired attempt whole, with its Work's scope and kind, in its page of
+    expired leases: the claim at the next epoch reads neither again; and the row the claim wrote answers
+    the adoption's fenced read in the next transaction (a database alone; on a shared one both are
+    read). Catches: a claim that reads the attempt or its Work again (a query each), and an attempt's
+    row forgotten at a write rather than kept as written (a read at the adoption); conftest's check
+    catches a row kept wrong."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+        storage = storage_of(driver.runtime)
+        alone = storage.store.dialect.caches_reads
+        at = lease.expires_at_ms  # the lease has just expired
+
+        def recover(tx: Tx, now_ms: int) -> tuple[RecoverPass, list[str]]:
+            if tx._kept is not None:
+                tx._kept.clear()  # as after a restart: nothing an earlier commit knew answers
+            queries = counting_queries(tx)
+            found = recover_expired_in_tx(tx, at, 10, owner="recoverer", token_seed="seed", lease_ms=60_000)
+            return found, queries[:]
+
+        found, queries = await storage.submit(recover)
+        (recovery,) = found.recoveries
+        assert (recovery.lease.execution_id, recovery.lease.epoch) == (lease.execution_id, 2)
+        assert recovery.lease.request.scope == "acme"
+        by_id = [q for q in queries if q == EXECUTION_AND_CLOCK_BY_ID or "FROM works WHERE id" in q]
+        assert (len(by_id) == 0) == alone, queries  # (shared: the attempt is read again, locked)
+
+        def adopt(tx: Tx, now_ms: int) -> tuple[ExecutionState, list[str]]:
+            queries = counting_queries(tx)
+            auth = Authority(execution_id=lease.execution_id, attempt=1, epoch=2, token=recovery.lease.token)
+            return adopt_in_tx(tx, at, auth).state, queries[:]
+
+        state, queries = await storage.submit(adopt)
+        assert state is ExecutionState.RUNNING
+        assert (queries.count(EXECUTION_AND_CLOCK_BY_ID) == 0) == alone, queries
+
+
+async def test_an_attempts_row_patched_wrong_at_a_write_fails_the_suites_check(
+    loom_drivers: DriverFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """conftest's `checked_kept_attempt` compares the row a write kept (`_sql.execution_row_written`) with
+    a read: one kept as it was before the write fails it."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+        storage = storage_of(driver.runtime)
+        if not storage.store.dialect.caches_reads:
+            return  # (nothing kept on a shared database)
+        monkeypatch.setattr(_sql_module, "execution_row_written", lambda row, values: row)
+
+        def renew_then_read(tx: Tx, now_ms: int) -> object:
+            tx.update_execution(lease.execution_id, expires_at_ms=now_ms + 120_000)
+            return tx.execution(lease.execution_id)
+
+        with pytest.raises(AssertionError, match="row as kept"):
+            await storage.submit(renew_then_read)

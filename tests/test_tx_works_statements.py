@@ -32,8 +32,9 @@ INPUTS_TOLD = {"_inputs_changed", "_inputs_lost", "_left_pending"}
 """What a method that writes Works' inputs names to tell its transaction so (`TxBase.committed`)."""
 CHECKPOINTS_TOLD = {"routed", "lose_routed"}
 """What a method that writes routing checkpoints names to tell its transaction so (`InputsTx.routed_input`)."""
-ATTEMPTS_TOLD = {"attempts", "changed_attempt", "lose_attempts"}
-"""What a method that writes attempts' rows names to tell its transaction so (`ExecutionsTx._kept_attempt`)."""
+ATTEMPTS_TOLD = {"attempts", "changed_attempt", "lose_attempts", "_writing_attempt"}
+"""What a method that writes attempts' rows names to tell its transaction so (`ExecutionsTx._kept_attempt`;
+`_writing_attempt` tells it, then keeps the row as written)."""
 KV_TOLD = {"kv_written"}
 """What a method that writes KV entries names to tell its transaction so (`Tx.kv_get`)."""
 PASS_THROUGH = {"_one", "_all", "_one_work", "_flush_bumps", "lock_pool"}

@@ -46,6 +46,8 @@ class Expired:
 
     execution_id: str
     epoch: int
+    work: tuple[str, str | None] | None = None
+    """Its Work's scope and kind, read with it (``None``: not read)."""
 
 
 def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
@@ -58,9 +60,11 @@ def expired_in_tx(tx: Tx, now_ms: int, limit: int) -> list[Expired]:
         seen = {x[0] for x in found}
         found += [x for x in tx.expired_leases(now_ms, (-1, ""), limit - len(found)) if x[0] not in seen]
     if found:
-        last_id, _, last_expiry = found[-1]
+        last_id, _, last_expiry, _ = found[-1]
         tx.kv_put(RECOVERY_NAMESPACE, CURSOR, {"expires_at_ms": last_expiry, "id": last_id}, now_ms)
-    return [Expired(execution_id=execution_id, epoch=epoch) for execution_id, epoch, _ in found]
+    return [
+        Expired(execution_id=execution_id, epoch=epoch, work=work) for execution_id, epoch, _, work in found
+    ]
 
 
 @attrs.frozen(kw_only=True)
@@ -122,7 +126,7 @@ def recover_claim_in_tx(
         return None
     if execution.expires_at_ms is None or now_ms < execution.expires_at_ms:
         return None
-    work = tx.work_scope_kind(execution.work_id)
+    work = seen.work or tx.work_scope_kind(execution.work_id)
     if work is None:
         raise NotFound(f"no work with id {execution.work_id!r}")
     scope, kind = work

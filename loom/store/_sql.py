@@ -202,9 +202,8 @@ EXECUTION_COLUMNS = (
 EXECUTION_SELECT = f"SELECT {EXECUTION_COLUMNS} FROM executions"
 EXECUTION_BY_ID = f"{EXECUTION_SELECT} WHERE id = ?"
 EXECUTION_WIDTH = EXECUTION_COLUMNS.count(",") + 1
-EXECUTION_AND_CLOCK_BY_ID = (
-    f"SELECT {EXECUTION_COLUMNS}, token, segment_started_ms, deadline_timer_id FROM executions WHERE id = ?"
-)
+EXECUTION_AND_CLOCK_SELECT = f"SELECT {EXECUTION_COLUMNS}, token, segment_started_ms, deadline_timer_id"
+EXECUTION_AND_CLOCK_BY_ID = f"{EXECUTION_AND_CLOCK_SELECT} FROM executions WHERE id = ?"
 """An attempt with its lease token and its active segment's clock, which a transaction asks for right
 after (`ExecutionsTx.execution`)."""
 _EXECUTION_READ = (
@@ -225,6 +224,24 @@ def execution_read_row(values: dict[str, Any]) -> tuple[Any, ...]:
     """The row `EXECUTION_AND_CLOCK_BY_ID` reads of an attempt just inserted with ``values`` (by column)."""
     row: tuple[Any, ...] = _EXECUTION_PICK(_EXECUTION_BLANK | values)
     return row
+
+
+EXECUTION_AT = {column: at for at, column in enumerate(_EXECUTION_READ)}
+"""Where each column is in the row `EXECUTION_AND_CLOCK_BY_ID` reads."""
+
+
+def execution_row_written(row: tuple[Any, ...], values: dict[str, Any]) -> tuple[Any, ...]:
+    """The row `EXECUTION_AND_CLOCK_BY_ID` reads of an attempt read as ``row`` once ``values`` (by column,
+    as the statement bound them) were written to it; a column that read does not take is left out."""
+    patched = list(row)
+    for column, value in values.items():
+        at = EXECUTION_AT.get(column)
+        if at is not None:
+            # as SQLite answers it: an enum member by its value, a bool as an integer
+            patched[at] = (
+                value.value if isinstance(value, enum.Enum) else int(value) if type(value) is bool else value
+            )
+    return tuple(patched)
 
 
 INTENT_SELECT = (

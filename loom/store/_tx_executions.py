@@ -112,13 +112,30 @@ class ExecutionsTx(TxBase):
         return row
 
     def _kept_attempt(self, execution_id: str) -> tuple[Any, ...] | None:
-        """The attempt's row as a committed transaction that inserted or read it left it (`Carried.
-        attempts`: a database alone only), unless this transaction wrote it; ``None`` otherwise."""
+        """The attempt's row as this transaction read, inserted or wrote it, else as a committed
+        transaction that did left it (`Carried.attempts`: a database alone only) unless this one wrote
+        it since; ``None`` otherwise."""
         assert self._kept is not None
         to_carry = self._to_carry
-        if to_carry.attempts_lost or execution_id in to_carry.attempts_changed:
-            return None
+        row = to_carry.attempts.get(execution_id)
+        if row is not None or to_carry.attempts_lost or execution_id in to_carry.attempts_changed:
+            return row
         return self._kept.attempts.get(execution_id)
+
+    def _writing_attempt(self, execution_id: str) -> tuple[Any, ...] | None:
+        """A statement is about to write the attempt's row: what was kept of it no longer answers. Returns
+        the row this transaction knew (`_kept_attempt`), for `_attempt_written` once the write is done."""
+        row = self._kept_attempt(execution_id) if self._kept is not None else None
+        self._to_carry.changed_attempt(execution_id)
+        return row
+
+    def _attempt_written(
+        self, execution_id: str, row: tuple[Any, ...] | None, values: dict[str, Any]
+    ) -> None:
+        """``values`` (by column) were written to the attempt's row, known before as ``row``: keep the
+        row as a read would give it now."""
+        if row is not None:
+            self._to_carry.attempts[execution_id] = _sql.execution_row_written(row, values)
 
     def execution_segment_clock(self, execution_id: str) -> tuple[int | None, str | None]:
         """When the active segment started, and its deadline timer."""
@@ -130,13 +147,18 @@ class ExecutionsTx(TxBase):
         )
         return (row[0], row[1]) if row else (None, None)
 
-    def expired_leases(self, now_ms: int, after: tuple[int, str], limit: int) -> list[tuple[str, int, int]]:
-        """(id, epoch, expires_at_ms) of running or recovering attempts whose lease has expired (``now >=
-        expires_at``: expiry is exclusive), in (expiry, id) order after ``after``: a bounded, fair page.
-        On a shared database the rows are locked until the transaction ends, skipping those another
-        node's pass holds."""
+    def expired_leases(
+        self, now_ms: int, after: tuple[int, str], limit: int
+    ) -> list[tuple[str, int, int, tuple[str, str | None] | None]]:
+        """(id, epoch, expires_at_ms, its Work's scope and kind or ``None``) of running or recovering attempts whose
+        lease has expired (``now >= expires_at``: expiry is exclusive), in (expiry, id) order after
+        ``after``: a bounded, fair page. On a shared database the rows are locked until the transaction
+        ends, skipping those another node's pass holds. Each row is read whole: the claim that follows
+        reads none again (`_kept_attempt`; a database alone)."""
+        width = _sql.EXECUTION_WIDTH + 3
         rows = self._all(
-            "SELECT id, epoch, expires_at_ms FROM executions"
+            f"{_sql.EXECUTION_AND_CLOCK_SELECT}, (SELECT w.scope FROM works w WHERE w.id = e.work_id),"
+            " (SELECT w.kind FROM works w WHERE w.id = e.work_id) FROM executions e"
             " WHERE state IN (?, ?) AND expires_at_ms <= ? AND (expires_at_ms, id) > (?, ?)"
             f" ORDER BY expires_at_ms, id LIMIT ?{self.dialect.skip_locked}",
             (
@@ -148,7 +170,19 @@ class ExecutionsTx(TxBase):
                 limit,
             ),
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        if self._kept is not None:
+            for r in rows:
+                self._to_carry.attempts[r[0]] = r[:width]
+        at = _sql.EXECUTION_AT
+        return [
+            (
+                r[0],
+                r[at["epoch"]],
+                r[at["expires_at_ms"]],
+                None if r[width] is None else (r[width], r[width + 1]),
+            )
+            for r in rows
+        ]
 
     def next_lease_expiry(self) -> int | None:
         """The earliest expiry among running and recovering attempts (``None``: there are none)."""
@@ -321,8 +355,12 @@ class ExecutionsTx(TxBase):
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"update_execution: unknown fields {unknown}"
         sets = ", ".join(f"{name} = ?" for name in fields)
-        self._to_carry.changed_attempt(execution_id)
-        self._conn.execute(f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id))
+        known = self._writing_attempt(execution_id)
+        cur = self._conn.execute(
+            f"UPDATE executions SET {sets} WHERE id = ?", (*fields.values(), execution_id)
+        )
+        if cur.rowcount == 1:
+            self._attempt_written(execution_id, known, fields)
         if fields.get("expires_at_ms") is not None:
             self.notify(LeaseExpiry(execution_id=execution_id, expires_at_ms=fields["expires_at_ms"]))
 
@@ -332,12 +370,13 @@ class ExecutionsTx(TxBase):
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"set_execution_state: unknown fields {unknown}"
         sets = "".join(f", {name} = ?" for name in fields)
-        self._to_carry.changed_attempt(execution.id)
+        known = self._writing_attempt(execution.id)
         cur = self._conn.execute(
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
             (new.value, *fields.values(), execution.id, execution.state.value),
         )
         self._written(cur, f"execution {execution.id}", execution.state, new)
+        self._attempt_written(execution.id, known, {"state": new.value, **fields})
         self.touch(execution.work_id)
         if new in ENDED_STATES and execution.state not in ENDED_STATES:
             self.notify(
