@@ -193,9 +193,10 @@ FLOORS += tuple(
         ),
         (
             "due-jobs",
-            14.0,
-            "13.0-13.1 (14.1 before Works' records were carried; 15.1 before attempts were kept; 16.1"
-            " before pending inputs were)",
+            12.5,
+            "12.0 (13.0-13.1 before a new Work's routing read whether any Work was removed, once, rather"
+            " than its id's tombstone; 14.1 before Works' records were carried; 15.1 before attempts were"
+            " kept; 16.1 before pending inputs were)",
         ),
     )
 ) + tuple(

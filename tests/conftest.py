@@ -184,6 +184,19 @@ def checked_open_intents_exist(tx: ExecutionsTx) -> bool:
 OPEN_INTENTS_EXIST = ExecutionsTx.open_intents_exist
 
 
+def checked_work_removed(tx: Tx, work_id: str) -> bool:
+    """`Tx.work_removed`, checked: what it answers is what a read of the tombstones finds."""
+    kept = WORK_REMOVED(tx, work_id)
+    read = tx._conn.execute("SELECT 1 FROM removed_works WHERE id = ?", (work_id,)).fetchone() is not None
+    assert kept == read, (
+        f"work {work_id} answered {'removed' if kept else 'not removed'}, a read finds otherwise"
+    )
+    return kept
+
+
+WORK_REMOVED = Tx.work_removed
+
+
 def checked_roots_pinned(tx: Tx) -> bool:
     """`Tx.roots_pinned`, checked: when it answers no root is pinned, a read finds none."""
     kept = ROOTS_PINNED(tx)
@@ -325,6 +338,7 @@ def known_records_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(WaitsTx, "untaken_wake", checked_untaken_wake)
     monkeypatch.setattr(ExecutionsTx, "open_intents_exist", checked_open_intents_exist)
     monkeypatch.setattr(Tx, "roots_pinned", checked_roots_pinned)
+    monkeypatch.setattr(Tx, "work_removed", checked_work_removed)
     monkeypatch.setattr(Tx, "key_owner", checked_key_owner)
     monkeypatch.setattr(Tx, "kv_get", checked_kv_get)
     monkeypatch.setattr(Tx, "max_seq", checked_max_seq)

@@ -1904,3 +1904,40 @@ async def test_an_attempts_row_patched_wrong_at_a_write_fails_the_suites_check(
 
         with pytest.raises(AssertionError, match="row as kept"):
             await storage.submit(renew_then_read)
+
+
+async def test_a_new_works_routing_reads_no_tombstone_on_a_store_never_compacted(rt: Runtime) -> None:
+    """Whether an id was taken by a Work compaction removed is asked at each new Work's routing; on a
+    database alone, where nothing was ever removed, one read that none is answers every one (and the
+    next transaction, told so, reads none). Catches: a tombstone read per new Work (three here);
+    conftest's check catches a removal answered wrong (see the test after this one)."""
+    storage = storage_of(rt)
+    alone = storage.store.dialect.caches_reads
+
+    def ask(tx: Tx, now_ms: int) -> tuple[list[bool], list[str]]:
+        queries = counting_queries(tx)
+        answers = [tx.work_removed(f"wk-{i}") for i in range(3)]
+        return answers, [q for q in queries if "removed_works" in q]
+
+    answers, reads = await storage.submit(ask)
+    assert answers == [False] * 3
+    assert len(reads) == (1 if alone else 3), reads
+    answers, reads = await storage.submit(ask)
+    assert answers == [False] * 3
+    assert len(reads) == (0 if alone else 3), reads
+
+
+async def test_a_work_removal_answered_wrong_fails_the_suites_check(rt: Runtime) -> None:
+    """conftest's `checked_work_removed` compares every answer of `Tx.work_removed` with a read: a
+    tombstone written behind the transaction's back (it tells nothing) is caught."""
+    storage = storage_of(rt)
+    if not storage.store.dialect.caches_reads:
+        return  # (a shared database reads every time)
+
+    def sneak(tx: Tx, now_ms: int) -> bool:
+        tx.work_removed("wk-x")  # none was removed: known from here on
+        tx._conn.execute("INSERT INTO removed_works (id, removed_at_ms) VALUES ('wk-x', 0)")  # (not told)
+        return tx.work_removed("wk-x")
+
+    with pytest.raises(AssertionError, match="a read finds otherwise"):
+        await storage.submit(sneak)

@@ -104,6 +104,7 @@ class Savepoint:
                 tx._waits_on_key.clear()
                 # "none exists" is read again: it may have undone a removal
                 tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
+                tx._removed_works = None
                 tx._untaken = None
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None

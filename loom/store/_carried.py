@@ -33,12 +33,13 @@ OF_WORK = frozenset({"work", "place", "facts"})
 """The kinds of record of one Work, by its id, that stay true until a write of that Work's row or parts
 tells its transaction so (`ToCarry.work_written`), and that `Carried.of_works` keeps."""
 
-NoneKnown = tuple[bool, bool, bool, bool]
+NoneKnown = tuple[bool, bool, bool, bool, bool]
 """What a transaction knows there is none of, and tells the next (`Carried.none`): waits open or woken
 and not taken (`WaitsTx.waits_exist`), open intents (`ExecutionsTx.open_intents_exist`), roots with
-pinned limits (`Tx.roots_pinned`), waits' subscriptions (`SubscriptionsTx.wait_subscriptions_exist`).
-Each is read once, and only ever made true again by the writes that make one."""
-NOTHING_KNOWN: NoneKnown = (False, False, False, False)
+pinned limits (`Tx.roots_pinned`), waits' subscriptions (`SubscriptionsTx.wait_subscriptions_exist`),
+Works removed by compaction whose ids are still taken (`Tx.work_removed`). Each is read once, and only
+ever made true again by the writes that make one."""
+NOTHING_KNOWN: NoneKnown = (False, False, False, False, False)
 
 
 class _Missing:

@@ -117,6 +117,9 @@ class TxBase:
         self._open_intents: bool | None = None
         """Whether an intent may be open (`ExecutionsTx.open_intents_exist`): read once (a database
         alone only), then only ever set by this transaction's writes."""
+        self._removed_works: bool | None = None
+        """Whether compaction may have removed a Work whose id is still taken (`Tx.work_removed`): read
+        once (a database alone only), then only ever set by this transaction's removals."""
         self._wait_subscriptions: bool | None = None
         """Whether a wait may have declared a subscription (`SubscriptionsTx.end_subscriptions_of_wait`):
         read once (a database alone only), then only ever set by this transaction's writes."""
@@ -147,12 +150,13 @@ class TxBase:
         it since): the newest Event's sequence, how far every Event is routed, and what there is none
         of (`NoneKnown`), each as it would have gone on knowing it."""
         self._max_seq, self._routed_through = kept.max_seq, kept.routed_through
-        waits, intents, roots, subscriptions = kept.none
+        waits, intents, roots, subscriptions, removed = kept.none
         if waits:
             self._waits_exist, self._untaken = [False, False], {}
         self._open_intents = False if intents else None
         self._pinned_roots = False if roots else None
         self._wait_subscriptions = False if subscriptions else None
+        self._removed_works = False if removed else None
 
     def _none_known(self) -> NoneKnown:
         """What this transaction knows there is none of, at its commit (`Carried.none`)."""
@@ -161,6 +165,7 @@ class TxBase:
             self._open_intents is False,
             self._pinned_roots is False,
             self._wait_subscriptions is False,
+            self._removed_works is False,
         )
 
     def committed(self) -> None:

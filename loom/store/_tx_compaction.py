@@ -409,6 +409,8 @@ class CompactionTx(TxBase):
             " ON CONFLICT (id) DO UPDATE SET removed_at_ms = excluded.removed_at_ms",
             (work_id, now_ms),
         )
+        if self._removed_works is not None:
+            self._removed_works = True
         return int(attempts)
 
     def remove_timer(self, timer_id: str, revision: int, now_ms: int) -> int:

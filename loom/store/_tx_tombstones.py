@@ -80,6 +80,14 @@ class TombstonesTx(TxBase):
         return (int(row[0]), int(row[1])) if row else None
 
     def work_removed(self, work_id: str) -> bool:
+        """Whether compaction removed a Work of this id (it stays taken until its tombstone expires). A
+        database alone first reads whether any is at all, once: a Work routed on a store never compacted
+        reads nothing more (each new Work's routing asks)."""
+        if self._caching:
+            if self._removed_works is None:
+                self._removed_works = self._one("SELECT EXISTS (SELECT 1 FROM removed_works)") == (1,)
+            if not self._removed_works:
+                return False
         return self._one("SELECT 1 FROM removed_works WHERE id = ?", (work_id,)) is not None
 
     def forget_removed_timer(self, timer_id: str) -> None:
