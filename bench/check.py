@@ -186,10 +186,10 @@ FLOORS += tuple(
         ("timers", 4.5, "4.0"),
         (
             "recovery",
-            11.0,
-            "10.2 (13.1-13.3 before the page of expired leases read each attempt whole with its Work's"
-            " scope and kind, and an attempt's row was kept as written; 14.1-14.3 before the adoption"
-            " told the segment clock)",
+            10.0,
+            "9.2 (10.2 before settling a recovered lease read no admission facts; 13.1-13.3 before the page"
+            " of expired leases read each attempt whole with its Work's scope and kind, and an attempt's"
+            " row was kept as written; 14.1-14.3 before the adoption told the segment clock)",
         ),
         (
             "due-jobs",

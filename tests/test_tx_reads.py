@@ -40,7 +40,7 @@ from loom import (
     open_runtime,
 )
 from loom.kernel.accept import accept_in_tx
-from loom.kernel.admission import AdmitRequest, start_at_once_in_tx
+from loom.kernel.admission import AdmitRequest, settle_in_tx, start_at_once_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.causal import check_and_charge_in_tx, utc_minute
 from loom.kernel.chains import complete_then_start_in_tx
@@ -60,7 +60,7 @@ from loom.records.ids import core_delivery_id
 from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import InputState, Policy, Unmatched
-from loom.store import AdmissionFacts, Tx
+from loom.store import AdmissionFacts, Tx, _tx_admission
 from loom.store import _sql as _sql_module
 from loom.store._sql import (
     DELIVERY,
@@ -1853,11 +1853,13 @@ async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
     """A recovery pass reads each expired attempt whole, with its Work's scope and kind, in its page of
     expired leases: the claim at the next epoch reads neither again; and the row the claim wrote answers
     the adoption's fenced read in the next transaction (a database alone; on a shared one both are
-    read). Catches: a claim that reads the attempt or its Work again (a query each), and an attempt's
-    row forgotten at a write rather than kept as written (a read at the adoption); conftest's check
-    catches a row kept wrong."""
+    read). Settling the pass reads nothing of the Work either (its attempt stays live: whether it can
+    start did not change) and records the pass's time as its last change. Catches: a claim that reads
+    the attempt or its Work again (a query each), a settle that reads the Work's admission facts, one
+    that records no change, and an attempt's row forgotten at a write rather than kept as written (a
+    read at the adoption); conftest's check catches a row kept wrong."""
     async with loom_drivers(config=RUN) as driver:
-        _, lease = await launched_attempt(driver)
+        work_id, lease = await launched_attempt(driver)
         storage = storage_of(driver.runtime)
         alone = storage.store.dialect.caches_reads
         at = lease.expires_at_ms  # the lease has just expired
@@ -1867,6 +1869,7 @@ async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
                 tx._kept.clear()  # as after a restart: nothing an earlier commit knew answers
             queries = counting_queries(tx)
             found = recover_expired_in_tx(tx, at, 10, owner="recoverer", token_seed="seed", lease_ms=60_000)
+            settle_in_tx(tx, at)  # (the storage actor's settle, which is not counted, finds nothing left)
             return found, queries[:]
 
         found, queries = await storage.submit(recover)
@@ -1875,6 +1878,10 @@ async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
         assert recovery.lease.request.scope == "acme"
         by_id = [q for q in queries if q == EXECUTION_AND_CLOCK_BY_ID or "FROM works WHERE id" in q]
         assert (len(by_id) == 0) == alone, queries  # (shared: the attempt is read again, locked)
+        assert _tx_admission._FACTS not in queries, queries
+        work = await driver.runtime.work(work_id)
+        assert work is not None
+        assert work.updated_at_ms == at
 
         def adopt(tx: Tx, now_ms: int) -> tuple[ExecutionState, list[str]]:
             queries = counting_queries(tx)

@@ -61,7 +61,10 @@ def settle_in_tx(tx: Tx, now_ms: int) -> None:
     its first waiting Work back in. Each Work the pass may now find is announced (`WorkReady`). Each
     Work touched records this commit's time as its last change (``updated_at_ms``)."""
     touched, tx.touched = tx.touched, {}
-    for work_id in touched:
+    for work_id, fence_only in touched.items():
+        if fence_only:  # its live attempt took a new fence: whether it can start did not change
+            tx.mark_changed(work_id, now_ms)
+            continue
         facts = tx.admission_facts(work_id)
         if facts is None:
             continue

@@ -140,7 +140,7 @@ def recover_claim_in_tx(
     if state is execution.state:
         tx.update_execution(execution.id, **fence)  # the new fence alone (a relaunch, a recovery again)
     else:
-        tx.set_execution_state(execution, state, **fence)
+        tx.set_execution_state(execution, state, fence_only=True, **fence)  # live before and after
     tx.notify(WorkChanged(work_id=execution.work_id))
     tx.notify(
         LeaseRecovered(execution_id=execution.id, work_id=execution.work_id, epoch=epoch, relaunch=relaunch)

@@ -53,9 +53,10 @@ class TxBase:
         """``None``: each `savepoint` is a real one. Else the batch runs without savepoints (see
         `Unguarded`), and this stands in for every one."""
         self.notices: list[Notice] = []
-        self.touched: dict[str, None] = {}
+        self.touched: dict[str, bool] = {}
         """Works whose state, inputs or attempts this transaction changed, in the order first touched
-        (the kernel settles their place in the ready queue: `kernel.admission.settle_in_tx`)."""
+        (the kernel settles their place in the ready queue: `kernel.admission.settle_in_tx`); ``True``:
+        only the fence of its live attempt changed (`touch`)."""
         self.freed_pools: list[str] = []
         """Capacity pools in which an attempt stopped counting (a slot may be free)."""
         self._savepoints = 0
@@ -430,10 +431,15 @@ class TxBase:
         """Queue a notice for publication after this batch commits."""
         self.notices.append(notice)
 
-    def touch(self, work_id: str) -> None:
+    def touch(self, work_id: str, *, fence_only: bool = False) -> None:
         """Note that a Work's state, inputs or attempts changed (see ``touched``): what this transaction
-        knows of it no longer answers (`ToCarry.work_written`)."""
-        self.touched[work_id] = None
+        knows of it no longer answers (`ToCarry.work_written`). ``fence_only``: its live attempt took a
+        new fence (a lease recovered), so whether it can start did not change, unless another write of
+        this transaction changes it."""
+        if not fence_only:
+            self.touched[work_id] = False
+        elif work_id not in self.touched:
+            self.touched[work_id] = True
         to_carry = self._to_carry
         to_carry.works_written.add(work_id)  # (`ToCarry.work_written`, inline: a hot path)
         to_carry.of_works.pop(work_id, None)

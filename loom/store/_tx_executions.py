@@ -364,8 +364,11 @@ class ExecutionsTx(TxBase):
         if fields.get("expires_at_ms") is not None:
             self.notify(LeaseExpiry(execution_id=execution_id, expires_at_ms=fields["expires_at_ms"]))
 
-    def set_execution_state(self, execution: Execution, new: ExecutionState, **fields: Any) -> None:
-        """Move ``execution`` from the state it was read in to ``new`` (checked against its lifecycle)."""
+    def set_execution_state(
+        self, execution: Execution, new: ExecutionState, *, fence_only: bool = False, **fields: Any
+    ) -> None:
+        """Move ``execution`` from the state it was read in to ``new`` (checked against its lifecycle).
+        ``fence_only``: a live attempt moves to another live state with a new fence (`TxBase.touch`)."""
         EXECUTION_LIFECYCLE.check(execution.id, execution.state, new)
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"set_execution_state: unknown fields {unknown}"
@@ -377,7 +380,7 @@ class ExecutionsTx(TxBase):
         )
         self._written(cur, f"execution {execution.id}", execution.state, new)
         self._attempt_written(execution.id, known, {"state": new.value, **fields})
-        self.touch(execution.work_id)
+        self.touch(execution.work_id, fence_only=fence_only)
         if new in ENDED_STATES and execution.state not in ENDED_STATES:
             self.notify(
                 AttemptEnded(
