@@ -1,7 +1,7 @@
 """Rescans asked for faster than the store answers them: one runs at a time, and every ask made while it
 runs is answered by one more run after it (`loom.actors.activity.Coalesced`).
 
-Catches: a task started per ask (a shared database's periodic check, another node's commit), which
+Catches: a task started per ask (a shared database's periodic check, another node's commit, a reload), which
 piles the storage actor's mailbox up without bound whenever the store answers slower than the checks
 come, ahead of the routing they are meant to unblock (seen: three nodes whose checks came faster than
 their rescans stopped routing altogether); and an ask made during a run that is dropped instead of
@@ -17,8 +17,9 @@ import pytest
 import trio
 import trio.testing
 
-from loom import ManualClock, open_runtime
+from loom import Config, ManualClock, open_runtime
 from loom.actors import lanes
+from loom.actors import router as router_module
 from loom.actors.activity import Activity, Coalesced
 from loom.kernel.unrouted import unrouted_in_tx
 from loom.store import Tx
@@ -126,3 +127,36 @@ async def test_periodic_checks_faster_than_the_store_answers_ask_for_one_rescan_
     assert intent_rescans == 2, (
         f"one intent rescan more for the 19 checks heard meanwhile, not {intent_rescans - 1}"
     )
+
+
+async def test_reloads_faster_than_the_store_answers_ask_for_one_pass_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runtime whose storage thread is held during a reload's pass hears nineteen more reloads: one
+    more pass runs after the held one, under the last generation, not a pass per reload."""
+    held = threading.Event()
+    entered = trio.Event()
+    passes: list[int] = []
+    token = trio.lowlevel.current_trio_token()
+
+    async with open_runtime(":memory:", clock=ManualClock(start_ms=T0_MS), load_entry_points=False) as rt:
+        readmit = router_module.readmit_in_tx
+
+        def slow_readmit(tx: Tx, now_ms: int) -> int:
+            passes.append(rt.config.generation)
+            trio.from_thread.run_sync(entered.set, trio_token=token)
+            assert held.wait(60), "the test never let the store go"
+            return readmit(tx, now_ms)
+
+        monkeypatch.setattr(router_module, "readmit_in_tx", slow_readmit)
+        rt.reload(Config.from_dict({}))
+        await entered.wait()  # the first reload's pass holds the storage thread
+        for _ in range(19):
+            rt.reload(Config.from_dict({}))
+            await trio.testing.wait_all_tasks_blocked()
+        assert len(passes) == 1
+        held.set()
+        await rt.wait_idle()
+        last = rt.config.generation
+    assert len(passes) == 2, f"one pass more for the 19 reloads heard meanwhile, not {len(passes) - 1}"
+    assert passes[-1] == last, "the pass after reads the generation in force then"

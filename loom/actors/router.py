@@ -53,6 +53,8 @@ class RouterPool:
         """Another node's unrouted Events (``None``: every one), or, at a check, those accepted
         before a time: looked for by one pass at a time however often asked (`Coalesced`)."""
         self._intents = Coalesced(activity, self._resync_intents)
+        self._reloads = Coalesced(activity, self._reconfigured)
+        """What a new configuration generation asks for: one pass at a time, however often reloaded."""
 
     def at_acceptance(self, event: EventIn) -> RouteAtAcceptance | None:
         """How ``event`` routes in its own acceptance commit (`chains.accept_then_route_in_tx`), when it
@@ -177,10 +179,11 @@ class RouterPool:
     def on_reload(self) -> None:
         """A new configuration generation is in force: Work a budget held is released if its ledgers
         are below the limits now, and the admission pass looks again at every Work it passed over
-        (capacities, routes and bindings may have changed)."""
-        self._s.activity.spawn(self._reconfigured)
+        (capacities, routes and bindings may have changed). Reloads that come while a pass runs ask
+        for one more pass after it, which reads the generation then in force."""
+        self._reloads.ask(None)
 
-    async def _reconfigured(self) -> None:
+    async def _reconfigured(self, _: None) -> None:
         self.starter.forget_elsewhere()
         await self._rebudget()
         await self._s.storage.submit(readmit_in_tx)
