@@ -194,7 +194,7 @@ FLOORS += tuple(
         (
             "due-jobs",
             12.5,
-            "12.0 (13.0-13.1 before a new Work's routing read whether any Work was removed, once, rather"
+            "12.0-12.1 (13.0-13.1 before a new Work's routing read whether any Work was removed, once, rather"
             " than its id's tombstone; 14.1 before Works' records were carried; 15.1 before attempts were"
             " kept; 16.1 before pending inputs were)",
         ),
