@@ -150,11 +150,12 @@ class ExecutionsTx(TxBase):
     def expired_leases(
         self, now_ms: int, after: tuple[int, str], limit: int
     ) -> list[tuple[str, int, int, tuple[str, str | None] | None]]:
-        """(id, epoch, expires_at_ms, its Work's scope and kind or ``None``) of running or recovering attempts whose
-        lease has expired (``now >= expires_at``: expiry is exclusive), in (expiry, id) order after
-        ``after``: a bounded, fair page. On a shared database the rows are locked until the transaction
-        ends, skipping those another node's pass holds. Each row is read whole: the claim that follows
-        reads none again (`_kept_attempt`; a database alone)."""
+        """(id, epoch, expires_at_ms, its Work's scope and kind or ``None``) of running or recovering
+        attempts whose lease has expired (``now >= expires_at``: expiry is exclusive), in (expiry, id)
+        order after ``after``: a bounded, fair page. On a shared database the rows are locked until the
+        transaction ends, skipping those another node's pass holds (the Works' rows are not: scalar
+        subqueries). Each row is read whole: the claim that follows reads none again (`_kept_attempt`;
+        a database alone)."""
         width = _sql.EXECUTION_WIDTH + 3
         rows = self._all(
             f"{_sql.EXECUTION_AND_CLOCK_SELECT}, (SELECT w.scope FROM works w WHERE w.id = e.work_id),"
