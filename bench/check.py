@@ -186,8 +186,9 @@ FLOORS += tuple(
         ("timers", 4.5, "4.0"),
         (
             "recovery",
-            10.0,
-            "9.2 (10.2 before settling a recovered lease read no admission facts; 13.1-13.3 before the page"
+            9.0,
+            "8.2 (9.2 before an adoption's move went with the outcome's end; 10.2 before settling a"
+            " recovered lease read no admission facts; 13.1-13.3 before the page"
             " of expired leases read each attempt whole with its Work's scope and kind, and an attempt's"
             " row was kept as written; 14.1-14.3 before the adoption told the segment clock)",
         ),

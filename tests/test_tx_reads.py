@@ -43,12 +43,12 @@ from loom.kernel.accept import accept_in_tx
 from loom.kernel.admission import AdmitRequest, settle_in_tx, start_at_once_in_tx
 from loom.kernel.authority import Authority
 from loom.kernel.causal import check_and_charge_in_tx, utc_minute
-from loom.kernel.chains import complete_then_start_in_tx
+from loom.kernel.chains import adopt_then_complete_in_tx, complete_then_start_in_tx
 from loom.kernel.executions import NO_BINDING, claim_in_tx, claim_request, record_outcome_in_tx
 from loom.kernel.firing import fire_due_in_tx
 from loom.kernel.intents import stale_open_intents_in_tx
 from loom.kernel.kinds import KindPolicy
-from loom.kernel.recovery import RecoverPass, adopt_in_tx, recover_expired_in_tx
+from loom.kernel.recovery import RecoverPass, adopt_fence_in_tx, adopt_in_tx, recover_expired_in_tx
 from loom.kernel.resolve import RouteRef, RouteRequest
 from loom.kernel.routing import route_in_tx
 from loom.kernel.timers import arm_in_tx, cancel_timer_in_tx
@@ -1891,6 +1891,66 @@ async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
         state, queries = await storage.submit(adopt)
         assert state is ExecutionState.RUNNING
         assert (queries.count(EXECUTION_AND_CLOCK_BY_ID) == 0) == alone, queries
+
+
+class _Writes:
+    """A write connection that records the statements sent through it (`execute`), and is otherwise it."""
+
+    def __init__(self, conn: object) -> None:
+        self.conn = conn
+        self.sent: list[str] = []
+
+    def execute(self, sql: str, parameters: object = ()) -> object:
+        self.sent.append(sql)
+        return self.conn.execute(sql, parameters)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+async def test_a_recovered_attempts_adoption_and_end_write_it_once(loom_drivers: DriverFactory) -> None:
+    """An executor that answers a recovered attempt's finished outcome has it adopted under the new fence
+    and ended in one transaction (`adopt_then_complete_in_tx`): the move to running and the end are one
+    write of the attempt's row, which ends completed at the recovery's epoch. Catches: an adoption
+    written in a statement of its own (two writes), one whose move is lost (the end's write, sent for a
+    running attempt, finds it recovering: `IllegalTransition`), and a move that waits kept past the
+    savepoint rolled back that made it."""
+    async with loom_drivers(config=RUN) as driver:
+        _, lease = await launched_attempt(driver)
+        storage = storage_of(driver.runtime)
+        at = lease.expires_at_ms
+
+        def recover(tx: Tx, now_ms: int) -> RecoverPass:
+            return recover_expired_in_tx(tx, at, 10, owner="recoverer", token_seed="seed", lease_ms=60_000)
+
+        (recovery,) = (await storage.submit(recover)).recoveries
+
+        def adopt_and_end(tx: Tx, now_ms: int) -> list[str]:
+            writes = _Writes(tx._conn)
+            tx._conn, conn = writes, tx._conn  # type: ignore[assignment]
+            try:
+                auth = Authority(
+                    execution_id=lease.execution_id, attempt=1, epoch=2, token=recovery.lease.token
+                )
+                adopt_then_complete_in_tx(tx, at, auth, Completed(), KindPolicy(), CausalLimits(), ())
+            finally:
+                tx._conn = conn
+            return [sql for sql in writes.sent if sql.startswith("UPDATE executions")]
+
+        def adopt_undone(tx: Tx, now_ms: int) -> dict[str, object]:
+            auth = Authority(execution_id=lease.execution_id, attempt=1, epoch=2, token=recovery.lease.token)
+            with contextlib.suppress(RuntimeError), tx.savepoint():
+                adopt_fence_in_tx(tx, at, auth, later=True)
+                raise RuntimeError("undone")
+            return dict(tx._states_later)
+
+        # a move that waits goes with the savepoint that made it (nothing would write it after)
+        assert await storage.submit(adopt_undone) == {}
+        updates = await storage.submit(adopt_and_end)
+        assert len(updates) == 1, updates
+        ended = await driver.runtime.execution(lease.execution_id)
+        assert ended is not None
+        assert (ended.state, ended.epoch) == (ExecutionState.COMPLETED, 2)
 
 
 async def test_an_attempts_row_patched_wrong_at_a_write_fails_the_suites_check(

@@ -136,9 +136,12 @@ def adopt_then_complete_in_tx(
     """A recovered attempt's executor verified it and answered its finished outcome without adopting it
     first: adopt it under the recoverer's lease (`recovery.adopt_fence_in_tx`) and commit the outcome under
     that fence, in one transaction (docs/recovery.md: a finished result still commits under the new
-    fence). Nothing is read back: the runner that asks goes on to its next attempt."""
-    adopted = adopt_fence_in_tx(tx, now_ms, auth)
+    fence). Nothing is read back: the runner that asks goes on to its next attempt. The adoption's move to
+    running is written with the outcome's end, in one statement."""
+    adopted = adopt_fence_in_tx(tx, now_ms, auth, later=True)
     record_outcome_in_tx(tx, now_ms, auth, outcome, kind, limits, budgets, authorized=adopted)
+    if adopted is not None:
+        tx.write_state_later(adopted)  # (none is left once the end wrote the attempt's state)
 
 
 WATERMARK_EVERY = 32

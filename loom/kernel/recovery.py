@@ -240,10 +240,11 @@ def adopt_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution:
     return adopted if adopted is not None else authorize(tx, now_ms, auth)
 
 
-def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution | None:
+def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority, *, later: bool = False) -> Execution | None:
     """`adopt_in_tx` for a caller that goes on under the fence at once: the attempt as this adoption left
     it (not read back: only its state moved, and ``auth`` holds it, as `authorize` would find in this
-    transaction), or ``None`` when the same adoption was already committed."""
+    transaction), or ``None`` when the same adoption was already committed. ``later``: the move to
+    running is written with the caller's next move of the attempt's state (`Tx.write_state_later`)."""
     current = tx.execution(auth.execution_id)
     if (
         current is not None
@@ -253,7 +254,10 @@ def adopt_fence_in_tx(tx: Tx, now_ms: int, auth: Authority) -> Execution | None:
         return None
     execution = authorize_recovery(tx, now_ms, auth)
     clock = tx.execution_segment_clock(execution.id)  # (read with the attempt: no query)
-    tx.set_execution_state(execution, ExecutionState.RUNNING)
+    if later:
+        tx.set_execution_state_later(execution, ExecutionState.RUNNING)
+    else:
+        tx.set_execution_state(execution, ExecutionState.RUNNING)
     tx.known("segment_clock", execution.id, clock)  # its state alone moved: the outcome's end reads none
     tx.notify(WorkChanged(work_id=execution.work_id))
     return attrs.evolve(execution, state=ExecutionState.RUNNING)

@@ -105,6 +105,7 @@ class Savepoint:
                 # "none exists" is read again: it may have undone a removal
                 tx._waits_exist = tx._open_intents = tx._pinned_roots = tx._wait_subscriptions = None
                 tx._removed_works = None
+                tx._states_later.clear()  # (each is written before its procedure returns)
                 tx._untaken = None
                 tx._timer_rows.clear()
                 tx._routed_through = tx._max_seq = None

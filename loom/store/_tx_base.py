@@ -8,6 +8,7 @@ from typing import Any
 
 from ..records.errors import IllegalTransition
 from ..records.notices import Notice
+from ..records.work import ExecutionState
 from ._blocks import Holding, Savepoint, Unguarded
 from ._carried import KEPT, OF_WORK, Carried, Lazy, NoneKnown, Pending, ToCarry
 from ._carried import MISSING as MISSING
@@ -59,6 +60,9 @@ class TxBase:
         only the fence of its live attempt changed (`touch`)."""
         self.freed_pools: list[str] = []
         """Capacity pools in which an attempt stopped counting (a slot may be free)."""
+        self._states_later: dict[str, ExecutionState] = {}
+        """Attempts whose move between running states waits for the next write of their state, by id:
+        the state their row still holds (`ExecutionsTx.set_execution_state_later`)."""
         self._savepoints = 0
         self._ordered_at: int | None = None
         """The savepoint depth at which this transaction took the acceptance-order lock."""

@@ -374,12 +374,13 @@ class ExecutionsTx(TxBase):
         unknown = set(fields) - _EXECUTION_FIELDS
         assert not unknown, f"set_execution_state: unknown fields {unknown}"
         sets = "".join(f", {name} = ?" for name in fields)
+        stored = self._states_later.pop(execution.id, execution.state)  # (a move that waited goes too)
         known = self._writing_attempt(execution.id)
         cur = self._conn.execute(
             f"UPDATE executions SET state = ?{sets} WHERE id = ? AND state = ?",
-            (new.value, *fields.values(), execution.id, execution.state.value),
+            (new.value, *fields.values(), execution.id, stored.value),
         )
-        self._written(cur, f"execution {execution.id}", execution.state, new)
+        self._written(cur, f"execution {execution.id}", stored, new)
         self._attempt_written(execution.id, known, {"state": new.value, **fields})
         self.touch(execution.work_id, fence_only=fence_only)
         if new in ENDED_STATES and execution.state not in ENDED_STATES:
@@ -395,6 +396,22 @@ class ExecutionsTx(TxBase):
             self.notify(LeaseExpiry(execution_id=execution.id, expires_at_ms=fields["expires_at_ms"]))
         if execution.pool is not None and execution.state in CAPACITY_STATES and new not in CAPACITY_STATES:
             self.freed_pools.append(execution.pool)
+
+    def set_execution_state_later(self, execution: Execution, new: ExecutionState) -> None:
+        """`set_execution_state` from one running state to another (an adoption), written with the next
+        move of the attempt's state in this transaction (one statement for both), which the caller makes
+        sure comes (`write_state_later`). Its row reads as it was meanwhile."""
+        EXECUTION_LIFECYCLE.check(execution.id, execution.state, new)
+        assert execution.state in CAPACITY_STATES, "only from a running state"
+        assert new in CAPACITY_STATES, "only to a running state"
+        self._states_later[execution.id] = execution.state
+        self.touch(execution.work_id)
+
+    def write_state_later(self, execution: Execution) -> None:
+        """Write the move `set_execution_state_later` left for ``execution`` (in the state it was moved
+        to), unless a later move of its state took it."""
+        if execution.id in self._states_later:
+            self.set_execution_state(execution, execution.state)
 
     # -- intents ----------------------------------------------------------------
 
