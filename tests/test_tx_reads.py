@@ -1893,21 +1893,6 @@ async def test_a_recovery_reads_each_expired_attempt_once_and_its_adoption_none(
         assert (queries.count(EXECUTION_AND_CLOCK_BY_ID) == 0) == alone, queries
 
 
-class _Writes:
-    """A write connection that records the statements sent through it (`execute`), and is otherwise it."""
-
-    def __init__(self, conn: object) -> None:
-        self.conn = conn
-        self.sent: list[str] = []
-
-    def execute(self, sql: str, parameters: object = ()) -> object:
-        self.sent.append(sql)
-        return self.conn.execute(sql, parameters)  # type: ignore[attr-defined]
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.conn, name)
-
-
 async def test_a_recovered_attempts_adoption_and_end_write_it_once(loom_drivers: DriverFactory) -> None:
     """An executor that answers a recovered attempt's finished outcome has it adopted under the new fence
     and ended in one transaction (`adopt_then_complete_in_tx`): the move to running and the end are one
@@ -1926,7 +1911,7 @@ async def test_a_recovered_attempts_adoption_and_end_write_it_once(loom_drivers:
         (recovery,) = (await storage.submit(recover)).recoveries
 
         def adopt_and_end(tx: Tx, now_ms: int) -> list[str]:
-            writes = _Writes(tx._conn)
+            writes = Recording(tx._conn)
             tx._conn, conn = writes, tx._conn  # type: ignore[assignment]
             try:
                 auth = Authority(
