@@ -115,6 +115,8 @@ def frozen_optional_object(value: Any) -> Any:
 
 def is_valid_unicode(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (a lone surrogate does not)."""
+    if text.isascii():  # (a flag the string holds: most text is ASCII)
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -136,7 +138,7 @@ def freeze_plain(value: Any, *, max_depth: int, low: int, high: int, depth: int 
     caller takes a path that says what is wrong, or reads the data as JSON text reads back."""
     kind = type(value)
     if kind is str:
-        return value if is_valid_unicode(value) else NOT_PLAIN
+        return value if value.isascii() or is_valid_unicode(value) else NOT_PLAIN
     if kind is int:
         return value if low <= value <= high else NOT_PLAIN
     if value is None or kind is bool:
@@ -148,7 +150,7 @@ def freeze_plain(value: Any, *, max_depth: int, low: int, high: int, depth: int 
     if kind in _PLAIN_OBJECTS:
         items = []
         for key, item in value.items():
-            if type(key) is not str or not is_valid_unicode(key):
+            if type(key) is not str or not (key.isascii() or is_valid_unicode(key)):
                 return NOT_PLAIN
             frozen = freeze_plain(item, max_depth=max_depth, low=low, high=high, depth=depth + 1)
             if frozen is NOT_PLAIN:

@@ -48,8 +48,8 @@ MIN_INT = -(2**63)
 
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*\Z")
 _SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*\Z")
-_CONTROL_RE = re.compile("[\x00-\x1f\x7f]")
-"""A control character (below 32, or DEL)."""
+_UNFIT_RE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+"""A control character (below 32, or DEL) or a lone surrogate (which no UTF-8 text holds)."""
 
 
 _MAX_INT_DIGITS = 60
@@ -89,9 +89,11 @@ def check_text(
         )
     if len(value) > max_len:
         raise InvalidRequest(f"{field} is longer than {max_len} characters", field=field)
-    if not is_valid_unicode(value):
-        raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field)
-    if _CONTROL_RE.search(value) is not None:
+    if _UNFIT_RE.search(value) is not None:  # (one pass for both: a lone surrogate is named first)
+        if not is_valid_unicode(value):
+            raise InvalidRequest(
+                f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field
+            )
         raise InvalidRequest(f"{field} contains control characters: {_describe(value)}", field=field)
     return value
 

@@ -67,6 +67,9 @@ class Dialect:
     slots until the transaction ends (``None``: writers are serial)."""
     json_pairs = "json_group_array(json_array({a}, {b}))"
     """An aggregate of the ``({a}, {b})`` pairs of a group into one JSON array."""
+    seq_by_rowid = True
+    """An inserted Event's sequence is the connection's last row id (the cursor's ``lastrowid``), so its
+    insert asks for no ``RETURNING`` (`_sql.INSERT_EVENT`)."""
     caches_reads = True
     """A transaction may answer a read of a record again from what it read, while it has changed no row
     since (SQLite's ``total_changes`` tells; a savepoint rolled back forgets them)."""

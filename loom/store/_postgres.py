@@ -70,6 +70,7 @@ class PostgresDialect(Dialect):
     name = "postgresql"
     shared = True
     caches_reads = False  # another node may change a row between two statements: reads go to the server
+    seq_by_rowid = False
     begin = "BEGIN ISOLATION LEVEL READ COMMITTED"
     order_lock = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, {ORDER_LOCK})"
     due_hint = ""

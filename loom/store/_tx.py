@@ -90,30 +90,35 @@ class Tx(
         no Event or tombstone holds its delivery identity (``None``: one does; `_sql.INSERT_NEW_EVENT`)."""
         self._ordered()
         kept = self._caching and self._reads_current()
-        row = self._conn.execute(
-            _sql.INSERT_NEW_EVENT if if_new else _sql.INSERT_EVENT,
-            (
-                id,
-                source,
-                delivery_id,
-                type,
-                scope,
-                key,
-                work_id,
-                execution_id,
-                payload_json,
-                parent_id,
-                cause_id,
-                root_id,
-                depth,
-                accepted_at_ms,
-                *((source, delivery_id, source, delivery_id) if if_new else ()),
-            ),
-        ).fetchone()
-        if row is None:
+        params = (
+            id,
+            source,
+            delivery_id,
+            type,
+            scope,
+            key,
+            work_id,
+            execution_id,
+            payload_json,
+            parent_id,
+            cause_id,
+            root_id,
+            depth,
+            accepted_at_ms,
+            *((source, delivery_id, source, delivery_id) if if_new else ()),
+        )
+        if self.dialect.seq_by_rowid:
+            cur = self._conn.execute(_sql.INSERT_NEW_EVENT if if_new else _sql.INSERT_EVENT, params)
+            inserted: int | None = cur.lastrowid if cur.rowcount == 1 else None
+        else:
+            row = self._conn.execute(
+                _sql.INSERT_NEW_EVENT_RETURNING if if_new else _sql.INSERT_EVENT_RETURNING, params
+            ).fetchone()
+            inserted = None if row is None else row[0]
+        if inserted is None:
             assert if_new, "an insert returned no sequence"
             return None
-        seq = int(row[0])
+        seq = int(inserted)
         if self._kept is not None:  # (its routing may make it a Work's input: `ToCarry.routed`)
             self._to_carry.sizes[id] = len(payload_json)
         if kept:
