@@ -107,7 +107,7 @@ def resume_in_tx(
         trigger=winner,
         inputs=tuple(inputs),
         binding=execution.binding,
-        config=dict(config),
+        config=config,
         executor=execution.executor,
         resumed=True,
     )

@@ -287,7 +287,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         authority_id=authority,
         pool=pool,
         retry_policy=pinned_retry_text(req.kind),
-        binding_config=json.dumps(dict(req.binding.config)) if req.binding.config else None,
+        binding_config=json.dumps(req.binding.config) if req.binding.config else None,
         handed_at_ms=now_ms if req.handed else None,
         budget_ms=req.timeout_ms,
     )
@@ -319,7 +319,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         trigger=trigger,
         inputs=tuple(inputs),
         binding=req.binding.name,
-        config=dict(req.binding.config),
+        config=req.binding.config,
         executor=req.binding.executor,
     )
     _started(tx, now_ms, request, ready_at_ms)

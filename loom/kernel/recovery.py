@@ -157,7 +157,7 @@ def recover_claim_in_tx(
         trigger=trigger,
         inputs=inputs,
         binding=execution.binding,
-        config=dict(execution.binding_config or {}),
+        config=execution.binding_config or {},
         executor=execution.executor,
         resumed=resumed is not None,
     )
@@ -206,7 +206,7 @@ def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) ->
         trigger=trigger,
         inputs=tuple(require_event(tx, event_id) for event_id in current.inputs),
         binding=current.binding,
-        config=dict(current.binding_config or {}),
+        config=current.binding_config or {},
         executor=current.executor,
         resumed=resumed is not None,
     )

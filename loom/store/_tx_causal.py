@@ -38,15 +38,16 @@ class CausalTx(TxBase):
 
     def charge_bucket_under(self, root_id: str, minute: int, limit: int) -> bool:
         """Add one to a root's bucket for ``minute`` if it holds fewer than ``limit`` (at least 1): whether
-        it did (a full bucket is left as it is). The check and the charge in one statement."""
+        it did (a full bucket is left as it is). The check and the charge in one statement, which
+        changes one row when it charges and none when the bucket is full (no ``RETURNING``: it costs)."""
         assert limit >= 1, "a bucket that takes nothing is checked, not charged"
-        row = self._one(
+        cur = self._conn.execute(
             "INSERT INTO causal_buckets (root_id, minute, count) VALUES (?, ?, 1)"
             " ON CONFLICT (root_id, minute) DO UPDATE SET count = causal_buckets.count + 1"
-            " WHERE causal_buckets.count < ? RETURNING count",
+            " WHERE causal_buckets.count < ?",
             (root_id, minute, limit),
         )
-        return row is not None
+        return bool(cur.rowcount == 1)
 
     def charge_bucket(self, root_id: str, minute: int) -> None:
         """Add one to a root's bucket for ``minute`` (the count is not read back: the check before the
