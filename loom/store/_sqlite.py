@@ -268,6 +268,20 @@ _CORRUPT = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _BEGIN = SQLITE.begin
 
 
+def _null(value: None) -> None:
+    """A ``None`` parameter's adapter: it binds as NULL, as it does with none (below)."""
+    return value
+
+
+if (type(None), sqlite3.PrepareProtocol) not in sqlite3.adapters:
+    # With no adapter registered for it, each ``None`` parameter takes the sqlite3 module's slow path
+    # (its registry, then ``__adapt__`` and ``__conform__``): about 0.2 us a parameter, and an Event's
+    # insert with its routing checkpoint binds ten or more. One that answers ``None`` binds the same
+    # NULL for a lookup in the registry (bench/README.md, "None parameters"). sqlite3's adapters are
+    # the process's: one registered before loom's is kept, and nothing else binds differently.
+    sqlite3.register_adapter(type(None), _null)
+
+
 STATEMENT_CACHE = 1024
 """Prepared statements the write connection keeps. The hot paths use about 200 distinct statements, past
 the sqlite3 module's default of 128: its LRU cache then prepares most statements again at each use."""
