@@ -1397,9 +1397,13 @@ async def test_a_derived_events_causal_check_takes_two_statements_and_charges_no
 
     def charge_twice(tx: Tx, now_ms: int) -> tuple[list[str], object, int, tuple[int, int] | None]:
         queries = counting_queries(tx)
-        first = check_and_charge_in_tx(tx, now_ms, child(1), parent, None, one)
+        tx._conn = recording = Recording(tx._conn)  # type: ignore[assignment]
+        try:  # (the charge is a write, sent with the connection's `execute`: reads go through `_one`)
+            first = check_and_charge_in_tx(tx, now_ms, child(1), parent, None, one)
+        finally:
+            tx._conn = recording.conn  # type: ignore[assignment]
         assert not isinstance(first, CausalRejection), first
-        statements = queries[:]
+        statements = queries + [sql for sql in recording.sent if "causal_buckets" in sql]
         second = check_and_charge_in_tx(tx, now_ms, child(2), parent, None, one)
         tx.pin_causal_root("root-x", 7, 3)
         return (
