@@ -503,69 +503,6 @@ async def test_a_commit_that_failed_forgets_everything_carried(
     assert await actor.submit(pending) == ("e",)
 
 
-class Recorded:
-    """A transaction's connection that lists the statements sent through it."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn, self.sent = conn, list[str]()
-
-    def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        self.sent.append(sql)
-        return self.conn.execute(sql, parameters)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
-
-
-def insert_event(tx: Tx, now_ms: int, delivery_id: str, *, if_new: bool = False) -> int | None:
-    return tx.insert_event(
-        id=f"e-{delivery_id}", source="t", delivery_id=delivery_id, type="t.e", scope="s", key=None,
-        work_id=None, execution_id=None, payload_json="{}", parent_id=None, cause_id=None,
-        root_id=f"e-{delivery_id}", depth=0, accepted_at_ms=now_ms, if_new=if_new,
-    )  # fmt: skip
-
-
-async def test_an_events_insert_answers_its_rows_sequence_and_a_refused_one_none(
-    durable_store: Store, nursery: trio.Nursery
-) -> None:
-    """`Tx.insert_event` answers the sequence the row holds; with ``if_new``, ``None`` where the delivery
-    identity is taken, drawing no sequence. On SQLite the sequence is the cursor's ``lastrowid`` and the
-    insert sends no ``RETURNING`` (it costs SQLite a fifth of the insert). Catches: the row id read after
-    an insert that wrote nothing (the last insert's sequence answered for a refused one), a sequence
-    reused after the newest Event is removed, and ``RETURNING`` sent again on SQLite."""
-    store = durable_store
-    actor = await start_actor(nursery, store)
-
-    def inserts(tx: Tx, now_ms: int) -> tuple[list[int | None], list[str]]:
-        conn = tx._conn
-        tx._conn = recorded = Recorded(conn)  # type: ignore[assignment]
-        try:
-            seqs = [
-                insert_event(tx, now_ms, "a"),
-                insert_event(tx, now_ms, "b", if_new=True),
-                insert_event(tx, now_ms, "a", if_new=True),  # taken: no row, no sequence drawn
-                insert_event(tx, now_ms, "c"),
-            ]
-        finally:
-            tx._conn = conn
-        return seqs, [sql for sql in recorded.sent if sql.startswith("INSERT INTO events")]
-
-    def remove_newest(tx: Tx, now_ms: int) -> None:
-        tx._conn.execute("DELETE FROM events WHERE id = 'e-c'")
-
-    seqs, sent = await actor.submit(inserts)
-    rows = {row["id"]: row["seq"] for row in raw.query(store, "SELECT id, seq FROM events")}
-    assert seqs == [rows["e-a"], rows["e-b"], None, rows["e-c"]]
-    assert seqs[0] < seqs[1] < seqs[3] == seqs[1] + 1, f"a refused insert drew a sequence: {seqs}"
-    assert len(sent) == 4
-    returning = [sql for sql in sent if "RETURNING" in sql]
-    assert returning == ([] if isinstance(store, SQLiteStore) else sent), returning
-    await actor.submit(remove_newest)
-    [after] = await actor.submit(lambda tx, now_ms: [insert_event(tx, now_ms, "d")])
-    assert after == seqs[3] + 1, "the sequence of the Event removed was drawn again"
-    assert raw.query(store, "SELECT seq FROM events WHERE id = 'e-d'")[0]["seq"] == after
-
-
 # -- replies and notices after commit --------------------------------------
 
 

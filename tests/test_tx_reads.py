@@ -60,7 +60,7 @@ from loom.records.ids import core_delivery_id
 from loom.records.subscriptions import Subscription, SubscriptionState
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import InputState, Policy, Unmatched
-from loom.store import AdmissionFacts, Tx, _tx_admission
+from loom.store import AdmissionFacts, SQLiteStore, Tx, _tx_admission
 from loom.store import _sql as _sql_module
 from loom.store._sql import (
     DELIVERY,
@@ -1094,6 +1094,54 @@ async def test_a_wake_adds_its_winner_as_input_without_a_second_insert(loom_driv
         assert len(inserts) == 3, inserts
         [woken] = await driver.runtime.waits(work_id)
         assert woken.state is WaitState.WOKEN
+
+
+def insert_event(tx: Tx, now_ms: int, delivery_id: str, *, if_new: bool = False) -> int | None:
+    return tx.insert_event(
+        id=f"e-{delivery_id}", source="t", delivery_id=delivery_id, type="t.e", scope="s", key=None,
+        work_id=None, execution_id=None, payload_json="{}", parent_id=None, cause_id=None,
+        root_id=f"e-{delivery_id}", depth=0, accepted_at_ms=now_ms, if_new=if_new,
+    )  # fmt: skip
+
+
+async def test_an_events_insert_answers_its_rows_sequence_and_a_refused_one_none(rt: Runtime) -> None:
+    """`Tx.insert_event` answers the sequence the row holds; with ``if_new``, ``None`` where the delivery
+    identity is taken, drawing no sequence. On SQLite the sequence is the cursor's ``lastrowid`` and the
+    insert sends no ``RETURNING`` (it costs SQLite a fifth of the insert). Catches: the row id read after
+    an insert that wrote nothing (the last insert's sequence answered for a refused one), a sequence
+    reused after the newest Event is removed, and ``RETURNING`` sent again on SQLite."""
+    storage = storage_of(rt)
+
+    def inserts(tx: Tx, now_ms: int) -> tuple[list[int | None], list[str]]:
+        tx._conn = recording = Recording(tx._conn)  # type: ignore[assignment]
+        try:
+            seqs = [
+                insert_event(tx, now_ms, "a"),
+                insert_event(tx, now_ms, "b", if_new=True),
+                insert_event(tx, now_ms, "a", if_new=True),  # taken: no row, no sequence drawn
+                insert_event(tx, now_ms, "c"),
+            ]
+        finally:
+            tx._conn = recording.conn  # type: ignore[assignment]
+        return seqs, [sql for sql in recording.sent if sql.startswith("INSERT INTO events")]
+
+    def rows(tx: Tx, now_ms: int) -> dict[str, int]:
+        return dict(tx._conn.execute("SELECT id, seq FROM events WHERE source = 't'").fetchall())
+
+    def remove_newest(tx: Tx, now_ms: int) -> None:
+        tx._conn.execute("DELETE FROM events WHERE id = 'e-c'")
+
+    seqs, sent = await storage.submit(inserts)
+    stored = await storage.submit(rows)
+    assert seqs == [stored["e-a"], stored["e-b"], None, stored["e-c"]]
+    assert seqs[0] < seqs[1] < seqs[3] == seqs[1] + 1, f"a refused insert drew a sequence: {seqs}"
+    assert len(sent) == 4
+    returning = [sql for sql in sent if "RETURNING" in sql]
+    assert returning == ([] if isinstance(storage.store, SQLiteStore) else sent), returning
+    await storage.submit(remove_newest)
+    [after] = await storage.submit(lambda tx, now_ms: [insert_event(tx, now_ms, "d")])
+    assert after == seqs[3] + 1, "the sequence of the Event removed was drawn again"
+    assert (await storage.submit(rows))["e-d"] == after
 
 
 async def test_where_no_wait_exists_routing_and_a_claim_read_no_wait(rt: Runtime, loom_store: str) -> None:
