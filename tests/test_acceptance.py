@@ -548,6 +548,26 @@ def test_invalid_causal_limits_are_refused_naming_the_key(key: str, value: Any) 
     assert excinfo.value.key.endswith(key)
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ((2, 50), (5, 100), (2, 50)),
+        ((5, 100), (2, 50), (2, 50)),
+        ((2, 100), (5, 50), (2, 50)),
+        ((3, 7), (3, 7), (3, 7)),
+    ],
+)
+def test_stricter_takes_the_tighter_of_each_bound(
+    a: tuple[int, int], b: tuple[int, int], expected: tuple[int, int]
+) -> None:
+    """Each bound is the tighter of the two, whichever side holds it. Catches answering one side whole
+    when it is tighter in one bound only (the third case: depth from one, the rate from the other)."""
+    limits = CausalLimits(max_depth=a[0], per_minute=a[1]).stricter(
+        CausalLimits(max_depth=b[0], per_minute=b[1])
+    )
+    assert (limits.max_depth, limits.per_minute) == expected
+
+
 def test_the_largest_causal_limits_are_accepted() -> None:
     limits = CausalLimits(max_depth=MAX_CAUSAL_DEPTH, per_minute=MAX_PER_MINUTE)
     assert (limits.max_depth, limits.per_minute) == (MAX_CAUSAL_DEPTH, MAX_PER_MINUTE)

@@ -64,6 +64,11 @@ class CausalLimits:
     per_minute: int = attrs.field(default=128, validator=bounded(1, MAX_PER_MINUTE, "causal"))
 
     def stricter(self, other: CausalLimits) -> CausalLimits:
+        """The tighter of each bound (one of the two as it is, when it is the tighter in both)."""
+        if self.max_depth <= other.max_depth and self.per_minute <= other.per_minute:
+            return self
+        if other.max_depth <= self.max_depth and other.per_minute <= self.per_minute:
+            return other
         return CausalLimits(
             max_depth=min(self.max_depth, other.max_depth),
             per_minute=min(self.per_minute, other.per_minute),

@@ -18,9 +18,7 @@ from ..records.ids import event_id
 from ..records.notices import EventAccepted
 from ..records.validation import CheckedPayload, check_text, checked_payload
 from ..store import Tx
-from .causal import check_and_charge_in_tx
-
-_DEFAULT_LIMITS = CausalLimits()
+from .causal import DEFAULT_LIMITS, check_and_charge_in_tx
 
 
 def accept_in_tx(
@@ -45,7 +43,7 @@ def accept_in_tx(
     if checked is None:
         checked = checked_payload(event, allow_core=trusted)
     new_id = event_id(event.source, event.delivery_id)
-    if event.work_id is None and limits == _DEFAULT_LIMITS:
+    if event.work_id is None and limits == DEFAULT_LIMITS:
         # nothing to check or pin before the insert, so the insert is the duplicate check. On a shared
         # database the insert takes the acceptance-order lock first, so another node's acceptance of
         # the same delivery has committed (and the insert sees it) or has not begun its own insert
@@ -56,7 +54,7 @@ def accept_in_tx(
     if existing is not None:
         return attrs.evolve(existing, duplicate=True)
     check_explicit_target_in_tx(tx, event)
-    if limits != _DEFAULT_LIMITS:
+    if limits != DEFAULT_LIMITS:
         # a root under the default limits is pinned implicitly (see causal.root_limits)
         tx.pin_causal_root(new_id, limits.max_depth, limits.per_minute)
     accepted = _insert_root(tx, now_ms, event, new_id, checked)

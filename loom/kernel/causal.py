@@ -16,6 +16,8 @@ from ..store import Tx
 
 REJECTIONS_NAMESPACE = "core.causal.rejections"
 MINUTE_MS = 60_000
+DEFAULT_LIMITS = CausalLimits()
+"""The limits of a root accepted under the defaults (it has no pinned row)."""
 
 
 def utc_minute(now_ms: int) -> int:
@@ -52,8 +54,9 @@ def root_limits(tx: Tx, root_id: str, current: CausalLimits) -> CausalLimits:
     A root accepted under the default limits has no row: its pin is the defaults.
     """
     pinned = tx.causal_root_limits(root_id)
-    limits = CausalLimits() if pinned is None else CausalLimits(max_depth=pinned[0], per_minute=pinned[1])
-    return current.stricter(limits)
+    if pinned is None:
+        return current.stricter(DEFAULT_LIMITS)
+    return current.stricter(CausalLimits(max_depth=pinned[0], per_minute=pinned[1]))
 
 
 def check_and_charge_in_tx(
