@@ -93,6 +93,19 @@ async def test_a_non_zero_exit_fails_with_the_status_and_the_tail_of_stderr(tmp_
     assert "boom: the disk is full" in outcome.error
 
 
+async def test_a_failure_keeps_the_end_of_any_stderr_as_a_storable_error(tmp_path: Path) -> None:
+    """A process that writes a NUL and more than a reason holds to stderr fails with an error every
+    store keeps (the NUL as its escape, at most 2,000 characters) that ends with what it wrote last.
+    Catches stderr quoted as written: the outcome's commit is refused and the attempt stays running."""
+    executor = ShellExecutor(state_dir=tmp_path)
+    req = request(sh("head -c 3000 /dev/zero | tr '\\000' x >&2; printf ' a\\000b the end' >&2; exit 3"))
+    outcome = await executor.launch(req, Toolbelt(req))
+    assert isinstance(outcome, loom.Failed)
+    assert loom.records.validation.validate_outcome(outcome) == outcome
+    assert outcome.error.startswith("exit status 3; stderr: ...")
+    assert outcome.error.endswith("x a\\u0000b the end")
+
+
 async def test_exit_zero_completes(tmp_path: Path) -> None:
     executor = ShellExecutor(state_dir=tmp_path)
     req = request(sh("exit 0"))

@@ -26,7 +26,7 @@ from ..kernel.recovery import not_adoptable_in_tx
 from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuthority, StorageError
 from ..records.events import DiagnosticKind
 from ..records.executor import Executor
-from ..records.validation import validate_outcome
+from ..records.validation import storable_text, validate_outcome
 from ..records.work import Failed, Lease, Outcome
 from .shared import Shared
 from .starter import admit_request
@@ -241,7 +241,7 @@ class AttemptRunner:
             outcome = validate_outcome(answer, field=f"executor {name!r} recovered outcome")
         except InvalidRequest as exc:
             await self._contain(name, "recover", lease, str(exc), None)
-            outcome = Failed(error=str(exc))
+            outcome = Failed(error=storable_text(str(exc)))
         # a finished result the executor did not adopt is adopted by its completion's own commit
         # (`chains.adopt_then_complete_in_tx`): under the new fence, with no request of its own
         return outcome
@@ -267,13 +267,13 @@ class AttemptRunner:
         except Exception as exc:
             reason = f"executor {name!r} raised {describe(exc)}"
             await self._contain(name, "launch", lease, reason, exc)
-            return Failed(error=reason)
+            return Failed(error=storable_text(reason))
         try:
             return validate_outcome(answer, field=f"executor {name!r} outcome")
         except InvalidRequest as exc:
             reason = str(exc)
             await self._contain(name, "launch", lease, reason, None)
-            return Failed(error=reason)
+            return Failed(error=storable_text(reason))
 
     async def _commit(
         self, toolbelt: RuntimeToolbelt, outcome: Outcome, kind: KindPolicy, *, recovered: bool = False
@@ -328,7 +328,7 @@ class AttemptRunner:
                 await self._contain("core", "complete", lease, reason, exc)
                 if isinstance(outcome, Failed):
                     return  # the lease expires; recovery takes it from there
-                outcome = Failed(error=reason)
+                outcome = Failed(error=storable_text(reason))
 
     async def _is_routed(self, event_id: str) -> bool:
         return await self._s.reader.checkpoint(event_id) is not None

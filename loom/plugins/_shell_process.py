@@ -7,11 +7,13 @@ import json
 import os
 import signal
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from ..records.validation import MAX_REASON_LEN, storable_text
 from ..records.work import Completed, Failed, Outcome
 
 TAIL_BYTES = 2000
@@ -88,9 +90,18 @@ def _outcome(directory: Path, status: dict[str, Any] | None, acked: list[str], i
         how = f"killed by signal {status['signal']}"
     else:
         how = f"exit status {status['exit']}"
-    stderr = _tail(directory / "stderr")
-    error = f"{'interrupted; ' if interrupted else ''}{how}" + (f"; stderr: {stderr}" if stderr else "")
-    return Failed(error=error, consumed_inputs=tuple(acked))
+    return Failed(error=_failure(interrupted, how, _tail(directory / "stderr")), consumed_inputs=tuple(acked))
+
+
+def _failure(interrupted: bool, how: str, stderr: str) -> str:
+    """The attempt's error: how it ended and the end of its stderr, as every store keeps a reason (what
+    the process wrote may hold a NUL or run past a reason's length: its end is what is kept)."""
+    head = storable_text(f"{'interrupted; ' if interrupted else ''}{how}", MAX_REASON_LEN // 4)
+    if not stderr:
+        return head
+    tail = storable_text(stderr, sys.maxsize)
+    room = MAX_REASON_LEN - len(head) - len("; stderr: ")
+    return f"{head}; stderr: {tail if len(tail) <= room else '...' + tail[3 - room :]}"
 
 
 # -- private files ----------------------------------------------------------------------------------

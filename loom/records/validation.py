@@ -108,7 +108,26 @@ def check_reason(field: str, value: object) -> str:
         raise InvalidRequest(f"{field} is longer than {MAX_REASON_LEN} characters", field=field)
     if not is_valid_unicode(value):
         raise InvalidRequest(f"{field} is not valid Unicode text (it holds a lone surrogate)", field=field)
+    if "\x00" in value:
+        raise InvalidRequest(
+            f"{field} holds a NUL character (U+0000), which no store keeps in text", field=field
+        )
     return value
+
+
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
+"""A NUL (PostgreSQL's text holds none) or a lone surrogate (no UTF-8 text holds one)."""
+
+
+def storable_text(text: str, limit: int = MAX_REASON_LEN) -> str:
+    """Text loom makes from what it did not make (an exception's message, a process's output) as a
+    reason is kept on every store: each NUL and lone surrogate written as its ``\\uXXXX`` escape, a blank
+    one named, and one longer than ``limit`` characters cut, its end marked ``...``."""
+    if _UNSTORABLE_RE.search(text) is not None:
+        text = _UNSTORABLE_RE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if not text.strip():
+        text = "(no text)"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_int(field: str, value: object, low: int, high: int) -> int:

@@ -17,7 +17,7 @@ from ..records.errors import LoomError
 from ..runtime import MAX_BATCH
 from ._handlers import EVENT_FIELDS, event_in
 from ._ops import NDJSON, Call, Service
-from ._results import routing_of
+from ._results import routing_of, routing_wait
 from ._wire import (
     BAD_REQUEST,
     HTTPError,
@@ -106,10 +106,11 @@ async def post_events(s: Service, items: list[Any]) -> Response:
 
 async def post_event(s: Service, call: Call) -> Response:
     """``POST /events``: one Event (``201``, or ``200`` for a duplicate), or a batch (`post_events`)."""
+    wait = routing_wait(call)  # (a bad one is refused before anything is published)
     if call.items is not None:
         return await post_events(s, call.items)
     event, checkpoint = await s.rt.publish_routed(event_in(call.body))
     answer = to_data(event)
     # where it went: known from its acceptance commit when that routed it, else read (?wait= for it)
-    answer["routing"] = await routing_of(s, call, event, checkpoint)
+    answer["routing"] = await routing_of(s, wait, event, checkpoint)
     return json_response(answer, 200 if event.duplicate else 201)

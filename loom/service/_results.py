@@ -101,14 +101,18 @@ def routing(event: Event, checkpoint: Checkpoint | None) -> dict[str, Any]:
     }
 
 
+def routing_wait(call: Call) -> int:
+    """``?wait=`` of a ``POST /events``: read (and a bad one refused) before anything is published."""
+    return query_int(call.query, "wait", 0, 0, MAX_WAIT_S)
+
+
 async def routing_of(
-    s: Service, call: Call, event: Event, checkpoint: Checkpoint | None = None
+    s: Service, wait: int, event: Event, checkpoint: Checkpoint | None = None
 ) -> dict[str, Any]:
     """The routing of the Event just accepted: ``checkpoint`` when its acceptance commit wrote one (no
-    read: most Events on a database alone), else its checkpoint read, waiting up to ``?wait=`` seconds
+    read: most Events on a database alone), else its checkpoint read, waiting up to ``wait`` seconds
     for it (by default not at all: a duplicate delivery's is known already). Without a wait it is read
     once, in the request's own task (a duplicate's checkpoint is one query)."""
-    wait = query_int(call.query, "wait", 0, 0, MAX_WAIT_S)
     if event.compacted:  # the original and its checkpoint were removed: only its identity is kept
         return {
             "status": "compacted",
