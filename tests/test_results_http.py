@@ -46,6 +46,27 @@ async def test_post_events_says_which_route_took_the_event(tmp_path: Path) -> No
         refusal(await a.client.post("/events?wait=61", json=order(3)), 400, "invalid_request", "wait")
 
 
+@pytest.mark.parametrize("wait", ["-1", "61", "nan", "inf", "1e309", "x"])
+async def test_a_refused_wait_publishes_nothing(tmp_path: Path, wait: str) -> None:
+    """A bad ``?wait=`` is a 400 that stores nothing, one Event or a batch: a client that sends the same
+    delivery again after the 400 gets a fresh acceptance (201), not a duplicate of an Event it was told
+    was refused. Catches reading ``wait`` only after the Event was published."""
+    async with api(tmp_path) as a:
+        refusal(await a.client.post(f"/events?wait={wait}", json=order(1)), 400, "invalid_request", "wait")
+        batch = [order(2), order(3)]
+        refusal(await a.client.post(f"/events?wait={wait}", json=batch), 400, "invalid_request", "wait")
+        assert await a.rt.events() == []
+        assert (await a.client.post("/events", json=order(1))).status_code == 201
+
+
+@pytest.mark.parametrize("work", ["%00", "a%0Ab", "a%7Fb"])
+async def test_watch_refuses_a_malformed_work_id(tmp_path: Path, work: str) -> None:
+    """``GET /watch?work=`` with a control character in the id is a 400 naming ``work``, as every other
+    route answers a malformed id. Catches the filter taken as it came (a stream that never matches)."""
+    async with api(tmp_path) as a:
+        refusal(await a.client.get(f"/watch?work={work}"), 400, "invalid_request", "work")
+
+
 async def test_post_events_answers_what_its_acceptance_commit_routed_without_reading_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

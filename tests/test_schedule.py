@@ -499,6 +499,15 @@ def test_plan_policies_plan_cron_and_calendar_firings() -> None:
         policies["cron"](scheduled, scheduled, {**spec, "timezone": "Nowhere/Special"})
 
 
+@pytest.mark.parametrize("zone", ["America", "Etc", "zone.tab", "America/", "a" * 300, "UTC\x00", "../UTC"])
+def test_a_time_zone_that_names_no_zone_is_refused_naming_the_field(zone: str) -> None:
+    """A directory of zones, a data file of the zone database, a name too long for a file, a NUL:
+    each gets `InvalidRequest` naming ``ScheduleSpec.timezone``, never the OS error the zone lookup
+    raised (which named a path on the server). Catches catching only the lookup's own errors."""
+    with pytest.raises(InvalidRequest, match=r"ScheduleSpec\.timezone: unknown IANA time zone"):
+        ScheduleSpec(schedule_id="x", cron="0 0 * * *", timezone=zone)
+
+
 def test_plugin_answers_core_recurrence_contract() -> None:
     pm = pluggy.PluginManager("loom")
     pm.add_hookspecs(hookspecs)

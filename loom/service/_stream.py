@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 
 from ..records.errors import NotFound
 from ..records.notices import Committed, Lagged, StoreChanged, WorkChanged
-from ..records.validation import validate_scope
+from ..records.validation import check_text, validate_scope
 from ..records.work import Work
 from ..runtime import Runtime
 from ._ops import Call, Service, Watches
@@ -93,6 +93,8 @@ async def watch(s: Service, call: Call) -> Response:
     if scope is not None:
         validate_scope(scope, field="scope")
     work_id = query_text(call.query, "work")
+    if work_id is not None:
+        check_text("work", work_id)  # (an id, refused as every other route refuses a malformed one)
     limit = query_int(call.query, "limit", 0, 1, 1_000_000) or math.inf
     return StreamingResponse(
         changes(s.rt, scope=scope, work_id=work_id, limit=limit, watches=s.watches),

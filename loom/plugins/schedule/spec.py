@@ -91,7 +91,7 @@ def _check_timezone(_: object, __: attrs.Attribute[str], value: object) -> None:
         raise InvalidRequest(f"ScheduleSpec.timezone: must be an IANA time zone name, got {value!r}")
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (a directory of zones, a name too long)
         raise InvalidRequest(f"ScheduleSpec.timezone: unknown IANA time zone {value!r}") from None
 
 
