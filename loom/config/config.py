@@ -7,6 +7,7 @@ naming the file, the key and the reason, and the previous generation stays in fo
 
 from __future__ import annotations
 
+import os
 import tomllib
 import weakref
 from collections.abc import Collection, Mapping
@@ -99,11 +100,23 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path, *, generation: int = 1) -> Config:
-        """Read and validate a TOML file."""
+        """Read and validate a TOML file; a ``path`` that is not one (not a str or a `Path`, a NUL
+        character, a name the file system cannot encode) is refused as a file that cannot be read is
+        (`ConfigError`)."""
+        name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"expected the path of a TOML file (a str or a Path), got {describe_value(name)}"
+            )
+        if "\0" in name:
+            raise ConfigError("cannot read the file: its path holds a NUL character", file=repr(name))
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = Path(name).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read the file: {exc}", file=str(path)) from None
+            raise ConfigError(f"cannot read the file: {exc}", file=name) from None
+        except UnicodeEncodeError as exc:
+            reason = f"its path is not a file name this system can write ({exc.reason})"
+            raise ConfigError(f"cannot read the file: {reason}", file=repr(name)) from None
         return cls.from_toml(text, file=str(path), generation=generation)
 
     @classmethod

@@ -91,7 +91,9 @@ async def open_runtime(
 
     An exception raised in the block, or the one failure that stopped the runtime (a store that
     cannot be opened: `StorageError`), leaves as itself; an `ExceptionGroup` only when several
-    happened together.
+    happened together. A failure or cancel while the runtime opens ends the open, every part of it
+    closed; a location no store can have (a path holding a NUL character) is refused before
+    anything is opened (`InvalidRequest`).
 
     ``owner`` names the leases this runtime holds (default: ``loom`` alone on its database, a name of
     its own process on a shared one: see `loom.store.default_owner`).
@@ -159,38 +161,40 @@ async def open_runtime(
                 ).run,
                 storage_scope,
             )
-            storage.on_commit(_log_failures)
-            reader = open_reader(opened, storage)
-            await reader.open()
-            readers.append(reader)
-            unlaunched: dict[str, int] = {}
-            try:
-                parts = Parts(
-                    storage=storage,
-                    reader=reader,
-                    actor_reader=ActorReader(storage),
-                    clock=clock,
-                    holder=holder,
-                    plugins=pm,
-                    extensions=extensions,
-                    ingress=IngressActor(storage, lambda: holder.current.causal),
-                    owner=owner,
-                    lease_ms=lease_ms,
-                    unlaunched=unlaunched,
-                )
-                runtime = Runtime(parts)
-                async with trio.open_nursery() as actors_nursery:
-                    for name in chosen:
-                        await actors_nursery.start(runtime.run_actor, name)
-                    try:
-                        yield runtime
-                    finally:
-                        actors_nursery.cancel_scope.cancel()
-                        if parts.waiters is not None:
-                            parts.waiters.close()
+            try:  # from here on, whatever fails (or is cancelled) also ends the shielded storage actor
+                storage.on_commit(_log_failures)
+                reader = open_reader(opened, storage)
+                await reader.open()  # (a reader that fails to open leaves nothing to close)
+                readers.append(reader)
+                unlaunched: dict[str, int] = {}
+                try:
+                    parts = Parts(
+                        storage=storage,
+                        reader=reader,
+                        actor_reader=ActorReader(storage),
+                        clock=clock,
+                        holder=holder,
+                        plugins=pm,
+                        extensions=extensions,
+                        ingress=IngressActor(storage, lambda: holder.current.causal),
+                        owner=owner,
+                        lease_ms=lease_ms,
+                        unlaunched=unlaunched,
+                    )
+                    runtime = Runtime(parts)
+                    async with trio.open_nursery() as actors_nursery:
+                        for name in chosen:
+                            await actors_nursery.start(runtime.run_actor, name)
+                        try:
+                            yield runtime
+                        finally:
+                            actors_nursery.cancel_scope.cancel()
+                            if parts.waiters is not None:
+                                parts.waiters.close()
+                finally:
+                    # every actor (and the attempts it ran) has stopped: nothing renews these leases now
+                    await _release_leases(storage, owner, unlaunched)
             finally:
-                # every actor (and the attempts it ran) has stopped: nothing renews these leases now
-                await _release_leases(storage, owner, unlaunched)
                 storage_scope.cancel()
                 nursery.cancel_scope.cancel()
     finally:

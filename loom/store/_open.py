@@ -25,9 +25,10 @@ def _is_postgres_url(value: object) -> bool:
 
 def check_location(location: str) -> None:
     """Refuse a store location that cannot be opened, before anything is: a malformed PostgreSQL URL
-    (naming what is wrong, never the password), or a SQLite file in a directory that does not exist."""
+    (naming what is wrong, never the password), a SQLite path no file can have (a NUL character, a
+    name the file system cannot encode), or a SQLite file in a directory that does not exist."""
+    as_store(location)
     if _is_postgres_url(location):
-        as_store(location)
         return
     if location != ":memory:" and Path(location).parent != Path() and not Path(location).parent.is_dir():
         raise InvalidRequest(f"{location}: the directory {Path(location).parent} does not exist")
@@ -44,7 +45,8 @@ def default_owner(store: Store) -> str:
 
 def as_store(store: Any) -> Store:
     """The store ``store`` names: a `SQLiteStore` or `PostgresStore` as it is, a ``postgresql://``
-    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime)."""
+    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime); anything else,
+    and a path no file can have (`check_path`), is refused (`InvalidRequest`)."""
     if isinstance(store, SQLiteStore):
         return store
     if _is_postgres_url(store):

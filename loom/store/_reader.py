@@ -19,7 +19,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import trio
 
@@ -47,8 +47,10 @@ T = TypeVar("T")
 
 
 def _file_of(uri: str) -> str | None:
+    """The file a ``file:`` URI names, as the path it was made from (`SQLiteStore.reader_uri` quotes
+    the file name's bytes: a name that is not UTF-8 comes back byte for byte)."""
     parts = urlsplit(uri)
-    return unquote(parts.path) if parts.scheme == "file" and parts.path else None
+    return os.fsdecode(unquote_to_bytes(parts.path)) if parts.scheme == "file" and parts.path else None
 
 
 PROGRESS_STEPS = 10_000
@@ -78,14 +80,16 @@ class Reader(BrowseReads):
         self._identity: tuple[int, int] | None = None
 
     async def open(self) -> None:
+        """Connect, and note the file's identity (`_check_file`). A failure, SQLite's or the OS's,
+        leaves nothing open (no connection, no thread) and raises `StorageError` naming the file."""
         try:
-            self._conn = await self._thread.run_sync(self._connect_file)
-        except sqlite3.Error as exc:
+            self._conn, self._identity = await self._thread.run_sync(self._connect_file)
+        except BaseException as exc:
             self._thread.stop()
-            raise StorageError(f"cannot open a reader on {self._path or self._uri}: {exc}") from exc
-        if self._path is not None:
-            info = os.stat(self._path)
-            self._identity = (info.st_dev, info.st_ino)
+            if isinstance(exc, (sqlite3.Error, OSError)) and not isinstance(exc, StorageError):
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                raise StorageError(f"cannot open a reader on {self._path or self._uri}: {reason}") from exc
+            raise
 
     def _check_file(self) -> None:
         if self._path is None or self._identity is None:
@@ -94,13 +98,26 @@ class Reader(BrowseReads):
             info = os.stat(self._path)
         except FileNotFoundError:
             raise StorageError(f"the database file {self._path} was deleted while loom had it open") from None
+        except OSError as exc:
+            raise StorageError(
+                f"cannot look at the database file {self._path}: {exc.strerror or exc}"
+            ) from None
         if (info.st_dev, info.st_ino) != self._identity:
             raise StorageError(f"the database file {self._path} was replaced while loom had it open")
 
-    def _connect_file(self) -> sqlite3.Connection:
+    def _connect_file(self) -> tuple[sqlite3.Connection, tuple[int, int] | None]:
+        """In the reader's thread: the connection and the identity (device, inode) of its file, or
+        nothing open if either fails."""
         conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
-        conn.set_progress_handler(self._progress, PROGRESS_STEPS)
-        return conn
+        try:
+            conn.set_progress_handler(self._progress, PROGRESS_STEPS)
+            if self._path is None:
+                return conn, None
+            info = os.stat(self._path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn, (info.st_dev, info.st_ino)
 
     def _progress(self) -> int:
         """SQLite asks, every `PROGRESS_STEPS` steps of a statement: nonzero aborts it (cancelled)."""

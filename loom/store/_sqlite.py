@@ -6,7 +6,8 @@ the storage actor).
 
 One process writes a file (docs/operations.md): opening the writer takes an OS lock on
 ``<file>.lock`` beside it, held while the process has the file open (the OS drops it when the
-process dies, even by ``kill -9``); a second process is refused before it touches the file. The
+process dies, even by ``kill -9``); a second process is refused before it touches the file, and a
+path that is a directory, or a file that is not a SQLite database, before the lock file is made. The
 writer connection (`WriterConnection`) fails for good once the file is found corrupt, or deleted or
 replaced under it (its device and inode, checked at each write transaction's start and after its
 COMMIT): nothing is acknowledged that a restart would not find.
@@ -23,6 +24,7 @@ import fcntl
 import itertools
 import os
 import sqlite3
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from typing import Any
 import attrs
 
 from ..records.errors import InvalidRequest, SchemaTooNew, StorageError
+from ..records.validation import describe_value
 from ._dialect import SQLITE, Dialect
 from ._schema import MIGRATIONS, SCHEMA_VERSION, render, statements
 
@@ -45,9 +48,13 @@ system. Memory is taken as pages are read, up to this much (bench/README.md has 
 class SQLiteStore:
     """Where and how to open a SQLite database."""
 
-    path: str
+    path: str = attrs.field()
     synchronous: str = attrs.field(default="FULL")
     busy_timeout_ms: int = 5000
+
+    @path.validator
+    def _check_path(self, attribute: attrs.Attribute[str], value: str) -> None:
+        check_path(value)
 
     @synchronous.validator
     def _check_sync(self, attribute: attrs.Attribute[str], value: str) -> None:
@@ -97,6 +104,7 @@ class SQLiteStore:
             parent = Path(self.path).parent
             if not parent.is_dir():
                 raise StorageError(f"cannot open {self.path}: directory {parent} does not exist")
+            _refuse_before_lock(self.path)
             lock = _FileLock.acquire(self.path)
         try:
             conn = sqlite3.connect(
@@ -156,6 +164,49 @@ class SQLiteStore:
 
     def reader_uri(self) -> str:
         return f"{Path(self.path).resolve().as_uri()}?mode=ro"
+
+
+def check_path(path: object) -> None:
+    """Refuse a SQLite location no file can have, naming what is wrong (`InvalidRequest`): one that is
+    not a non-empty str, holds a NUL character, or cannot be written as a file name (a lone surrogate
+    that is not an undecodable byte of the file system's encoding)."""
+    if not isinstance(path, str) or not path:
+        raise InvalidRequest(f"store path must be a non-empty str, got {describe_value(path)}", field="store")
+    if "\0" in path:
+        raise InvalidRequest(f"store path {path!r} holds a NUL character", field="store")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError as exc:
+        raise InvalidRequest(
+            f"store path {path!r} is not a file name this system can write ({exc.reason})", field="store"
+        ) from None
+
+
+SQLITE_HEADER = b"SQLite format 3\0"
+"""The first 16 bytes of every SQLite database file."""
+
+
+def _refuse_before_lock(path: str) -> None:
+    """What can be refused before the lock file is made, so that a refused ``path`` leaves nothing
+    beside it: a directory, and an existing file that is not a SQLite database (an empty one becomes
+    a new database). The messages are those SQLite's own refusals give."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return  # a new database
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StorageError(f"cannot open {path}: unable to open database file")
+    if not stat.S_ISREG(info.st_mode) or not info.st_size:
+        return  # left to SQLite (a pipe is never read here: it would wait for a writer)
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StorageError(f"cannot open {path}: {exc.strerror or exc}") from None
+    if head and head != SQLITE_HEADER:
+        raise StorageError("not a loom database, or unreadable: file is not a database")
 
 
 def _size(path: str) -> int:
