@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from ..config import CausalLimits
+from ..records.clock import iso_ms
 from ..records.errors import InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event
 from ..records.notices import TimerArmed, TimerCancelled, TimerFired
@@ -28,6 +29,7 @@ from ..records.timers import (
     Timer,
     TimerState,
 )
+from ..records.validation import MAX_TIME_MS
 from ..store import Tx
 from .accept import accept_derived_in_tx, accept_in_tx
 from .recurrence import check_answer
@@ -67,6 +69,13 @@ def fire_timer_in_tx(
         return _fire_recurrence(tx, now_ms, timer, limits, policies)
     if timer.interval_ms is not None:
         occurrence, replacement = interval_occurrence(timer, now_ms)
+        if replacement.fire_at_ms > MAX_TIME_MS:
+            # no later tick is a time loom can store: this one is the last, and the timer retires
+            ended = (
+                f"retired after this firing: its next tick ({replacement.fire_at_ms} ms) would come after "
+                f"the latest instant loom can store ({MAX_TIME_MS} ms, {iso_ms(MAX_TIME_MS)})"
+            )
+            return _accept(tx, now_ms, timer, occurrence, None, limits, ended=ended)
         return _accept(tx, now_ms, timer, occurrence, replacement, limits)
     occurrence = Occurrence(occurrence_ms=timer.fire_at_ms, delivery_id=timer.delivery_id)
     return _accept(tx, now_ms, timer, occurrence, None, limits)
@@ -161,7 +170,8 @@ def _firing_failed(tx: Tx, now_ms: int, request: FireRequest, error: str) -> Fir
 
 def interval_occurrence(timer: Timer, now_ms: int) -> tuple[Occurrence, Replacement]:
     """A fixed-interval firing: the latest due tick fires, older missed ticks are counted as
-    skipped (never a burst), and the replacement is the next tick after now."""
+    skipped (never a burst), and the replacement is the next tick after now (which may lie past
+    `MAX_TIME_MS`: the caller retires the timer then)."""
     assert timer.interval_ms is not None
     missed = (now_ms - timer.fire_at_ms) // timer.interval_ms
     latest = timer.fire_at_ms + missed * timer.interval_ms
@@ -202,7 +212,11 @@ def _accept(
     occurrence: Occurrence,
     replacement: Replacement | None,
     limits: CausalLimits,
+    *,
+    ended: str | None = None,
 ) -> Firing:
+    """Accept the occurrence's Event and settle the timer. ``ended``: why a recurring timer has no
+    replacement (it retires with that reason)."""
     extra = {"timer": timer.id, "occurrence_ms": occurrence.occurrence_ms, **occurrence.payload}
     event_in = timer_template(timer, occurrence.delivery_id, extra)
     try:
@@ -218,10 +232,14 @@ def _accept(
     if isinstance(accepted, Event) and accepted.duplicate:
         # the ledger answers a repeated firing before this point: a duplicate here is an identity
         # another firing or publisher already used, never this firing's own Event
-        if replacement is not None:
+        if replacement is not None or ended is not None:
             # a recurring timer's occurrence is named by its identity: one already accepted (an
             # earlier revision armed with the same delivery_id fired it) is not fired twice, and the
-            # timer moves on to its next occurrence instead of being lost
+            # timer moves on to its next occurrence instead of being lost (or retires, at its last)
+            taken = (
+                f"occurrence {occurrence.occurrence_ms}: its delivery identity {event_in.source}/"
+                f"{event_in.delivery_id} was already accepted as event {accepted.id}"
+            )
             return _settle(
                 tx,
                 now_ms,
@@ -229,8 +247,8 @@ def _accept(
                 FiringResult.SKIPPED,
                 None,
                 replacement,
-                f"occurrence {occurrence.occurrence_ms}: its delivery identity {event_in.source}/"
-                f"{event_in.delivery_id} was already accepted as event {accepted.id}",
+                taken if ended is None else f"{taken}; {ended}",
+                ended=ended,
             )
         return _invalid(
             tx,
@@ -249,7 +267,7 @@ def _accept(
         if kind is not None:
             kind.on_refused(tx, now_ms, timer, accepted, limits)
         return firing
-    firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, None)
+    firing = _settle(tx, now_ms, timer, FiringResult.ACCEPTED, accepted.id, replacement, ended, ended=ended)
     kind = TIMER_KINDS.get(timer.type)
     if kind is not None and not accepted.duplicate:
         kind.on_fired(tx, now_ms, timer, accepted, limits)
@@ -264,10 +282,13 @@ def _settle(
     event_id: str | None,
     replacement: Replacement | None,
     detail: str | None,
+    *,
+    ended: str | None = None,
 ) -> Firing:
-    """Delete (tombstone) a one-shot timer, or move a recurring one to its replacement."""
+    """Delete (tombstone) a one-shot timer, or move a recurring one to its replacement; ``ended``: the
+    reason a recurring timer without one retires with."""
     if replacement is None:
-        tx.set_timer_state(timer, TimerState.FIRED, None, now_ms, fired=True)
+        tx.set_timer_state(timer, TimerState.FIRED, ended, now_ms, fired=True)
     else:
         tx.rearm_timer(timer, replacement.fire_at_ms, now_ms)
         tx.notify(TimerArmed(timer_id=timer.id, revision=timer.revision, fire_at_ms=replacement.fire_at_ms))

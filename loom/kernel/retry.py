@@ -23,6 +23,7 @@ from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.ids import core_delivery_id
 from ..records.notices import AttemptFailed, TimerCancelled, WorkChanged, WorkSettled
 from ..records.timers import Timer, TimerSpec, TimerState
+from ..records.validation import MAX_TIME_MS
 from ..records.work import Checkpoint, CheckpointStatus, Execution, RetryState, Work, WorkState
 from ..store import Tx
 from ._common import require_work
@@ -30,7 +31,7 @@ from .accept import accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .kinds import KindPolicy, pinned_retry
 from .timer_kind import TimerKind
-from .timers import arm_in_tx
+from .timers import RETRY_TIMER_PREFIX, arm_in_tx
 
 HINT_MARGIN_MS = 120_000
 """A known reset time is waited for, plus two minutes."""
@@ -52,7 +53,7 @@ def retry_delay_ms(kind: KindPolicy, failures: int, hint_ms: int | None, rate_li
 
 def retry_timer_id(work_id: str, attempt: int) -> str:
     """One retry timer per failed attempt: a later failure's timer never answers for an earlier one."""
-    return f"retry:{work_id}:{attempt}"
+    return f"{RETRY_TIMER_PREFIX}{work_id}:{attempt}"
 
 
 def apply_failure_in_tx(
@@ -81,11 +82,12 @@ def apply_failure_in_tx(
     delay = retry_delay_ms(kind, failures, hint_ms, rate_limited)
     if delay is not None:
         timer_id = retry_timer_id(work.id, execution.attempt)
+        due = min(now_ms + delay, MAX_TIME_MS)  # nothing is later than the last instant loom stores
         parent = execution.authority_id or execution.trigger_id
         assert parent is not None, f"execution {execution.id} has no causal authority"
         spec = TimerSpec(
             id=timer_id,
-            fire_at_ms=now_ms + delay,
+            fire_at_ms=due,
             source=CORE_SOURCE,
             type=RETRY_DUE,
             scope=work.scope,
@@ -98,14 +100,14 @@ def apply_failure_in_tx(
                 "execution": execution.id,
             },
         )
-        arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id)
+        arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id, control=True)
         tx.update_work(
             work.id, now_ms, failures=failures, retry=RetryState.BACKOFF.value, retry_timer_id=timer_id
         )
         tx.notify(WorkChanged(work_id=work.id))
         left = kind.retry_attempts - failures
         then = f"retry {failures} of {kind.retry_attempts - 1} due at {{at}} ({left} failure{'s' if left != 1 else ''} left)"
-        _failed(tx, now_ms, work, execution, error, failures, now_ms + delay, then)
+        _failed(tx, now_ms, work, execution, error, failures, due, then)
         return
     summary = f"{failures} failed attempt{'s' if failures != 1 else ''} (the last: {error})"
     if kind.fail_on_exhaustion:

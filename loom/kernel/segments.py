@@ -10,13 +10,14 @@ from __future__ import annotations
 from ..records.core_events import CORE_SOURCE, EXECUTION_TIMEOUT
 from ..records.notices import TimerCancelled
 from ..records.timers import TimerSpec, TimerState
+from ..records.validation import MAX_TIME_MS
 from ..records.work import Execution
 from ..store import Tx
-from .timers import arm_in_tx
+from .timers import DEADLINE_TIMER_PREFIX, arm_in_tx
 
 
 def deadline_timer_id(execution_id: str, segment: int) -> str:
-    return f"deadline:{execution_id}:{segment}"
+    return f"{DEADLINE_TIMER_PREFIX}{execution_id}:{segment}"
 
 
 def start_segment_in_tx(
@@ -35,13 +36,13 @@ def start_segment_in_tx(
     }
     spec = TimerSpec(
         id=timer_id,
-        fire_at_ms=now_ms + max(remaining_ms, 0),
+        fire_at_ms=min(now_ms + max(remaining_ms, 0), MAX_TIME_MS),  # none later than the last instant
         source=CORE_SOURCE,
         type=EXECUTION_TIMEOUT,
         scope=scope,
         payload=payload,
     )
-    arm_in_tx(tx, now_ms, spec, parent_id=parent_id, execution_id=execution_id)
+    arm_in_tx(tx, now_ms, spec, parent_id=parent_id, execution_id=execution_id, control=True)
     tx.update_execution(execution_id, segment=segment, segment_started_ms=now_ms, deadline_timer_id=timer_id)
 
 

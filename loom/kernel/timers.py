@@ -3,6 +3,11 @@
 A timer's firing identity is (id, revision, fire_at): a changed re-arm recreates the timer under a
 new revision, so older firing requests go stale; cancelled and fired timers stay as tombstones.
 `firing` fires them.
+
+The runtime's own control timers (a failed attempt's retry backoff, a wait's timeout, an attempt's
+execution deadline) are named under prefixes reserved for them (`CONTROL_TIMER_PREFIXES`): the
+runtime arms and ends them itself (``control=True``), and the public paths (`arm_in_tx` without it,
+`cancel_timer_in_tx`) refuse to arm one, replace one or cancel one, or to take a reserved name.
 """
 
 from __future__ import annotations
@@ -44,6 +49,56 @@ MAX_INTERVAL_MS = 100 * 366 * 86_400_000
 MAX_TIMER_ID_LEN = MAX_ID_LEN - 24
 """A timer's id and delivery id leave room for the suffix its firings add (``@`` or ``@r`` and up to
 19 digits) within an Event's delivery id limit."""
+
+
+RETRY_TIMER_PREFIX = "retry:"
+"""A failed attempt's retry backoff: ``retry:{work_id}:{attempt}`` (`retry.retry_timer_id`)."""
+WAIT_TIMEOUT_TIMER_PREFIX = "wait-timeout:"
+"""A wait's timeout: ``wait-timeout:{wait_id}`` (`waits.timeout_timer_id`)."""
+DEADLINE_TIMER_PREFIX = "deadline:"
+"""An active segment's execution deadline: ``deadline:{execution_id}:{segment}`` (`segments`)."""
+
+CONTROL_TIMER_PREFIXES: Mapping[str, str] = {
+    RETRY_TIMER_PREFIX: "a failed attempt's retry backoff",
+    WAIT_TIMEOUT_TIMER_PREFIX: "a wait's timeout",
+    DEADLINE_TIMER_PREFIX: "an attempt's execution deadline",
+}
+"""The id prefixes reserved for the runtime's own control timers, and what each such timer is for."""
+
+
+def control_prefix(timer_id: str) -> str | None:
+    """The reserved prefix ``timer_id`` begins with (``None``: it names no control timer of the runtime).
+
+    Every control timer the runtime arms is named so (`arm_in_tx` with ``control=True`` asserts it), and
+    nothing else may be: so the id alone says whose a timer is, whatever its template (a trusted host
+    may arm a root timer with a ``core.*`` template under an id of its own, and cancel it).
+    """
+    return next((prefix for prefix in CONTROL_TIMER_PREFIXES if timer_id.startswith(prefix)), None)
+
+
+def control_timer(timer_id: str) -> str | None:
+    """What the runtime's own control timer ``timer_id`` is for (``None``: it is not one)."""
+    prefix = control_prefix(timer_id)
+    return None if prefix is None else CONTROL_TIMER_PREFIXES[prefix]
+
+
+def _refuse_control(timer_id: str, timer: Timer | None, action: str) -> None:
+    """`Conflict` when ``timer`` is one of the runtime's own control timers; `InvalidRequest` when a new
+    timer would take an id reserved for them. Nothing is written either way."""
+    prefix = control_prefix(timer_id)
+    if prefix is None:
+        return
+    purpose = CONTROL_TIMER_PREFIXES[prefix]
+    if timer is not None:
+        raise Conflict(
+            f"timer {timer_id!r} is the runtime's own timer for {purpose}: it cannot be {action} through "
+            "the API (the runtime arms and ends it itself)"
+        )
+    raise InvalidRequest(
+        f"timer.id {timer_id!r}: ids beginning {prefix!r} are reserved for the runtime's own timers "
+        f"({purpose}); choose another id",
+        field="timer.id",
+    )
 
 
 def validate_spec(spec: object) -> TimerSpec:
@@ -113,10 +168,14 @@ def arm_in_tx(
     parent_id: str | None = None,
     execution_id: str | None = None,
     policies: Mapping[str, RecurrencePolicy] | None = None,
+    control: bool = False,
 ) -> Timer:
     """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
     already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
     requests go stale.
+
+    Only the runtime arms its own control timers (``control=True``, under a reserved id prefix):
+    otherwise replacing one is a `Conflict`, and a new timer under a reserved prefix an `InvalidRequest`.
 
     Each revision fires with its own Event: without an explicit ``delivery_id`` a recreated timer's
     identity is ``{id}@r{revision}``; an explicit one already accepted by an earlier firing is refused
@@ -125,6 +184,10 @@ def arm_in_tx(
     """
     validate_spec(spec)
     existing, removed = tx.timer_or_removed(spec.id)
+    if control:
+        assert control_timer(spec.id) is not None, f"control timer {spec.id!r} has no reserved id prefix"
+    else:
+        _refuse_control(spec.id, existing, "armed or replaced")
     fresh = Timer(
         id=spec.id,
         revision=1,
@@ -191,10 +254,13 @@ def _check_unused(tx: Tx, fresh: Timer) -> None:
 
 
 def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Timer:
-    """Cancel the timer at ``revision``; its row stays as a tombstone for stale firing requests."""
+    """Cancel the timer at ``revision``; its row stays as a tombstone for stale firing requests. The
+    public cancel: the runtime's own control timers are refused (`Conflict`); the runtime ends those
+    itself."""
     timer = tx.timer(timer_id)
     if timer is None:
         raise NotFound(f"no timer with id {timer_id!r}")
+    _refuse_control(timer_id, timer, "cancelled")
     if timer.revision != revision:
         raise Conflict(f"timer {timer_id}: revision {revision} is stale (current {timer.revision})")
     if timer.state is not TimerState.ARMED:

@@ -42,7 +42,7 @@ from .accept import accept_derived_in_tx, accept_in_tx, delivered
 from .checkpoints import control_checkpoint
 from .dependencies import declare_in_tx
 from .timer_kind import TimerKind
-from .timers import arm_in_tx
+from .timers import WAIT_TIMEOUT_TIMER_PREFIX, arm_in_tx
 from .unrouted import routing_watermark
 
 SCAN_PAGE = 200
@@ -74,7 +74,7 @@ def wait_id_for(execution_id: str, epoch: int) -> str:
 
 
 def timeout_timer_id(wait_id: str) -> str:
-    return f"wait-timeout:{wait_id}"
+    return f"{WAIT_TIMEOUT_TIMER_PREFIX}{wait_id}"
 
 
 # -- registration ---------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def _arm_timeout(
     # the timeout derives from the attempt's causal authority: each timed-out round is one step deeper
     parent = parent_id or execution.authority_id or execution.trigger_id
     assert parent is not None, f"execution {execution.id} has no causal authority"
-    arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id)
+    arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id, control=True)
 
 
 # -- arbitration and wake ---------------------------------------------------------------------------------

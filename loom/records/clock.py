@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
 import attrs
 import trio
 
 from .errors import InvalidRequest
+from .reprs import iso_utc
 from .validation import describe_value
 
 
@@ -57,12 +57,8 @@ class SystemClock:
 
 def iso_ms(ms: int) -> str:
     """Unix milliseconds as ISO 8601 UTC (``2026-01-01T00:00:00.000Z``), for messages: a pure
-    function of ``ms`` (no clock is read)."""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    function of ``ms`` (no clock is read); ``{ms} ms`` when no date can show it."""
+    return iso_utc(ms) or f"{ms} ms"
 
 
 def _check_whole_ms(what: str, ms: object) -> None:

@@ -4,7 +4,7 @@ so a record printed in a log, a test failure or a REPL reads as a time: ``create
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import attrs
@@ -12,15 +12,34 @@ import attrs
 C = TypeVar("C", bound=type)
 
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc_moment(ms: int) -> datetime | None:
+    """Unix milliseconds as an aware UTC `datetime`, exactly: integer arithmetic, never a float
+    (``ms / 1000`` rounds 253402300799999 to ``.998``). ``None``: a `datetime` cannot hold it (before
+    year 1 or after year 9999)."""
+    try:
+        return _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None
+
+
+def iso_utc(ms: int, *, whole_seconds: bool = False) -> str | None:
+    """Unix milliseconds as ISO 8601 UTC with milliseconds (``2026-01-01T09:00:00.000Z``; without them
+    for a whole second when ``whole_seconds``); ``None`` when no date can show it (`utc_moment`)."""
+    moment = utc_moment(ms)
+    if moment is None:
+        return None
+    spec = "seconds" if whole_seconds and ms % 1000 == 0 else "milliseconds"
+    return moment.isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 def instant(ms: object) -> str:
     """``repr(ms)``, and the ISO 8601 UTC time it is when it is one."""
     if not isinstance(ms, int) or isinstance(ms, bool) or not 0 <= ms <= MAX_MS:
         return repr(ms)
-    moment = datetime.fromtimestamp(ms / 1000, UTC)
-    text = moment.isoformat(timespec="milliseconds" if ms % 1000 else "seconds").replace("+00:00", "Z")
-    return f"{ms} ({text})"
+    return f"{ms} ({iso_utc(ms, whole_seconds=True)})"
 
 
 def with_instants(cls: C) -> C:

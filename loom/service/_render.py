@@ -12,24 +12,31 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
+
+from ..records.reprs import iso_utc, utc_moment
 
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
 
 def iso(ms: int) -> str:
-    """Unix milliseconds as ISO 8601 UTC (``2026-01-01T09:00:00Z``; milliseconds only when there are)."""
-    when = datetime.fromtimestamp(ms / 1000, UTC)
-    text = when.isoformat(timespec="milliseconds" if ms % 1000 else "seconds")
-    return text.replace("+00:00", "Z")
+    """Unix milliseconds as ISO 8601 UTC (``2026-01-01T09:00:00Z``; milliseconds only when there are);
+    an instant no date can show as its milliseconds (``253402300800999 ms``)."""
+    return iso_utc(ms, whole_seconds=True) or f"{ms} ms"
 
 
 def local(ms: int) -> str:
     """Unix milliseconds as local time with its UTC offset (``2026-01-01 10:00:00+01:00``; the
-    machine's zone, or ``TZ``; milliseconds only when there are)."""
-    moment = datetime.fromtimestamp(ms / 1000, UTC).astimezone()
-    return moment.isoformat(sep=" ", timespec="milliseconds" if ms % 1000 else "seconds")
+    machine's zone, or ``TZ``; milliseconds only when there are). Exact (integer arithmetic); an
+    instant no date can show, here or in the local zone, as its milliseconds (``253402300800999 ms``)."""
+    moment = utc_moment(ms)
+    try:
+        shown = None if moment is None else moment.astimezone()
+    except (OverflowError, OSError, ValueError):  # the local zone's offset takes it past year 9999
+        shown = None
+    if shown is None:
+        return f"{ms} ms"
+    return shown.isoformat(sep=" ", timespec="milliseconds" if ms % 1000 else "seconds")
 
 
 def now_ms() -> int:

@@ -20,6 +20,7 @@ import attrs
 from starlette.responses import HTMLResponse
 
 from ..records.errors import InvalidRequest
+from ..records.reprs import utc_moment
 from ._render import local, relative
 from ._wire import iso
 
@@ -109,6 +110,9 @@ def when(ms: int | None, now_ms: int) -> str:
     """An instant: local time with its offset and the relative form, in a ``<time>`` element."""
     if ms is None:
         return ""
+    if utc_moment(ms) is None:
+        # no date can show it (a row written past year 9999): its milliseconds, left as they are
+        return f'<span class="ms">{escape(local(ms))}</span>'
     return (
         f'<time datetime="{iso(ms)}" data-ms="{ms}">{escape(local(ms))}'
         f' <span class="rel">({escape(relative(ms, now_ms))})</span></time>'

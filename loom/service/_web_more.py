@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..kernel.timers import control_timer
 from ..records.timers import TimerState
 from ..records.validation import MAX_SEQ
 from ..runtime import Runtime
@@ -180,7 +181,10 @@ async def timer_page(rt: Runtime, ctx: PageContext, timer_id: str) -> Any:
     now = ctx.now_ms
     armed = timer.state == TimerState.ARMED
     action = ""
-    if armed:
+    control = control_timer(timer.id)
+    if control is not None:
+        action = f'<p class="note">{text(f"The runtime arms and ends this timer itself ({control}).")}</p>'
+    elif armed:
         action = (
             '<div class="actions" id="actions">'
             + button(
@@ -250,7 +254,7 @@ async def schedule_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]
         zone = spec.get("timezone", "") if t.recurrence else ""
         armed = t.state == TimerState.ARMED
         cancel = ""
-        if armed:
+        if armed and control_timer(t.id) is None:
             cancel = button(
                 "cancel_timer",
                 "Cancel",

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from ..kernel.timers import control_timer
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import Diagnostic, Event
 from ..records.timers import Timer, TimerState
@@ -257,7 +258,7 @@ def timer_rows(timers: Sequence[Timer], now_ms: int, *, with_work: bool = True) 
         due = when(t.fire_at_ms, now_ms) + (" " + lateness(t.fire_at_ms, now_ms) if armed else "")
         recurs = t.recurrence or (f"every {t.interval_ms / 1000:g} s" if t.interval_ms else "")
         cancel = ""
-        if armed:
+        if armed and control_timer(t.id) is None:  # the runtime's own timers are its to end
             cancel = button(
                 "cancel_timer",
                 "Cancel",

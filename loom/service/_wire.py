@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import attrs
 from starlette.responses import Response
 
+from ..records.clock import iso_ms
 from ..records.errors import (
     CausalRefused,
     Conflict,
@@ -151,11 +151,7 @@ def iso(ms: int | None) -> str:
     """Unix milliseconds as ISO 8601 UTC (``2026-01-01T00:00:00.000Z``)."""
     if ms is None:
         return ""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_ms(ms)
 
 
 # -- bodies -------------------------------------------------------------------------------
@@ -189,7 +185,11 @@ TEXT = {
 }
 KEY = {**TEXT, "maxLength": MAX_KEY_LEN}
 LOOKUP = {"minLength": 1, "maxLength": MAX_KEY_LEN, "pattern": rf"^[^{_CONTROL}]+$"}
-REASON_TEXT = {"minLength": 1, "maxLength": MAX_REASON_LEN, "pattern": rf"[^{_SPACE}]"}
+REASON_TEXT = {  # not blank, and no NUL (which no store keeps in text)
+    "minLength": 1,
+    "maxLength": MAX_REASON_LEN,
+    "pattern": rf"^[^\u0000]*[^{_SPACE}\u0000][^\u0000]*$",
+}
 JSON_VALUE_REF = {"$ref": "#/components/schemas/JsonValue"}
 JSON_VALUE = {
     "description": "JSON data as loom stores it: integers within 64 bits, finite numbers, valid Unicode",
