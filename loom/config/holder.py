@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from ._keys import key_path, rekey
 from .config import Config
 from .model import WorkKindPolicy
+
+
+@runtime_checkable
+class ValidatesBindings(Protocol):
+    """Executors by name that can also check a binding's config as it is loaded (the runtime's
+    `loom.plugins.registry.LiveCapabilities`): `ConfigError` keyed within the config if it is refused."""
+
+    def validate_binding(self, executor: str, config: Mapping[str, Any]) -> None: ...
 
 
 @attrs.define
@@ -20,7 +30,9 @@ class ConfigHolder:
     ``kinds`` are the Work kinds plugins define (the schedule plugin's standing ``schedule`` kind): each
     generation in force holds them beside its own ``[work_kinds]``, a declared kind of the same name
     winning. ``standing_handlers`` maps a route handler to the standing kind its Work needs (see
-    `Config.validate`).
+    `Config.validate`). When the executors can check a binding's config (`ValidatesBindings`), each
+    binding's config is checked by its executor as well, and refused naming its key
+    (``scopes.ops.bindings.build.config.command``).
     """
 
     _current: Config
@@ -54,6 +66,13 @@ class ConfigHolder:
             triggers=self._triggers,
             standing_handlers=self._standing_handlers,
         )
+        executors: object = self._executors
+        if isinstance(executors, ValidatesBindings):
+            for scope_name, scope in config.scopes.items():
+                for name, binding in scope.bindings.items():
+                    where = key_path(key_path("scopes", scope_name), "bindings", name, "config")
+                    with rekey(config.file, where):
+                        executors.validate_binding(binding.executor, binding.config)
 
     def _with_plugin_kinds(self, config: Config) -> Config:
         missing = {name: kind for name, kind in self._kinds.items() if name not in config.work_kinds}

@@ -29,7 +29,8 @@ def loom_executors() -> Mapping[str, Any]:
 
     An executor has async ``launch``, ``inject``, ``interrupt``, ``recover`` and
     ``resume`` methods and declares its capabilities (inject, interrupt, resume, adopt),
-    which route and binding validation check.
+    which route and binding validation check; with ``validate_config`` it also checks each binding's
+    config as the configuration is loaded (`loom.records.executor`).
     """
 
 

@@ -13,7 +13,7 @@ import attrs
 import pluggy
 
 from ..config.model import WorkKindPolicy
-from ..records.errors import ConfigError
+from ..records.errors import ConfigError, InvalidRequest
 from ..records.executor import Executor
 from ..records.subscriptions import AliasFilter
 from ..records.timers import RecurrencePolicy
@@ -94,3 +94,21 @@ class LiveCapabilities(Mapping[str, frozenset[str]]):
 
     def __len__(self) -> int:
         return len(self._executors)
+
+    def validate_binding(self, executor: str, config: Mapping[str, Any]) -> None:
+        """Have ``executor`` check a binding's ``config`` as the configuration is loaded, with its optional
+        ``validate_config`` (`loom.records.executor`): `ConfigError` keyed within the config when it is
+        refused. An executor without one takes any config; one unknown here is refused elsewhere."""
+        check = getattr(self._executors.get(executor), "validate_config", None)
+        if check is None:
+            return
+        try:
+            check(config)
+        except ConfigError:
+            raise
+        except InvalidRequest as exc:
+            raise ConfigError(str(exc), key=exc.field) from None
+        except Exception as exc:  # a check that breaks refuses the config, saying how
+            raise ConfigError(
+                f"executor {executor!r} could not check it: {type(exc).__name__}: {exc}"
+            ) from None

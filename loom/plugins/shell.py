@@ -7,6 +7,9 @@ A binding names the command and, optionally, its environment, working directory 
     capabilities = ["inject", "interrupt", "adopt"]
     config = { command = ["make", "release"], env = { CI = "1" }, cwd = "/srv/app", grace_s = 10 }
 
+Every key of it is checked when a configuration naming the binding is loaded (`ShellExecutor.validate_config`,
+by the checks each launch makes): a bad one refuses the configuration, naming the key.
+
 Each attempt gets a directory of its own under the executor's ``state_dir`` holding ``request.json``
 (the attempt, its trigger and inputs), ``inbox.jsonl`` (injected input), ``ack`` (the process
 acknowledges), ``token`` (its current bearer token), ``stdout``, ``stderr`` and ``status.json``. The
@@ -58,6 +61,7 @@ from ..records.executor import Toolbelt
 from ..records.serde import unstructure
 from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
+from ._shell_config import ShellConfig, parse_config, read_config
 from ._shell_process import (
     StateDirRefused,
     _end_group,
@@ -80,70 +84,10 @@ from ._shell_process import (
 log = logging.getLogger("loom.shell")
 
 WRAPPER = str(Path(__file__).with_name("_shell_wrapper.py"))
-DEFAULT_GRACE_S = 10.0
-DEFAULT_ACK_TIMEOUT_S = 30.0
-MAX_SECONDS = 24 * 3600.0
 POLL_S = 0.02
 """How often the ack file is read while an inject waits (a file has no readiness to wait on)."""
 
 STREAMS = ("stdout", "stderr")
-_CONFIG_KEYS = ("command", "env", "cwd", "grace_s", "ack_timeout_s", "on_close")
-
-
-@attrs.frozen(kw_only=True)
-class ShellConfig:
-    """A binding's config, checked: `read_config` names the bad key."""
-
-    command: tuple[str, ...]
-    env: Mapping[str, str] = attrs.field(factory=dict)
-    cwd: str | None = None
-    grace_s: float = DEFAULT_GRACE_S
-    ack_timeout_s: float = DEFAULT_ACK_TIMEOUT_S
-    stop_on_close: bool = False
-
-
-def _seconds(config: Mapping[str, Any], key: str, default: float) -> float:
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SECONDS:
-        raise InvalidRequest(f"shell executor: config.{key} must be seconds from 0 to {MAX_SECONDS:g}")
-    return float(value)
-
-
-def read_config(config: Mapping[str, Any]) -> ShellConfig:
-    """The binding's config as a `ShellConfig`, or `InvalidRequest` naming the key that is wrong."""
-    unknown = sorted(set(config) - set(_CONFIG_KEYS))
-    if unknown:
-        raise InvalidRequest(
-            f"shell executor: unknown config key {unknown[0]!r}; expected some of: {', '.join(_CONFIG_KEYS)}"
-        )
-    command = config.get("command")
-    if (
-        not isinstance(command, list | tuple)
-        or not command
-        or not all(isinstance(part, str) and part for part in command)
-    ):
-        raise InvalidRequest(
-            'shell executor: config.command must be a non-empty list of strings, e.g. ["make", "test"]'
-        )
-    env = config.get("env", {})
-    if not isinstance(env, Mapping) or not all(
-        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
-    ):
-        raise InvalidRequest("shell executor: config.env must be a table of names to strings")
-    cwd = config.get("cwd")
-    if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise InvalidRequest("shell executor: config.cwd must be a directory path")
-    on_close = config.get("on_close", "leave")
-    if on_close not in ("leave", "stop"):
-        raise InvalidRequest('shell executor: config.on_close must be "leave" or "stop"')
-    return ShellConfig(
-        command=tuple(command),
-        env=dict(env),
-        cwd=cwd,
-        grace_s=_seconds(config, "grace_s", DEFAULT_GRACE_S),
-        ack_timeout_s=_seconds(config, "ack_timeout_s", DEFAULT_ACK_TIMEOUT_S),
-        stop_on_close=on_close == "stop",
-    )
 
 
 def _spawn(directory: Path, config: ShellConfig, env: dict[str, str]) -> int:
@@ -243,6 +187,11 @@ class ShellExecutor:
     def loom_executors(self) -> Mapping[str, Any]:
         return {self.name: self}
 
+    def validate_config(self, config: Mapping[str, Any]) -> None:
+        """A binding's config, checked when a configuration is loaded by the checks each launch makes
+        (`read_config`): `ConfigError` naming the key that is wrong."""
+        parse_config(config)
+
     def _root(self) -> Path:
         if self.state_dir is not None:
             return self.state_dir
@@ -267,7 +216,7 @@ class ShellExecutor:
         await toolbelt.pin({"dir": str(directory), "boot_id": boot_id()})
         try:
             pid = _spawn(directory, config, env)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # (ValueError: what the OS cannot take, such as a NUL)
             return Failed(error=f"shell executor: cannot start {config.command[0]!r}: {exc}")
         pidfd = os.pidfd_open(pid)
         running = _Running(directory, pid, config)

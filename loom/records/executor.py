@@ -17,6 +17,12 @@ Optional methods (looked up on the executor; an executor without them cannot do 
   ``toolbelt.adopt()`` once it has verified the process, before any other toolbelt call (the adoption
   replaces the old credentials with the recoverer's); a finished result may be returned at once. It
   raises `NotAdoptable` when it cannot verify: the attempt then fails and the retry policy applies.
+* ``validate_config(config) -> None`` checks a binding's ``config`` (plain, not async) whenever a
+  configuration naming the executor is loaded: at a runtime's open, at each reload (``loom serve``'s
+  start and SIGHUP), by ``loom config check``. It raises `ConfigError` (its ``key`` the key of ``config``
+  that is wrong, such as ``command``) or `InvalidRequest` (its ``field``), and the configuration is
+  refused naming ``scopes.<scope>.bindings.<name>.config.<key>``. Without it, any JSON config loads, and
+  a bad one is found by the attempts it fails.
 * ``forget(execution_id, metadata) -> None`` removes what the executor keeps of an ended attempt (its
   logs, its files) once the ``attempt_logs`` retention passed; it must be idempotent (a crash before the
   runtime records it asks again). Without it, the executor keeps nothing loom asks it to remove.

@@ -97,7 +97,7 @@ def json_object(text: str | None, option: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(read_argument(text, option))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep to decode)
         raise UserError(f"{option} must be a JSON object (or @file, or @- for stdin): {exc}") from None
     if not isinstance(value, dict):
         raise UserError(f"{option} must be a JSON object, got {type(value).__name__}")

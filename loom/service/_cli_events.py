@@ -128,7 +128,7 @@ def _send_batch(api: Any, batch: str, as_json: bool) -> None:
             continue
         try:
             items.append(json.loads(line))
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise UserError(f"--batch line {number} is not JSON: {exc}") from None
     if not items:
         raise UserError("--batch holds no Events")

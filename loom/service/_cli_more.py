@@ -148,17 +148,16 @@ def instant_ms(text: str, option: str, now_ms: Any) -> int:
     text = text.strip()
     if text.startswith("+"):
         return int(now_ms()) + duration_ms(text[1:], option)
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return int(text)
     from datetime import datetime
 
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+        return int(datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone().timestamp() * 1000)
+    except (ValueError, OverflowError):  # not a time, or one out of the range of a timestamp
         raise UserError(
             f"{option} must be +DURATION (+5m), an ISO 8601 time or Unix milliseconds, got {text!r}"
         ) from None
-    return int(moment.astimezone().timestamp() * 1000)
 
 
 @timers_app.command("arm")

@@ -4,6 +4,7 @@ stderr), added to the ``loom work`` group by `loom.service.cli`."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,10 @@ def add_work_commands(work_app: typer.Typer) -> None:
 
         if (work_id is None) == (key is None):
             raise UserError("give a Work id or --key KEY (one of them)")
+        if not (math.isfinite(timeout) and timeout >= 0):
+            raise UserError(
+                f"--timeout must be seconds, 0 or more (0: wait as long as it takes), got {timeout!r}"
+            )
         token = read_token_file(token_file) if token_file is not None else None
         api = Client(url, timeout=LONG_POLL_S + 30, token=token)
         if work_id is None:

@@ -7,6 +7,7 @@ exits non-zero. Errors from the server arrive as ``{"error", "field", "message"}
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -27,10 +28,7 @@ class Client:
     def __init__(
         self, url: str = DEFAULT_URL, *, timeout: float = TIMEOUT_S, token: str | None = None
     ) -> None:
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise UserError(f"--url must be an http:// address such as {DEFAULT_URL}, got {url!r}")
-        self.url = url.rstrip("/")
+        self.url = checked_url(url)
         self.timeout = timeout
         self._token = token
         """The server's operator token, sent as ``Authorization: Bearer`` (never printed)."""
@@ -53,14 +51,16 @@ class Client:
         request = self._build("GET", path + _query(params), None, accept="text/event-stream")
         try:
             response = self._opener.open(request, timeout=self.timeout)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             raise self._failure(exc, "GET", path) from None
         with response:
             try:
                 for raw in response:
                     yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            except OSError as exc:
-                raise UserError(f"the stream from the loom server at {self.url} stopped: {exc}") from None
+            except (OSError, http.client.HTTPException) as exc:
+                raise UserError(
+                    f"the stream from the loom server at {self.url} stopped: {_one_line(exc)}"
+                ) from None
 
     def _build(self, method: str, path: str, data: bytes | None, *, accept: str) -> urllib.request.Request:
         headers = {"Accept": accept, "Content-Type": "application/json"}
@@ -76,14 +76,17 @@ class Client:
             return UserError(f"cannot reach the loom server at {self.url}: {reason or exc}")
         if isinstance(exc, TimeoutError):
             return UserError(f"the loom server at {self.url} did not answer within {self.timeout:g}s")
-        return UserError(f"cannot talk to the loom server at {self.url}: {exc}")
+        if isinstance(exc, http.client.HTTPException):  # what answered is no HTTP server
+            said = f"{type(exc).__name__}: {_one_line(exc)}"
+            return UserError(f"cannot talk to the loom server at {self.url}: it did not answer HTTP ({said})")
+        return UserError(f"cannot talk to the loom server at {self.url}: {_one_line(exc)}")
 
     def _open(self, method: str, path: str, data: bytes | None, *, accept: str, read: Any) -> Any:
         request = self._build(method, path, data, accept=accept)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:
                 return read(response)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, http.client.HTTPException) as exc:
             raise self._failure(exc, method, path) from None
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | list[Any] | None) -> Any:
@@ -97,6 +100,39 @@ class Client:
             raise UserError(
                 f"the server at {self.url} answered {method} {path} with something not JSON"
             ) from None
+
+
+def checked_url(url: str) -> str:
+    """``url`` without its trailing ``/``, or `UserError` saying what is wrong with it: an http:// or
+    https:// address naming a host, with a port from 1 to 65535 if it names one, and no user name or
+    password (the operator token goes in --token-file), query, fragment, space or control character."""
+    expected = f"--url must be an http:// address such as {DEFAULT_URL}"
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        raise UserError(f"--url {url!r}: an address holds no space or control character")
+    try:
+        parsed = urllib.parse.urlsplit(url)
+    except ValueError as exc:  # an unclosed or malformed [IPv6] host
+        raise UserError(f"--url {url!r}: not a valid address ({exc})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise UserError(f"{expected}, got {url!r}")
+    if "@" in parsed.netloc:  # (not echoed: it may hold a password)
+        raise UserError("--url must not hold a user name or password (give the token with --token-file)")
+    if not parsed.hostname:
+        raise UserError(f"--url {url!r}: it names no host")
+    try:
+        port = parsed.port
+    except ValueError:
+        port = -1
+    if (port is not None and not 1 <= port <= 65535) or parsed.netloc.endswith(":"):
+        raise UserError(f"--url {url!r}: the port must be a number from 1 to 65535")
+    if parsed.query or parsed.fragment or url.endswith(("?", "#")):
+        raise UserError(f"--url {url!r}: an address takes no query or fragment (?... or #...)")
+    return url.rstrip("/")
+
+
+def _one_line(exc: Exception) -> str:
+    """An error's text as one line (the HTTP client's may hold the raw line it was answered)."""
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
 def _query(params: Mapping[str, object | None] | None) -> str:
