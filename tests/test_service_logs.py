@@ -92,6 +92,26 @@ async def test_json_logs_are_one_object_a_line_with_the_documented_fields(tmp_pa
     assert messages[-1] == "stopped cleanly"
 
 
+async def test_a_sighup_as_soon_as_the_server_says_it_listens_reloads(tmp_path: Path) -> None:
+    """The line saying the server listens comes once SIGHUP reloads: a SIGHUP sent the moment it is read
+    is a reload, not the signal's default action (the end of the process). Catches the handler put in
+    place after that line (the server then dies of the SIGHUP, exit status -1)."""
+    config = tmp_path / "loom.toml"
+    config.write_text(CONFIG_TOML)
+    server = await trio.to_thread.run_sync(lambda: start_server(tmp_path / "hup.db", config=config))
+    log = trio.Path(server.log)
+
+    async def logged(fragment: str) -> bool:
+        return fragment in await log.read_text()
+
+    try:
+        server.proc.send_signal(signal.SIGHUP)
+        await until(lambda: logged(f"SIGHUP: reloaded {config}"), "the reload")
+        assert server.proc.poll() is None, "the SIGHUP ended the server"
+    finally:
+        await _stopped(server)
+
+
 async def test_sighup_reloads_the_config_and_a_refused_file_keeps_the_one_in_force(tmp_path: Path) -> None:
     """Catches a SIGHUP that is ignored (the new route would not route), one that stops the server,
     a refused file that replaces the configuration in force (the route would vanish) or is refused

@@ -360,9 +360,12 @@ async def _serve(
                 # LOOM_URL), so they can call the toolbelt; the actors start once it is known
                 os.environ["LOOM_URL"] = urls[0]
                 await service.start_actors()
+                rt = service.runtime
+                # SIGHUP reloads from before the line that says the server is up (until its handler
+                # is in place, the signal's default action ends the process)
+                await signals.start(_reload_on_hangup, rt, config_path)
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
-                rt = service.runtime
                 log.info(
                     "store: %s (%s)",
                     _shown(str(db)),
@@ -375,7 +378,6 @@ async def _serve(
                 for finding in await rt.check():
                     log.warning("configuration: %s", finding)
                 log.info("listening on %s%s", ", ".join(urls), note)
-                signals.start_soon(_reload_on_hangup, rt, config_path)
                 task_status.started(urls)
         signals.cancel_scope.cancel()
 
@@ -390,11 +392,18 @@ def _shown(db: str) -> str:
     return db.replace(f":{parts.password}@", ":***@", 1)
 
 
-async def _reload_on_hangup(rt: Runtime, config_path: str | Path | None) -> None:
+async def _reload_on_hangup(
+    rt: Runtime,
+    config_path: str | Path | None,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
     """SIGHUP reads the configuration file again and makes it the next generation (`Runtime.reload`);
     a refused file is logged, naming file, key and reason, and the configuration in force stays.
-    What is not in the file (the store, the address, the token) needs a restart to change."""
+    What is not in the file (the store, the address, the token) needs a restart to change. Started
+    once its handler is in place."""
     with trio.open_signal_receiver(signal.SIGHUP) as hangups:
+        task_status.started()
         async for _ in hangups:
             if config_path is None:
                 log.warning(
