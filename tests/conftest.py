@@ -106,10 +106,11 @@ KNOWN_LAZILY = TxBase.known_lazily
 
 def checked_pending(tx: InputsTx, work_id: str) -> tuple[str, ...]:
     """`InputsTx.pending_of`, checked: the pending inputs a transaction kept are what a read answers.
-    Where a transaction keeps none (PostgreSQL: each answer is a read), there is nothing to check, and
-    a second read may see an input another node committed between the two (read committed)."""
+    An answer that was itself a read has nothing to check (and on PostgreSQL a second read may see an
+    input another node committed between the two: read committed)."""
+    from_kept = tx._known_pending(work_id) is not None
     kept = PENDING_OF(tx, work_id)
-    if not tx.dialect.caches_reads:
+    if not from_kept:
         return kept
     read = tuple(row[0] for row in tx._all(_sql.WORK_PENDING, (work_id,)))
     assert kept == read, (
