@@ -500,7 +500,7 @@ async def test_create_child_makes_work_in_the_same_scope_atomically_and_idempote
         assert created.id not in (await rt.work(child.id)).pending_inputs  # a record, never input
 
         assert (await toolbelt.create_child("review", keys=["review/1"])).id == child.id
-        with pytest.raises(InvalidRequest, match="already owned by work"):
+        with pytest.raises(Conflict, match="already owned by work"):
             await toolbelt.create_child("other", keys=["pr/1"])
         await rt.wait_idle()
         assert len([e for e in await rt.events(limit=100) if e.type == WORK_CREATED]) == 1

@@ -21,7 +21,6 @@ from loom import (
     Event,
     EventIn,
     Failed,
-    InvalidRequest,
     Lease,
     ManualClock,
     Runtime,
@@ -165,13 +164,13 @@ async def test_a_wake_is_taken_by_exactly_one_continuation(rt: Runtime) -> None:
 
 async def test_a_wait_may_not_look_past_accepted_history_by_even_one(rt: Runtime) -> None:
     """A wait's ``after_seq`` is a watermark in accepted history: the last accepted sequence is the
-    furthest it may name, one more is refused (`InvalidRequest`) and changes nothing. Catches a bound
+    furthest it may name, one more is refused (`Conflict`: it depends on history now) and changes nothing. Catches a bound
     off by one (a wait past history would miss the next Event accepted, the one it should see)."""
     await publish(rt, "start", "w.start")
     lease = await claim(rt)
     last = (await rt.events(limit=1000))[-1].seq
     beyond = Waiting(wait=WaitSpec(types=("w.reply",), after_seq=last + 1))
-    with pytest.raises(InvalidRequest, match=rf"after_seq {last + 1} is beyond accepted history"):
+    with pytest.raises(Conflict, match=rf"after_seq {last + 1} is beyond accepted history"):
         await rt.complete(lease, beyond)
     assert await rt.waits(WORK) == []
     assert (await rt.work(WORK)).state is WorkState.RUNNING, "the refused outcome changed nothing"

@@ -451,8 +451,8 @@ async def test_toolbelt_calls_act_under_the_lease(tmp_path: Path) -> None:
             await a.unchanged(
                 a.client.post(f"{base}/child", json={"name": "x", "keys": ["order/1"]}, headers=auth)
             ),
-            400,
-            "invalid_request",
+            409,  # the key is another Work's now: a refusal of the state, not of the form
+            "conflict",
         )
         refusal(
             await a.unchanged(a.client.post(f"{base}/heartbeat", json={"lease_ms": 0}, headers=auth)),
@@ -475,12 +475,20 @@ async def test_wait_parks_the_attempt_and_one_event_wakes_it(tmp_path: Path) -> 
             "invalid_request",
             "types",
         )
+        # a key the Work does not own, a sequence past history: refusals of the state, not the form
         refusal(
             await a.unchanged(
                 a.client.post(f"{base}/wait", json={"keys": ["not/mine"]}, headers=_bearer(lease))
             ),
-            400,
-            "invalid_request",
+            409,
+            "conflict",
+        )
+        refusal(
+            await a.unchanged(
+                a.client.post(f"{base}/wait", json={"after_seq": 10**9}, headers=_bearer(lease))
+            ),
+            409,
+            "conflict",
         )
         waited = await a.client.post(
             f"{base}/wait", json={"types": ["approval.*"], "timeout_ms": HOUR}, headers=_bearer(lease)

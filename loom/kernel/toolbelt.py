@@ -67,7 +67,7 @@ def create_child_in_tx(
     for key in keys:
         owner = tx.key_owner(key)
         if owner is not None:
-            raise InvalidRequest(f"create_child: key {key!r} is already owned by work {owner}")
+            raise Conflict(f"create_child: key {key!r} is already owned by work {owner}")
     created = accept_derived_in_tx(
         tx,
         now_ms,

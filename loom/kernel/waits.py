@@ -95,7 +95,7 @@ def register_wait_in_tx(
     keys = tuple(spec.keys) or work.keys
     for key in keys:
         if key not in work.keys:
-            raise InvalidRequest(
+            raise Conflict(  # (the Work's keys now: a state, not the request's form)
                 f"wait.keys: key {key!r} is not owned by work {work.id} (its keys: {list(work.keys)})"
             )
     if not keys:
@@ -104,11 +104,11 @@ def register_wait_in_tx(
     accepted = max(tx.max_seq(), routing_watermark(tx))
     after = execution.watermark if spec.after_seq is None else spec.after_seq
     if after < execution.watermark:
-        raise InvalidRequest(
+        raise Conflict(  # (the attempt's acknowledged watermark: a state, not the request's form)
             f"wait.after_seq {after} is behind the attempt's acknowledged watermark {execution.watermark}"
         )
     if after > accepted:
-        raise InvalidRequest(
+        raise Conflict(  # (accepted history now: a state, not the request's form)
             f"wait.after_seq {after} is beyond accepted history (the last sequence is {accepted})"
         )
     wait_id = wait_id_for(execution.id, execution.epoch)

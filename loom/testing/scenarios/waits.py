@@ -12,9 +12,9 @@ from typing import Any
 
 from ... import (
     Completed,
+    Conflict,
     EventIn,
     ExecutionState,
-    InvalidRequest,
     RunRequest,
     StaleAuthority,
     Waiting,
@@ -265,7 +265,7 @@ async def wait_watermark_and_timeout_only(driver: Driver) -> None:
         try:
             await driver.runtime.wait(launch.toolbelt.lease, WaitSpec(after_seq=after))
             refused = ""
-        except InvalidRequest as exc:
+        except Conflict as exc:  # (refused by where history and the attempt stand: a conflict)
             refused = str(exc)
         expect(why in refused, f"a watermark {after} was not refused as {why!r}: {refused!r}")
     # 2. a match at or below the watermark is not used
