@@ -58,6 +58,15 @@ def test_a_third_party_plugin_object_answers_hooks_keyword_only() -> None:
         pm.hook.loom_authorize_alias("a", "b", None)  # hooks are called keyword-only
 
 
+def test_plugin_objects_go_by_their_class_each_once() -> None:
+    """What start-up logs as the plugins loaded (`Runtime.plugin_names`) names each object by its
+    class, numbered when two share one; a module by its name. Catches pluggy's default for an object,
+    its id (a bare number in the log), and two objects of one class refused as one name."""
+    pm = make_plugin_manager([Gate(), Gate(), loom.App()], load_entry_points=False)
+    names = {name for name, _ in pm.list_name_plugin()} - set(BUILTIN_PLUGINS)
+    assert names == {f"{__name__}.Gate", f"{__name__}.Gate#2", "loom.plugins.app.App"}
+
+
 class Misspelled:
     @loom.hookimpl
     def loom_route_handler(self) -> Mapping[str, Any]:  # not a hook: the real one is loom_route_handlers

@@ -179,10 +179,10 @@ async def post_clock(s: Service, call: Call) -> Response:
     else:
         target = call.body["now_ms"]
         if not now <= target <= MAX_TIME_MS:
-            raise HTTPError(  # well formed, but behind where the clock is
+            why = "time never moves backwards" if target < now else "no later time is kept (the year 9999)"
+            raise HTTPError(  # well formed, but behind where the clock is (or past the last instant)
                 CONFLICT if 0 <= target <= MAX_TIME_MS else BAD_REQUEST,
-                f"now_ms must be from the clock's time {now} to {MAX_TIME_MS}: time never moves backwards,"
-                f" got {target}",
+                f"now_ms must be from the clock's time {now} to {MAX_TIME_MS}: {why}, got {target}",
                 field="now_ms",
             )
     clock.set(target)
