@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..records.errors import CallParked, InvalidRequest, NotAdoptable, StaleAuth
 from ..records.events import DiagnosticKind
 from ..records.executor import Executor
 from ..records.validation import storable_text, validate_outcome
-from ..records.work import Failed, Lease, Outcome
+from ..records.work import ExecutionState, Failed, Lease, Outcome
 from .shared import Shared
 from .starter import admit_request
 from .supervision import contained, describe
@@ -35,16 +35,35 @@ from .toolbelt import RuntimeToolbelt
 
 log = logging.getLogger("loom.attempts")
 
+ENDED_BY_ITSELF = frozenset(
+    {
+        ExecutionState.COMPLETED,
+        ExecutionState.HANDOFF,
+        ExecutionState.FAILED,
+        ExecutionState.PARKED,
+        ExecutionState.WAITED,
+    }
+)
+"""The states an attempt's own authority ends it in (a control's fence moves it to ``stopping`` or
+``cancelled`` and stops it itself)."""
+
 
 class _Renewal:
     """One attempt's place in `Renewals`: its toolbelt (holding the current lease) and the scope that
     observes its launch."""
 
-    __slots__ = ("ended", "observing", "queued", "toolbelt")
+    __slots__ = ("ended", "lost", "observing", "queued", "toolbelt")
 
-    def __init__(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> None:
+    def __init__(
+        self,
+        toolbelt: RuntimeToolbelt,
+        observing: trio.CancelScope,
+        lost: Callable[[], Awaitable[object]] | None,
+    ) -> None:
         self.toolbelt = toolbelt
         self.observing = observing
+        self.lost = lost
+        """Called when the lease is lost, before the launch's observation is cancelled."""
         self.ended = False
         self.queued = False
         """In the heap (not being renewed right now)."""
@@ -68,8 +87,13 @@ class Renewals:
         self._earlier = trio.Event()
         self._running = False
 
-    def add(self, toolbelt: RuntimeToolbelt, observing: trio.CancelScope) -> _Renewal:
-        renewal = _Renewal(toolbelt, observing)
+    def add(
+        self,
+        toolbelt: RuntimeToolbelt,
+        observing: trio.CancelScope,
+        lost: Callable[[], Awaitable[object]] | None = None,
+    ) -> _Renewal:
+        renewal = _Renewal(toolbelt, observing, lost)
         self._push(renewal)
         if not self._running:
             self._running = True
@@ -126,14 +150,15 @@ class Renewals:
 
     async def _renew(self, renewal: _Renewal) -> None:
         """Renew one lease; losing it stops the launch (this runner stops observing the attempt and
-        commits nothing). The process itself is left alone: whoever recovers the attempt asks its
-        executor to verify and adopt it, and a control that fenced it (a cancel) interrupts it."""
+        commits nothing), once ``renewal.lost`` has seen to what the attempt left running."""
         try:
             await renewal.toolbelt.heartbeat()
         except StaleAuthority as exc:
             log.info("execution %s lost its lease: %s", renewal.toolbelt.lease.execution_id, exc)
-            renewal.observing.cancel()
             self.end(renewal)
+            if renewal.lost is not None:
+                await renewal.lost()
+            renewal.observing.cancel()
             return
         if not renewal.ended:
             self._push(renewal)
@@ -181,7 +206,8 @@ class AttemptRunner:
         outcome: Outcome | None = None
         observing = trio.CancelScope()
         toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
-        renewal = self._renewals.add(toolbelt, observing)  # renewed until the outcome commits
+        # renewed until the outcome commits
+        renewal = self._renewals.add(toolbelt, observing, partial(self._lost, lease, name, executor))
         try:
             with observing:
                 if metadata is not None:
@@ -194,6 +220,30 @@ class AttemptRunner:
             self._renewals.end(renewal)
         # ended without a close: launched, or its lease was lost before (it is another's to recover)
         self._launched(lease)
+
+    async def _lost(self, lease: Lease, name: str, executor: Executor) -> None:
+        """``lease`` was lost. An attempt that ended under it by another path than this runner's commit
+        (its process ended it through the service's toolbelt: a completion, a wait) leaves nobody to
+        stop what still runs of it, so its executor is asked to interrupt it here. An attempt lost to a
+        recovery is left to the recovering executor's ``recover``, and one a control fenced (a cancel,
+        an interrupt) is stopped by that control. (An execution deadline fails the attempt and stops
+        it too: its executor may be asked twice, and an interrupt of a stopped attempt returns.)"""
+        interrupt = getattr(executor, "interrupt", None)
+        if interrupt is None:
+            return
+        execution = await self._s.reader.execution(lease.execution_id)
+        if (
+            execution is None
+            or execution.attempt != lease.attempt
+            or execution.epoch != lease.epoch
+            or execution.state not in ENDED_BY_ITSELF
+        ):
+            return
+        try:
+            await interrupt(lease.execution_id)
+        except Exception as exc:
+            reason = f"stopping an attempt that ended through its toolbelt failed: {describe(exc)}"
+            await self._contain(name, "interrupt", lease, reason, exc, DiagnosticKind.INTERRUPT_FAILED)
 
     def _launched(self, lease: Lease) -> None:
         if self._s.unlaunched.get(lease.execution_id) == lease.epoch:

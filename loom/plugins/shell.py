@@ -249,7 +249,14 @@ class ShellExecutor:
         finally:
             os.close(pidfd)
             running.exited.set()
-            self._running.pop(request.execution_id, None)
+            self._forget_running(request.execution_id, running)
+
+    def _forget_running(self, execution_id: str, running: _Running) -> None:
+        """``running`` is no longer watched here. Another watch of the same attempt may have taken its
+        place (a second recovery adopted the process while this one was being cancelled): that one
+        stays, for an interrupt to find."""
+        if self._running.get(execution_id) is running:
+            del self._running[execution_id]
 
     def _prepare(self, request: RunRequest, token: str) -> Path:
         root = self._root()
@@ -412,7 +419,7 @@ class ShellExecutor:
                 raise
             finally:
                 running.exited.set()
-                self._running.pop(request.execution_id, None)
+                self._forget_running(request.execution_id, running)
         finally:
             if pidfd is not None:
                 os.close(pidfd)

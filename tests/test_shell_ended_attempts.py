@@ -1,0 +1,175 @@
+"""A shell attempt's process once its attempt is over (docs/plugins.md, "The shell executor": however an
+attempt ends, what is left of its process group is killed).
+
+A process may end its own attempt through the service's toolbelt (``/complete``, ``/wait``) and go on
+running. The runner that launched it learns at its next renewal that the lease is gone and why: an
+attempt that ended under that very lease is over, so its process group is stopped; an attempt lost to a
+recovery is left running for the recovering executor to adopt.
+
+The tests stand in for the process's HTTP calls with the embedded calls the service makes for them
+(`Runtime.lease_for` with the token the process holds, then `complete` or `wait`). Processes are waited
+on through pidfds under a deadline; the renewal is brought on by moving the manual clock.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from test_shell_executor import (
+    DEADLINE_S,
+    WAIT_FOR_GO,
+    Toolbelt,
+    appears,
+    job,
+    left_running,
+    runtime_config,
+    sh,
+    until_work,
+)
+
+import loom
+from loom.plugins.shell import ShellExecutor
+from loom.testing import T0_MS
+
+LEASE_MS = 30_000
+RENEWAL_MS = LEASE_MS // 3 + 1
+"""Past the moment the runner renews a lease it took at the start (two thirds of the way before it expires)."""
+
+SCRIPT = 'sleep 600 & echo $$ $! > "$LOOM_DIR/pids.tmp"; mv "$LOOM_DIR/pids.tmp" "$LOOM_DIR/pids"; wait'
+"""The command and a background process in its group, both told to the test through a file."""
+
+
+@asynccontextmanager
+async def running_attempt(
+    tmp_path: Path, clock: loom.ManualClock
+) -> AsyncIterator[tuple[loom.Runtime, loom.Execution, list[int]]]:
+    """A runtime whose attempt runs ``SCRIPT``; the attempt (pinned) and pidfds of its three processes.
+    They are killed at the end whatever happened."""
+    config = runtime_config(["sh", "-c", SCRIPT])
+    executor = ShellExecutor(state_dir=tmp_path / "state")
+    pids: list[int] = []
+    fds: list[int] = []
+    try:
+        async with loom.open_runtime(
+            ":memory:", clock=clock, config=config, plugins=[executor], lease_ms=LEASE_MS
+        ) as rt:
+            await rt.publish(job(1))
+            work = await until_work(rt, "job/1", loom.WorkState.RUNNING)
+            assert work.current_execution_id is not None
+            async with rt.watch() as notices:
+                with trio.fail_after(DEADLINE_S):
+                    while True:  # its pid is pinned just after the process starts
+                        execution = await rt.execution(work.current_execution_id)
+                        if execution.metadata is not None and "pid" in execution.metadata:
+                            break
+                        await notices.__anext__()
+            directory = Path(execution.metadata["dir"])
+            await appears(directory / "pids")
+            # the wrapper (the group's leader), the command and its background process
+            pids = [
+                execution.metadata["pid"],
+                *(int(pid) for pid in (directory / "pids").read_text().split()),
+            ]
+            fds = [os.pidfd_open(pid) for pid in pids]
+            yield rt, execution, fds
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def alive(fd: int) -> bool:
+    """Whether the process behind the pidfd ``fd`` still runs (its pidfd is readable once it exits)."""
+    return not select.select([fd], [], [], 0)[0]
+
+
+@pytest.mark.parametrize("how", ["complete", "wait"])
+async def test_a_process_that_ended_its_own_attempt_is_stopped_at_the_next_renewal(
+    tmp_path: Path, how: str
+) -> None:
+    """Catches a runner that, on losing the lease of an attempt its process ended through the
+    toolbelt, only stops watching: the command and its background process run on beside the next
+    attempts (seen: both stayed alive past the deadline)."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    async with running_attempt(tmp_path, clock) as (rt, execution, fds):
+        token = (Path(execution.metadata["dir"]) / "token").read_text()
+        lease = await rt.lease_for(execution.id, token)
+        if how == "complete":
+            ended = await rt.complete(lease, loom.Completed())
+            assert ended.state is loom.ExecutionState.COMPLETED
+        else:
+            ended = await rt.wait(lease, loom.WaitSpec(types=("job.more",)))
+            assert ended.state is loom.ExecutionState.WAITED
+        assert all(alive(fd) for fd in fds), "nothing stops the process before the runner learns of it"
+        clock.advance(RENEWAL_MS)
+        with trio.fail_after(DEADLINE_S):
+            for fd in fds:
+                await trio.lowlevel.wait_readable(fd)  # each process of the attempt ended
+        (recorded,) = (await rt.history(execution.work_id)).executions
+        assert recorded.state is ended.state, "the outcome the process committed stands"
+
+
+async def test_a_process_whose_lease_expired_is_left_for_the_recovery_to_adopt(tmp_path: Path) -> None:
+    """The other side: a lease lost because it expired (the clock jumped past it before the renewal)
+    is not an ended attempt. Catches a runner that stops the process on any lost lease (the recovery
+    then finds it killed, and the attempt fails instead of being adopted)."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    async with running_attempt(tmp_path, clock) as (rt, execution, fds):
+        clock.advance(LEASE_MS + 1)
+        async with rt.watch() as notices:
+            with trio.fail_after(DEADLINE_S):
+                while True:  # adopted: running again, under a higher epoch
+                    now = await rt.execution(execution.id)
+                    if now.state is loom.ExecutionState.RUNNING and now.epoch > execution.epoch:
+                        break
+                    await notices.__anext__()
+        assert all(alive(fd) for fd in fds), "the adopted process runs on"
+        assert now.attempt == execution.attempt
+
+
+async def test_a_recovery_cancelled_after_a_second_one_adopted_leaves_the_process_to_interrupt(
+    tmp_path: Path,
+) -> None:
+    """One runtime may recover the same attempt twice: its clock jumped past the first recovery's lease,
+    so a second recovery adopted the process while the first one's watch was being cancelled. Catches
+    the first watch's end dropping the second's entry: an operator's cancel then found nothing to
+    interrupt, and the process ran on (seen under load in a restarted ``loom serve``)."""
+    req, metadata = await left_running(tmp_path, sh(WAIT_FOR_GO))
+    executor = ShellExecutor(state_dir=tmp_path)
+    first, second = Toolbelt(req, token="token-2"), Toolbelt(req, token="token-3")
+    watching_first = trio.CancelScope()
+    outcomes: list[loom.Outcome] = []
+
+    async def recover(toolbelt: Toolbelt, scope: trio.CancelScope) -> None:
+        with scope:
+            outcomes.append(await executor.recover(req, toolbelt, metadata))
+
+    pidfd = os.pidfd_open(metadata["pid"])
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(recover, first, watching_first)
+            await first.adopted.wait()
+            nursery.start_soon(recover, second, trio.CancelScope())
+            await second.adopted.wait()
+            watching_first.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(DEADLINE_S):
+                await executor.interrupt(req.execution_id)
+                await trio.lowlevel.wait_readable(pidfd)
+        (ended,) = outcomes  # the second watch's; the first was cancelled
+        assert isinstance(ended, loom.Failed)
+        assert ended.error.startswith("interrupted")
+    finally:
+        os.close(pidfd)
