@@ -2,9 +2,10 @@
 attempt ends, what is left of its process group is killed).
 
 A process may end its own attempt through the service's toolbelt (``/complete``, ``/wait``) and go on
-running. The runner that launched it learns at its next renewal that the lease is gone and why: an
-attempt that ended under that very lease is over, so its process group is stopped; an attempt lost to a
-recovery is left running for the recovering executor to adopt.
+running. The runner that launched it learns that the lease is gone, and why: at once when the call
+reached its own runtime, at its next renewal otherwise. An attempt that ended under that very lease is
+over, so its process group is stopped; an attempt lost to a recovery is left running for the
+recovering executor to adopt.
 
 The tests stand in for the process's HTTP calls with the embedded calls the service makes for them
 (`Runtime.lease_for` with the token the process holds, then `complete` or `wait`). Processes are waited
@@ -36,8 +37,11 @@ from test_shell_executor import (
 )
 
 import loom
+from loom.kernel.authority import Authority
+from loom.kernel.executions import KindPolicy, complete_in_tx
 from loom.plugins.shell import ShellExecutor
 from loom.testing import T0_MS
+from loom.testing.internals import storage_of
 
 LEASE_MS = 30_000
 RENEWAL_MS = LEASE_MS // 3 + 1
@@ -96,12 +100,12 @@ def alive(fd: int) -> bool:
 
 
 @pytest.mark.parametrize("how", ["complete", "wait"])
-async def test_a_process_that_ended_its_own_attempt_is_stopped_at_the_next_renewal(
-    tmp_path: Path, how: str
-) -> None:
-    """Catches a runner that, on losing the lease of an attempt its process ended through the
-    toolbelt, only stops watching: the command and its background process run on beside the next
-    attempts (seen: both stayed alive past the deadline)."""
+async def test_a_process_that_ended_its_own_attempt_is_stopped_at_once(tmp_path: Path, how: str) -> None:
+    """The process ends its attempt through this runtime's service (`Runtime.complete`, `Runtime.wait`),
+    and nothing else happens: no clock moves. Catches a runner that, on losing the lease of an attempt
+    its process ended, only stops watching (the command and its background process ran on beside the
+    next attempts: both stayed alive past the deadline), and one that finds out only at its next
+    renewal."""
     clock = loom.ManualClock(start_ms=T0_MS)
     async with running_attempt(tmp_path, clock) as (rt, execution, fds):
         token = (Path(execution.metadata["dir"]) / "token").read_text()
@@ -112,13 +116,30 @@ async def test_a_process_that_ended_its_own_attempt_is_stopped_at_the_next_renew
         else:
             ended = await rt.wait(lease, loom.WaitSpec(types=("job.more",)))
             assert ended.state is loom.ExecutionState.WAITED
-        assert all(alive(fd) for fd in fds), "nothing stops the process before the runner learns of it"
-        clock.advance(RENEWAL_MS)
         with trio.fail_after(DEADLINE_S):
             for fd in fds:
                 await trio.lowlevel.wait_readable(fd)  # each process of the attempt ended
         (recorded,) = (await rt.history(execution.work_id)).executions
         assert recorded.state is ended.state, "the outcome the process committed stands"
+
+
+async def test_an_attempt_ended_through_another_node_is_stopped_at_the_next_renewal(tmp_path: Path) -> None:
+    """The process's completion reached another node (committed to the shared store, not through this
+    runtime): the runner learns of it when it next renews the lease. Catches a runner that only stops
+    watching an attempt whose lease it lost (seen: the processes stayed alive past the deadline)."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    async with running_attempt(tmp_path, clock) as (rt, execution, fds):
+        token = (Path(execution.metadata["dir"]) / "token").read_text()
+        lease = await rt.lease_for(execution.id, token)
+        kind = KindPolicy()
+        await storage_of(rt).submit(complete_in_tx, Authority.of(lease), loom.Completed(), kind)
+        assert all(alive(fd) for fd in fds), "nothing here knows of it before the renewal"
+        clock.advance(RENEWAL_MS)
+        with trio.fail_after(DEADLINE_S):
+            for fd in fds:
+                await trio.lowlevel.wait_readable(fd)
+        (recorded,) = (await rt.history(execution.work_id)).executions
+        assert recorded.state is loom.ExecutionState.COMPLETED
 
 
 async def test_a_process_whose_lease_expired_is_left_for_the_recovery_to_adopt(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ class _Renewal:
     """One attempt's place in `Renewals`: its toolbelt (holding the current lease) and the scope that
     observes its launch."""
 
-    __slots__ = ("ended", "lost", "observing", "queued", "toolbelt")
+    __slots__ = ("check", "ended", "lost", "observing", "queued", "returned", "toolbelt")
 
     def __init__(
         self,
@@ -64,6 +64,11 @@ class _Renewal:
         self.observing = observing
         self.lost = lost
         """Called when the lease is lost, before the launch's observation is cancelled."""
+        self.returned = False
+        """The launch returned: its runner commits what it answered, and a lease it loses from here on
+        is no news to anyone."""
+        self.check: Callable[[], None] | None = None
+        """Its entry in `Shared.held`."""
         self.ended = False
         self.queued = False
         """In the heap (not being renewed right now)."""
@@ -94,6 +99,8 @@ class Renewals:
         lost: Callable[[], Awaitable[object]] | None = None,
     ) -> _Renewal:
         renewal = _Renewal(toolbelt, observing, lost)
+        renewal.check = partial(self._check, renewal)
+        self._s.held[toolbelt.lease.execution_id] = renewal.check
         self._push(renewal)
         if not self._running:
             self._running = True
@@ -104,6 +111,9 @@ class Renewals:
         if renewal.ended:
             return
         renewal.ended = True
+        execution_id = renewal.toolbelt.lease.execution_id
+        if self._s.held.get(execution_id) is renewal.check:
+            del self._s.held[execution_id]
         if not renewal.queued:
             return  # being renewed now: it does not go back
         self._ended += 1
@@ -148,19 +158,27 @@ class Renewals:
             renewal.queued = False
             self._s.activity.start_uncounted(self._renew, renewal)
 
-    async def _renew(self, renewal: _Renewal) -> None:
-        """Renew one lease; losing it stops the launch (this runner stops observing the attempt and
-        commits nothing), once ``renewal.lost`` has seen to what the attempt left running."""
+    def _check(self, renewal: _Renewal) -> None:
+        """Renew ``renewal``'s lease now (its attempt may have ended by another path: `Shared.held`)."""
+        if not renewal.ended:
+            self._s.activity.start_uncounted(self._renew, renewal, False)
+
+    async def _renew(self, renewal: _Renewal, again: bool = True) -> None:
+        """Renew one lease (``again``: and queue its next renewal); losing it stops the launch (this
+        runner stops observing the attempt and commits nothing), once ``renewal.lost`` has seen to what
+        the attempt left running."""
         try:
             await renewal.toolbelt.heartbeat()
         except StaleAuthority as exc:
+            if renewal.ended:
+                return  # its outcome committed meanwhile, or another renewal found it lost
             log.info("execution %s lost its lease: %s", renewal.toolbelt.lease.execution_id, exc)
             self.end(renewal)
-            if renewal.lost is not None:
+            if renewal.lost is not None and not renewal.returned:
                 await renewal.lost()
             renewal.observing.cancel()
             return
-        if not renewal.ended:
+        if again and not renewal.ended:
             self._push(renewal)
 
 
@@ -214,6 +232,7 @@ class AttemptRunner:
                     outcome = await self._recover(lease, name, executor, toolbelt, metadata)
                 else:
                     outcome = await self._launch(lease, name, executor, toolbelt)
+            renewal.returned = True
             if outcome is not None and not observing.cancelled_caught and not toolbelt.parked:
                 await self._commit(toolbelt, outcome, kind, recovered=metadata is not None)
         finally:

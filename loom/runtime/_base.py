@@ -52,6 +52,8 @@ class Parts:
     unlaunched: dict[str, int] = attrs.Factory(dict)
     """The attempts claimed here and not yet handed to their executor (`Shared.unlaunched`): a clean
     close unmarks them."""
+    held: dict[str, Callable[[], None]] = attrs.Factory(dict)
+    """The attempts the runtime's runners hold the lease of (`Shared.held`)."""
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

@@ -78,6 +78,9 @@ class Host(RuntimeBase):
         execution: Execution = await self._submit(
             complete_in_tx, Authority.of(lease), outcome, kind, config.causal, config.budgets
         )
+        held = self._p.held.get(execution.id)
+        if held is not None:
+            held()  # a runner here launched it: it finds the lease gone now, and stops what still runs
         return execution
 
     async def wait(

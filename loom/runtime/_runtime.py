@@ -245,4 +245,5 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             owner=p.owner,
             lease_ms=p.lease_ms,
             unlaunched=p.unlaunched,
+            held=p.held,
         )
