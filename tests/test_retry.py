@@ -395,6 +395,44 @@ async def test_cancelling_work_in_backoff_cancels_its_retry_timer(rt: Runtime, c
     assert (await rt.poll()).firings == ()
 
 
+@pytest.mark.parametrize(
+    ("hint", "wait_ms"),
+    [({"retry_after_ms": 10 * MINUTE}, 12 * MINUTE), ({"rate_limited": True}, 30 * MINUTE)],
+    ids=["known-reset", "rate-limited"],
+)
+async def test_standing_work_honours_its_executors_retry_hint_and_spends_no_budget(
+    loom_store: str, clock: ManualClock, hint: dict[str, Any], wait_ms: int
+) -> None:
+    """A busy or rate-limited job asks to be tried again: standing Work honours the hint, with no
+    failure budget (docs/recovery.md). Catches: a hint ignored on standing Work (no timer: the job
+    waits for its next input, however far off), a hint that counts a failure (the budget would run out
+    and hold the Work), and input during the backoff starting the attempt early."""
+    async with open_runtime(
+        loom_store, clock=clock, config=config(standing=True), actors=(), load_entry_points=False
+    ) as rt:
+        lease = await started(rt)
+        for attempt in (1, 2, 3, 4):  # more than any budget: a standing Work spends none
+            assert lease.attempt == attempt
+            await fail(rt, lease, **hint)
+            work = await rt.work(lease.work_id)
+            assert (work.retry, work.failures, work.held) == (RetryState.BACKOFF, 0, False)
+            timer = await retry_timer(rt, lease)
+            assert timer.fire_at_ms == clock.now_ms() + wait_ms
+            early = EventIn(source="t", delivery_id=f"early-{attempt}", type="r.start", scope=SCOPE, key="a")
+            await rt.publish(early)
+            clock.advance(wait_ms - 1)
+            await rt.poll()
+            with pytest.raises(Conflict):
+                await rt.claim(lease.work_id, owner="host")
+            clock.advance(1)
+            await rt.poll()
+            lease = await rt.claim(lease.work_id, owner="host")
+            assert lease.request.trigger.type == "core.retry.due" or any(
+                e.type == "core.retry.due" for e in lease.request.inputs
+            )
+        assert not await rt.diagnostics(kind="retry_exhausted")
+
+
 async def test_idle_standing_work_without_input_cannot_be_claimed(
     loom_store: str, clock: ManualClock
 ) -> None:

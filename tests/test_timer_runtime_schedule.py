@@ -22,7 +22,7 @@ from loom.plugins.schedule import ScheduleSpec, occurrence_id, schedule_timer
 from loom.records.timers import Firing, FiringResult, TimerSpec, TimerState
 from loom.records.work import CheckpointStatus, Completed
 from loom.store import Tx
-from loom.testing import FakeExecutor, RuntimeDriver
+from loom.testing import FakeExecutor, ManualClock, RuntimeDriver
 from loom.testing.internals import storage_of
 
 SCOPE = "acme"
@@ -114,6 +114,31 @@ async def test_after_a_ten_hour_outage_exactly_one_occurrence_fires(tmp_path: Pa
         driver.clock.set(utc_ms("2026-01-01T12:00"))
         await ledger(driver, timer.id, 3)
         assert (await occurrences(rt))[-1].payload["skipped"] == 0
+
+
+async def test_a_schedule_armed_again_at_a_restart_keeps_what_it_missed(loom_store: str) -> None:
+    """A program arms its schedules at each start (`schedule_timer(..., now_ms=now)`, as docs/schedules.md
+    shows). Catches a re-arm that replaces the armed timer with one for the next occurrence after now:
+    the occurrence missed during the outage never fires. A changed spec still replaces the timer."""
+    clock = ManualClock(start_ms=utc_ms("2026-01-01T00:10"))
+    spec = ScheduleSpec(schedule_id="hourly", cron="0 * * * *")
+
+    def armed_now() -> TimerSpec:
+        return schedule_timer(spec, now_ms=clock.now_ms(), source="cron", type="job.due", scope=SCOPE)
+
+    async with open_runtime(loom_store, clock=clock, actors=(), load_entry_points=False) as rt:
+        first = await rt.arm(armed_now())
+        clock.set(utc_ms("2026-01-01T11:05"))  # down since 00:10: 01:00 .. 11:00 were missed
+        again = await rt.arm(armed_now())
+        assert (again.revision, again.fire_at_ms) == (first.revision, utc_ms("2026-01-01T01:00"))
+        await rt.poll()
+        (late,) = await occurrences(rt)
+        assert late.delivery_id == occurrence_id("hourly", utc_ms("2026-01-01T11:00"))
+        assert late.payload["skipped"] == 10
+
+        spec = ScheduleSpec(schedule_id="hourly", cron="30 * * * *")
+        changed = await rt.arm(armed_now())
+        assert (changed.revision, changed.fire_at_ms) == (first.revision + 1, utc_ms("2026-01-01T11:30"))
 
 
 async def test_an_outage_longer_than_the_catch_up_window_records_a_skip(loom_store: str) -> None:

@@ -7,10 +7,14 @@ terminal and nothing live blocks it. The default budget is three failure attempt
 a configured four-attempt budget adds 15. The failure count is policy state, apart from the monotonic
 attempt number. A spent budget holds the Work with a reason (or fails it, with ``fail_on_exhaustion``);
 a manual ``core.retry.requested`` clears backoff or exhaustion, cancels the old timer and resets the
-budget. Standing Work arms no automatic retry: its next input is its next attempt.
+budget.
 
 An executor's retry hint (``Failed.retry_after_ms``: a known reset) waits that long plus two minutes;
 a rate-limited failure without one waits 30 minutes. Hints are bounded when validated.
+
+Standing Work has no failure budget: a failure arms no automatic retry (its next input is its next
+attempt) unless its executor hinted when to try again (a busy or rate-limited job), which it honours
+the same way, spending nothing and never exhausting.
 """
 
 from __future__ import annotations
@@ -44,11 +48,17 @@ def retry_delay_ms(kind: KindPolicy, failures: int, hint_ms: int | None, rate_li
     (``None``: no automatic retry: the budget is spent, or the Work is standing)."""
     if kind.standing or not 1 <= failures < kind.retry_attempts:
         return None
+    hinted = hinted_delay_ms(hint_ms, rate_limited)
+    return hinted if hinted is not None else kind.retry_backoff_ms[failures - 1]
+
+
+def hinted_delay_ms(hint_ms: int | None, rate_limited: bool) -> int | None:
+    """The wait an executor's hint asks for (``None``: it gave none)."""
     if hint_ms is not None:
         return hint_ms + HINT_MARGIN_MS
     if rate_limited:
         return RATE_LIMITED_MS
-    return kind.retry_backoff_ms[failures - 1]
+    return None
 
 
 def retry_timer_id(work_id: str, attempt: int) -> str:
@@ -74,40 +84,22 @@ def apply_failure_in_tx(
     if work.state.terminal:
         return
     if kind.standing:
-        _failed(
-            tx, now_ms, work, execution, error, work.failures, None, "its next input starts the next attempt"
-        )
+        hinted = hinted_delay_ms(hint_ms, rate_limited)
+        if hinted is None:
+            then = "its next input starts the next attempt"
+            _failed(tx, now_ms, work, execution, error, work.failures, None, then)
+        else:  # honoured with no budget to spend: the failure count stays as it is
+            then = (
+                "its executor asked to be tried again: the next attempt at {at} (standing: no retry budget)"
+            )
+            _back_off(tx, now_ms, work, execution, error, work.failures, hinted, then)
         return
     failures = work.failures + 1
     delay = retry_delay_ms(kind, failures, hint_ms, rate_limited)
     if delay is not None:
-        timer_id = retry_timer_id(work.id, execution.attempt)
-        due = min(now_ms + delay, MAX_TIME_MS)  # nothing is later than the last instant loom stores
-        parent = execution.authority_id or execution.trigger_id
-        assert parent is not None, f"execution {execution.id} has no causal authority"
-        spec = TimerSpec(
-            id=timer_id,
-            fire_at_ms=due,
-            source=CORE_SOURCE,
-            type=RETRY_DUE,
-            scope=work.scope,
-            work_id=work.id,
-            delivery_id=core_delivery_id("retry.due", work.id, str(execution.attempt)),
-            payload={
-                "work": work.id,
-                "failures": failures,
-                "attempt": execution.attempt,
-                "execution": execution.id,
-            },
-        )
-        arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id, control=True)
-        tx.update_work(
-            work.id, now_ms, failures=failures, retry=RetryState.BACKOFF.value, retry_timer_id=timer_id
-        )
-        tx.notify(WorkChanged(work_id=work.id))
         left = kind.retry_attempts - failures
         then = f"retry {failures} of {kind.retry_attempts - 1} due at {{at}} ({left} failure{'s' if left != 1 else ''} left)"
-        _failed(tx, now_ms, work, execution, error, failures, due, then)
+        _back_off(tx, now_ms, work, execution, error, failures, delay, then)
         return
     summary = f"{failures} failed attempt{'s' if failures != 1 else ''} (the last: {error})"
     if kind.fail_on_exhaustion:
@@ -147,6 +139,37 @@ def apply_failure_in_tx(
     )
     tx.notify(WorkChanged(work_id=work.id))
     tx.notify(WorkSettled(work_id=work.id))
+
+
+def _back_off(
+    tx: Tx, now_ms: int, work: Work, execution: Execution, error: str, failures: int, delay: int, then: str
+) -> None:
+    """Arm the failed attempt's retry timer ``delay`` from now and put the Work in backoff."""
+    timer_id = retry_timer_id(work.id, execution.attempt)
+    due = min(now_ms + delay, MAX_TIME_MS)  # nothing is later than the last instant loom stores
+    parent = execution.authority_id or execution.trigger_id
+    assert parent is not None, f"execution {execution.id} has no causal authority"
+    spec = TimerSpec(
+        id=timer_id,
+        fire_at_ms=due,
+        source=CORE_SOURCE,
+        type=RETRY_DUE,
+        scope=work.scope,
+        work_id=work.id,
+        delivery_id=core_delivery_id("retry.due", work.id, str(execution.attempt)),
+        payload={
+            "work": work.id,
+            "failures": failures,
+            "attempt": execution.attempt,
+            "execution": execution.id,
+        },
+    )
+    arm_in_tx(tx, now_ms, spec, parent_id=parent, execution_id=execution.id, control=True)
+    tx.update_work(
+        work.id, now_ms, failures=failures, retry=RetryState.BACKOFF.value, retry_timer_id=timer_id
+    )
+    tx.notify(WorkChanged(work_id=work.id))
+    _failed(tx, now_ms, work, execution, error, failures, due, then)
 
 
 MAX_ERROR_SHOWN = 500
@@ -275,7 +298,7 @@ def _retry_due(tx: Tx, now_ms: int, timer: Timer, event: Event, limits: CausalLi
         control_checkpoint(tx, now_ms, event, work.id if work else None, "a stale retry (audit only)")
         return
     tx.update_work(work.id, now_ms, retry=None, retry_timer_id=None)
-    _as_input(tx, now_ms, event, work.id, f"retry due after failure {event.payload.get('failures')}")
+    _as_input(tx, now_ms, event, work.id, f"retry due after attempt {event.payload.get('attempt')} failed")
 
 
 def _retry_refused(

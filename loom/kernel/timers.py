@@ -172,7 +172,8 @@ def arm_in_tx(
 ) -> Timer:
     """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
     already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
-    requests go stale.
+    requests go stale. A recurrence timer's definition is its spec and template, not the first time it
+    was armed for: armed again after an outage, it keeps the occurrences it missed for its catch-up.
 
     Only the runtime arms its own control timers (``control=True``, under a reserved id prefix):
     otherwise replacing one is a `Conflict`, and a new timer under a reserved prefix an `InvalidRequest`.
@@ -217,6 +218,9 @@ def arm_in_tx(
             occurrences=existing.occurrences,
             created_at_ms=existing.created_at_ms,
             updated_at_ms=existing.updated_at_ms,
+            # a recurrence's next occurrence follows from its spec and the time it is armed at: the same
+            # schedule armed again (a program arming its schedules at each start) keeps its occurrences
+            fire_at_ms=existing.fire_at_ms if fresh.recurrence is not None else fresh.fire_at_ms,
         )
         if existing.state is TimerState.ARMED and existing == same:
             return existing
