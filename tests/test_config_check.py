@@ -64,6 +64,55 @@ def test_a_configuration_reports_what_nothing_uses_or_nothing_can_start() -> Non
     assert check_config(clean, standing_handlers={"schedule": "schedule"}) == []
 
 
+IDLE_SETTINGS = """
+[work_kinds.job]
+standing = true
+retry_attempts = 4
+resume = true
+
+[work_kinds.plain]
+retry_attempts = 4
+
+[work_kinds.quiet]
+standing = true
+
+[[scopes.ops.routes]]
+name = "r"
+types = ["job.*"]
+create_work = true
+binding = "b"
+work_kind = "job"
+
+[[scopes.ops.routes]]
+name = "p"
+types = ["p.*"]
+create_work = true
+binding = "b"
+work_kind = "plain"
+
+[[scopes.ops.routes]]
+name = "q"
+types = ["q.*"]
+create_work = true
+binding = "b"
+work_kind = "quiet"
+
+[scopes.ops.bindings.b]
+executor = "shell"
+config = { command = ["true"] }
+"""
+
+
+def test_work_kind_settings_that_change_nothing_are_reported() -> None:
+    """A kind's ``resume`` (a binding's capability decides) and a standing kind's retry budget (it has
+    none) do nothing. Catches either going unreported, and a retry budget reported on a kind that is
+    not standing (where it applies)."""
+    findings = [str(f) for f in check_config(loom.Config.from_toml(IDLE_SETTINGS))]
+    assert [f.split(":")[0] for f in findings] == ["work_kinds.job.resume", "work_kinds.job"]
+    assert "resume capability" in findings[0]
+    assert "no retry budget" in findings[1]
+
+
 async def test_schedules_that_never_start_anything_are_reported(tmp_path: Path) -> None:
     """Catches a schedule route nothing feeds, and an armed schedule whose Events no route takes."""
     config = loom.Config.from_toml(MISCONFIGURED)

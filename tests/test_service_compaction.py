@@ -40,10 +40,11 @@ async def test_post_compact_dry_runs_then_compacts_and_the_metrics_show_it(tmp_p
         assert before['loom_store_rows{table="works"}'] == 1
         assert before['loom_store_bytes{part="total"}'] > 0
         dry = (await a.client.post("/compact", json={"dry_run": True})).json()
-        assert (dry["dry_run"], dry["works"], dry["removed"]) == (True, 1, 1)
+        assert (dry["dry_run"], dry["works"]) == (True, 1)
         assert (await a.rt.store_size()).rows["works"] == 1
         done = (await a.client.post("/compact")).json()
         assert (done["dry_run"], done["works"], done["events"]) == (False, 1, 1)
+        assert dry["removed"] == done["removed"], "the dry run said what the sweep removed"
         await a.rt.wait_idle()
         after = metrics((await a.client.get("/metrics")).text)
         assert after['loom_compacted_total{kind="works"}'] == 1

@@ -22,10 +22,12 @@ from ..kernel.compaction import (
     CompactPass,
     CompactRequest,
     LogsPage,
+    Rehearsed,
     compact_in_tx,
     logs_due_in_tx,
     logs_forgotten_in_tx,
     raise_watermark_in_tx,
+    rehearse_in_tx,
 )
 from ..records.clock import Clock
 from ..records.compaction import CompactionReport
@@ -52,23 +54,24 @@ async def sweep(
     sole: bool = True,
 ) -> CompactionReport:
     """Compaction passes until each step went once through its rows (`CompactRequest.finished`) and no
-    expiry had a full page (a dry run carries its cursors itself and writes nothing); first, the
-    executors forget the logs whose retention passed, so their attempts may go in the same sweep.
-    Returns what it removed, summed."""
-    report = CompactionReport(dry_run=dry_run)
-    if not dry_run:
-        report += CompactionReport(logs=await forget_logs(storage, config, executors, limit=limit, sole=sole))
-        await storage.submit(raise_watermark_in_tx)
-    cursors: dict[str, Any] | None = None
+    expiry had a full page; first, the executors forget the logs whose retention passed, so their
+    attempts may go in the same sweep. Returns what it removed, summed. A dry run rehearses the whole
+    sweep in one transaction rolled back at its end (`rehearse_in_tx`): what it would remove, writing
+    nothing and asking no executor to forget anything."""
+    if dry_run:
+        try:
+            await storage.submit(rehearse_in_tx, config, limit, frozenset(executors), sole=sole)
+        except Rehearsed as rehearsed:
+            return rehearsed.report
+        raise AssertionError("a rehearsal always ends by rolling back")  # pragma: no cover
+    report = CompactionReport(logs=await forget_logs(storage, config, executors, limit=limit, sole=sole))
+    await storage.submit(raise_watermark_in_tx)
     finished: frozenset[str] = frozenset()
     while True:
         started, committed = trio.current_time(), storage.stats.requests
-        request = CompactRequest(
-            config=config, limit=limit, dry_run=dry_run, cursors=cursors, finished=finished
-        )
+        request = CompactRequest(config=config, limit=limit, finished=finished)
         done: CompactPass = await storage.submit(compact_in_tx, request)
         report += done.report
-        cursors = done.cursors
         finished |= done.finished
         if not done.report.more:
             return report

@@ -14,7 +14,7 @@ import attrs
 
 from ._keys import key_path
 from .config import Config
-from .model import EffectiveRoute
+from .model import EffectiveRoute, WorkKindPolicy
 from .resolve import scope_ancestry
 
 
@@ -100,6 +100,8 @@ def check_config(
                     message=f"work kind {kind!r} is given by no route (work_kind = {kind!r}): no Work has it",
                 )
             )
+    for kind, policy in sorted(config.work_kinds.items()):
+        findings += _idle_settings(kind, policy)
     for scope in _targets(config):
         if not config.routes_for(scope) and not _routes_below(config, scope):
             findings.append(
@@ -110,6 +112,36 @@ def check_config(
                 )
             )
     return findings
+
+
+def _idle_settings(kind: str, policy: WorkKindPolicy) -> list[Finding]:
+    """The settings of a Work kind that change nothing: ``resume`` (whether a parked attempt resumes is
+    its binding's ``resume`` capability), and a standing kind's retry budget (it has none)."""
+    found: list[Finding] = []
+    where = key_path("work_kinds", kind)
+    if policy.resume:
+        found.append(
+            Finding(
+                key=key_path(where, "resume"),
+                message=f"work kind {kind!r} sets resume, which changes nothing: a parked attempt resumes"
+                ' when its binding pins the resume capability (capabilities = ["resume"])',
+            )
+        )
+    budget = WorkKindPolicy(retry_attempts=policy.retry_attempts)
+    if policy.standing and (
+        policy.retry_attempts != WorkKindPolicy().retry_attempts
+        or policy.retry_backoff_ms != budget.retry_backoff_ms
+        or policy.fail_on_exhaustion
+    ):
+        found.append(
+            Finding(
+                key=where,
+                message=f"work kind {kind!r} is standing, and standing Work has no retry budget: its"
+                " retry_attempts, retry_backoff_ms and fail_on_exhaustion change nothing (a failure is"
+                " retried only when its executor says when)",
+            )
+        )
+    return found
 
 
 def _routes_below(config: Config, scope: str) -> bool:

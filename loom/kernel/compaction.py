@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
@@ -68,10 +68,6 @@ class CompactRequest:
     config: Config
     limit: int = DEFAULT_LIMIT
     """Rows each step looks at in this pass, at most."""
-    dry_run: bool = False
-    """Decide and count, write nothing (not even the cursors: the caller carries them in ``cursors``)."""
-    cursors: Mapping[str, Any] | None = None
-    """A dry run's cursors, from its previous pass (``None``: from the start)."""
     finished: frozenset[str] = frozenset()
     """Steps that went once through their rows in this sweep: not taken again. Rows a step keeps stay
     at its head, so a step taken at every pass would find a full page of them again at each second
@@ -135,7 +131,7 @@ def shortest(config: Config, setting: str) -> int | None:
 def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
     """One bounded compaction pass: a page of each kind of row (see the module)."""
     cursors: dict[str, Any] = dict(_START)
-    stored = dict(req.cursors or {}) if req.dry_run else _stored_cursors(tx)
+    stored = _stored_cursors(tx)
     cursors.update({step: value for step, value in stored.items() if step in _START})
     run = _Pass(tx, now_ms, req)
     finished: set[str] = set()
@@ -144,22 +140,20 @@ def compact_in_tx(tx: Tx, now_ms: int, req: CompactRequest) -> CompactPass:
             cursors[step] = take(run, cursors[step])
             if cursors[step] == _START[step]:
                 finished.add(step)
-    if not (req.dry_run and req.cursors is not None):
-        _expiry(run)  # (a dry run counts its one page at its first pass: nothing moves its head)
+    _expiry(run)
     released = 0
-    if not req.dry_run:
-        for step, value in cursors.items():
-            if step != "logs" and value != stored.get(step, _START[step]):
-                tx.kv_put(NAMESPACE, step, {"at": value}, now_ms)
-        if any(run.counts.get(name) for name in ("events", "works", "attempts", "timers", "diagnostics")):
-            released = tx.release_pages(RELEASE_PAGES)
+    for step, value in cursors.items():
+        if step != "logs" and value != stored.get(step, _START[step]):
+            tx.kv_put(NAMESPACE, step, {"at": value}, now_ms)
+    if any(run.counts.get(name) for name in ("events", "works", "attempts", "timers", "diagnostics")):
+        released = tx.release_pages(RELEASE_PAGES)
     report = CompactionReport(
         **{name: n for name, n in run.counts.items() if name != "looked_at"},
         released_bytes=released,
         more=run.more,
-        dry_run=req.dry_run,
+        dry_run=False,
     )
-    if not req.dry_run and report.removed:
+    if report.removed:
         tx.notify(Compacted(report=report))
     return CompactPass(report=report, cursors=cursors, finished=frozenset(finished))
 
@@ -182,8 +176,7 @@ def _attempts(run: _Pass, cursor: list[Any]) -> list[Any]:
                 run.count("kept")
             else:
                 run.count("attempts")
-                if not run.req.dry_run:
-                    run.tx.remove_attempt(row.id)
+                run.tx.remove_attempt(row.id)
     return [rows[-1].ended_at_ms, rows[-1].id] if run.page(len(rows)) else _START["attempts"]
 
 
@@ -213,8 +206,6 @@ def _works(run: _Pass, cursor: list[Any]) -> list[Any]:
             run.count("kept")
             continue
         run.count("works")
-        if run.req.dry_run:
-            continue
         run.count("attempts", run.tx.remove_work(work_id, run.now_ms))
     return [rows[-1][2], rows[-1][0]] if run.page(len(rows)) else _START["works"]
 
@@ -227,8 +218,7 @@ def _timers(run: _Pass, cursor: list[Any]) -> list[Any]:
     for timer_id, revision, scope, ended_ms in rows:
         if run.due(scope, "timers", ended_ms):
             run.count("timers")
-            if not run.req.dry_run:
-                run.count("firings", run.tx.remove_timer(timer_id, revision, run.now_ms))
+            run.count("firings", run.tx.remove_timer(timer_id, revision, run.now_ms))
     return [rows[-1][3], rows[-1][0]] if run.page(len(rows)) else _START["timers"]
 
 
@@ -238,7 +228,7 @@ def _firings(run: _Pass, cursor: list[Any]) -> list[Any]:
     rows = run.tx.armed_firings((cursor[0], cursor[1], cursor[2]), run.req.limit)
     due = [(t, r, f) for t, r, f, at_ms, scope in rows if run.due(scope, "timers", at_ms)]
     run.count("firings", len(due))
-    if due and not run.req.dry_run:
+    if due:
         run.tx.remove_firings(due)
     return list(rows[-1][:3]) if run.page(len(rows)) else _START["firings"]
 
@@ -259,21 +249,15 @@ def _events(run: _Pass, cursor: list[Any]) -> list[Any]:
             run.count("kept")
             continue
         run.count("events")
-        if not run.req.dry_run:
-            tombstone = dedup == FOREVER or row.accepted_at_ms + dedup > run.now_ms
-            run.tx.remove_event(row, tombstone=tombstone)
+        tombstone = dedup == FOREVER or row.accepted_at_ms + dedup > run.now_ms
+        run.tx.remove_event(row, tombstone=tombstone)
     return [rows[-1].seq] if run.page(len(rows)) else _START["events"]
 
 
 def _routed_upto(run: _Pass) -> int:
-    """The routing watermark (`raise_watermark_in_tx` raised it at the sweep's start; a dry run, which
-    writes nothing, reads as far as it would go): the Events a pass may remove are at or below it, so
-    the last sequence accepted stays known."""
-    watermark = routing_watermark(run.tx)
-    if not run.req.dry_run:
-        return watermark
-    found = run.tx.unrouted_events(watermark, 1)
-    return found[0].seq - 1 if found else max(run.tx.max_seq(), watermark)
+    """The routing watermark (`raise_watermark_in_tx` raised it at the sweep's start): the Events a pass
+    may remove are at or below it, so the last sequence accepted stays known."""
+    return routing_watermark(run.tx)
 
 
 def raise_watermark_in_tx(tx: Tx, now_ms: int) -> int:
@@ -303,8 +287,7 @@ def _ledgers(run: _Pass, cursor: list[Any]) -> list[Any]:
         end = window_end_ms(window)
         if end is not None and end + keep <= run.now_ms:
             run.count("ledgers")
-            if not run.req.dry_run:
-                run.tx.remove_ledger(budget, subject, window)
+            run.tx.remove_ledger(budget, subject, window)
     return list(rows[-1]) if run.page(len(rows)) else _START["ledgers"]
 
 
@@ -316,7 +299,7 @@ def _rejections(run: _Pass, cursor: list[Any]) -> list[Any]:
     rows = run.tx.kv_page(REJECTIONS_NAMESPACE, cursor[0], run.req.limit)
     due = [key for key, at_ms in rows if at_ms + keep <= run.now_ms]
     run.count("diagnostics", len(due))
-    if due and not run.req.dry_run:
+    if due:
         run.tx.kv_delete(REJECTIONS_NAMESPACE, due)
     return [rows[-1][0]] if run.page(len(rows)) else _START["rejections"]
 
@@ -353,28 +336,61 @@ def window_end_ms(window: str) -> int | None:
 
 def _expiry(run: _Pass) -> None:
     """Tombstones past the dedup window, diagnostics past theirs, causal buckets of past minutes (from
-    the head of their tables: a dry run counts one page of each, and its cursors do not move them)."""
-    tx, now, limit, dry = run.tx, run.now_ms, run.req.limit, run.req.dry_run
+    the head of their tables)."""
+    tx, now, limit = run.tx, run.now_ms, run.req.limit
     dedup = global_setting(run.req.config.retention, "dedup")
     diagnostics = global_setting(run.req.config.retention, "diagnostics")
     if dedup != FOREVER:
         for n in (
-            tx.expire_event_tombstones(now - dedup, limit, dry=dry),
-            tx.expire_removed("removed_works", now - dedup, limit, dry=dry),
-            tx.expire_removed("removed_timers", now - dedup, limit, dry=dry),
+            tx.expire_event_tombstones(now - dedup, limit),
+            tx.expire_removed("removed_works", now - dedup, limit),
+            tx.expire_removed("removed_timers", now - dedup, limit),
         ):
             run.count("tombstones", n)
-            if not dry:
-                run.page(n)
-    if diagnostics != FOREVER:
-        n = tx.expire_diagnostics(now - diagnostics, limit, dry=dry)
-        run.count("diagnostics", n)
-        if not dry:
             run.page(n)
-    n = tx.expire_buckets(utc_minute(now) - 1, limit, dry=dry)
-    run.count("buckets", n)
-    if not dry:
+    if diagnostics != FOREVER:
+        n = tx.expire_diagnostics(now - diagnostics, limit)
+        run.count("diagnostics", n)
         run.page(n)
+    n = tx.expire_buckets(utc_minute(now) - 1, limit)
+    run.count("buckets", n)
+    run.page(n)
+
+
+# -- a dry run: the sweep rehearsed in a transaction that is rolled back ----------------------------------
+
+
+class Rehearsed(Exception):
+    """Carries a rehearsed sweep's report out of its transaction, which it rolls back (`rehearse_in_tx`)."""
+
+    def __init__(self, report: CompactionReport) -> None:
+        super().__init__("a dry run writes nothing")
+        self.report = report
+
+
+def rehearse_in_tx(
+    tx: Tx, now_ms: int, config: Config, limit: int, installed: Collection[str], *, sole: bool
+) -> NoReturn:
+    """A dry run: the whole sweep as it would go now, in one transaction, then `Rehearsed` with its
+    report, which rolls every write back. The logs whose retention passed count as forgotten (a sweep
+    has their executors forget them first, and their attempts and Works may then go in the same sweep);
+    nothing is asked of an executor. What is reported is what the sweep would remove, row for row, the
+    Events only a removed Work referred to included."""
+    report = CompactionReport(dry_run=True)
+    while True:
+        page = logs_due_in_tx(tx, now_ms, config, limit, installed, sole=sole)
+        tx.mark_logs_removed([due.execution_id for due in page.due], now_ms)
+        report += CompactionReport(logs=len(page.due) + page.forgotten)
+        if not page.more:
+            break
+    raise_watermark_in_tx(tx, now_ms)
+    finished: frozenset[str] = frozenset()
+    while True:
+        done = compact_in_tx(tx, now_ms, CompactRequest(config=config, limit=limit, finished=finished))
+        report += attrs.evolve(done.report, released_bytes=0, more=False)
+        finished |= done.finished
+        if not done.report.more:
+            raise Rehearsed(report)
 
 
 # -- attempt logs: what executors keep, forgotten outside any transaction ------------------------------

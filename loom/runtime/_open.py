@@ -125,7 +125,8 @@ async def open_runtime(
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:
         raise InvalidRequest(f"unknown actor {unknown[0]!r}; expected some of: {', '.join(ACTORS)}")
-    opened = as_store(store)
+    # a path opens with the configuration's [store] level (a store object keeps its own)
+    opened = as_store(store, synchronous=(config or Config()).store.synchronous.value)
     incarnation = node is not None and opened.dialect.shared and owner is None
     if owner is None:
         owner = f"{node}#{secrets.token_hex(6)}" if incarnation else node or default_owner(opened)

@@ -201,8 +201,9 @@ class Passes(RuntimeBase):
         row, each one short transaction, remove what ended once its retention passed and nothing refers
         to any more, until each kind of row was gone through once. Returns what it removed.
 
-        With ``dry_run`` nothing is written (not even the cursors): the report says what the sweep would
-        remove now, counted as if each pass removed nothing before the next (docs/operations.md)."""
+        With ``dry_run`` nothing is written and no executor is asked to forget anything: the same sweep
+        runs in one transaction that is rolled back, and the report says what it would remove now
+        (docs/operations.md)."""
         check_int("limit", limit, 1, MAX_BATCH)
         if not isinstance(dry_run, bool):
             raise InvalidRequest(f"dry_run must be true or false, got {dry_run!r}", field="dry_run")

@@ -43,16 +43,17 @@ def default_owner(store: Store) -> str:
     return f"loom@{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-def as_store(store: Any) -> Store:
+def as_store(store: Any, *, synchronous: str = "FULL") -> Store:
     """The store ``store`` names: a `SQLiteStore` or `PostgresStore` as it is, a ``postgresql://``
-    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime); anything else,
-    and a path no file can have (`check_path`), is refused (`InvalidRequest`)."""
+    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime; ``synchronous``:
+    its SQLite level, the configuration's ``[store]``); anything else, and a path no file can have
+    (`check_path`), is refused (`InvalidRequest`)."""
     if isinstance(store, SQLiteStore):
         return store
     if _is_postgres_url(store):
         return postgres_backend().PostgresStore(url=store)  # type: ignore[no-any-return]
     if isinstance(store, str) and store:
-        return SQLiteStore(path=store)
+        return SQLiteStore(path=store, synchronous=synchronous)
     if type(store).__name__ == "PostgresStore":
         postgres = postgres_backend()
         if isinstance(store, postgres.PostgresStore):

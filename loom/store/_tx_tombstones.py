@@ -11,15 +11,15 @@ from ._tx_base import TxBase
 
 class TombstonesTx(TxBase):
     # -- expiry from the head: oldest first, stopping at the first that is not due -------------------
-    # (each returns how many rows were due; with ``dry`` it counts them and removes nothing)
+    # (each returns how many rows were due)
 
-    def expire_event_tombstones(self, before_ms: int, limit: int, *, dry: bool = False) -> int:
-        return self._expire_head("event_tombstones", "seq", "accepted_at_ms", before_ms, limit, dry)
+    def expire_event_tombstones(self, before_ms: int, limit: int) -> int:
+        return self._expire_head("event_tombstones", "seq", "accepted_at_ms", before_ms, limit)
 
-    def expire_diagnostics(self, before_ms: int, limit: int, *, dry: bool = False) -> int:
-        return self._expire_head("diagnostics", "id", "at_ms", before_ms, limit, dry)
+    def expire_diagnostics(self, before_ms: int, limit: int) -> int:
+        return self._expire_head("diagnostics", "id", "at_ms", before_ms, limit)
 
-    def _expire_head(self, table: str, order: str, at: str, before_ms: int, limit: int, dry: bool) -> int:
+    def _expire_head(self, table: str, order: str, at: str, before_ms: int, limit: int) -> int:
         """Remove rows from the head of ``table`` (by ``order``, which follows time) while their ``at`` is
         by ``before_ms``: a page, and never a scan of what is not due."""
         rows = self._all(f"SELECT {order}, {at} FROM {table} ORDER BY {order} LIMIT ?", (limit,))
@@ -28,19 +28,17 @@ class TombstonesTx(TxBase):
             if when > before_ms:
                 break
             due.append((key,))
-        if not dry:
-            self._conn.executemany(f"DELETE FROM {table} WHERE {order} = ?", due)
+        self._conn.executemany(f"DELETE FROM {table} WHERE {order} = ?", due)
         return len(due)
 
-    def expire_removed(self, table: str, before_ms: int, limit: int, *, dry: bool = False) -> int:
+    def expire_removed(self, table: str, before_ms: int, limit: int) -> int:
         """Tombstones of removed Works or timers removed by ``before_ms``."""
         assert table in ("removed_works", "removed_timers")
         rows = self._all(
             f"SELECT id FROM {table} WHERE removed_at_ms <= ? ORDER BY removed_at_ms, id LIMIT ?",
             (before_ms, limit),
         )
-        if not dry:
-            self._conn.executemany(f"DELETE FROM {table} WHERE id = ?", rows)
+        self._conn.executemany(f"DELETE FROM {table} WHERE id = ?", rows)
         return len(rows)
 
     def kv_page(self, namespace: str, after_key: str, limit: int) -> list[tuple[str, int]]:
@@ -59,14 +57,13 @@ class TombstonesTx(TxBase):
             "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
         )
 
-    def expire_buckets(self, before_minute: int, limit: int, *, dry: bool = False) -> int:
+    def expire_buckets(self, before_minute: int, limit: int) -> int:
         """Causal buckets of minutes before ``before_minute`` (only the current minute is ever charged)."""
         rows = self._all(
             "SELECT root_id, minute FROM causal_buckets WHERE minute < ? ORDER BY minute LIMIT ?",
             (before_minute, limit),
         )
-        if not dry:
-            self._conn.executemany("DELETE FROM causal_buckets WHERE root_id = ? AND minute = ?", rows)
+        self._conn.executemany("DELETE FROM causal_buckets WHERE root_id = ? AND minute = ?", rows)
         return len(rows)
 
     # -- tombstones that answer for what was removed ----------------------------------------------------
