@@ -94,6 +94,14 @@ async def running_attempt(
                 pass
 
 
+def reaped(pid: int) -> None:
+    """Wait for this process's child ``pid`` to exit, and reap it (its pid then names no process)."""
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass  # reaped already
+
+
 def alive(fd: int) -> bool:
     """Whether the process behind the pidfd ``fd`` still runs (its pidfd is readable once it exits)."""
     return not select.select([fd], [], [], 0)[0]
@@ -194,3 +202,36 @@ async def test_a_recovery_cancelled_after_a_second_one_adopted_leaves_the_proces
         assert ended.error.startswith("interrupted")
     finally:
         os.close(pidfd)
+
+
+async def test_an_attempt_whose_command_ended_while_loom_was_down_leaves_no_process_behind(
+    tmp_path: Path,
+) -> None:
+    """The command exited while no loom watched it, leaving a background process in its session
+    (``work; sleep 600 &``); the next loom reads its status and adopts the result. Catches a recovery
+    that reads the status and leaves the background process running (seen: the ``sleep`` outlived the
+    attempt)."""
+    left = tmp_path / "left"
+    script = f'sleep 600 & echo $! > "{left}.tmp"; mv "{left}.tmp" "{left}"; {WAIT_FOR_GO}'
+    req, metadata = await left_running(tmp_path, sh(script))  # (its launch gone, the command goes on)
+    (Path(metadata["dir"]) / "go").touch()  # now it exits, watched by no one
+    await appears(left)
+    sleeper = int(left.read_text())
+    fd = os.pidfd_open(sleeper)
+    try:
+        await appears(Path(metadata["dir"]) / "status.json")
+        with trio.fail_after(DEADLINE_S):
+            await trio.to_thread.run_sync(reaped, metadata["pid"])  # the wrapper is gone for good
+        assert alive(fd)
+        outcome = await ShellExecutor(state_dir=tmp_path).recover(
+            req, Toolbelt(req, token="token-2"), metadata
+        )
+        assert outcome == loom.Completed()
+        with trio.fail_after(DEADLINE_S):
+            await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+        try:
+            os.kill(sleeper, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -205,6 +205,26 @@ def _end_group(pid: int) -> None:
     _reap(pid)
 
 
+def end_left_group(pid: int, execution_id: str) -> None:
+    """The wrapper ``pid`` exited while no loom watched it: kill what is left of its session (the
+    grandchildren the command started), each process checked to be the attempt's by the
+    ``LOOM_EXECUTION_ID`` in its environment. The wrapper is gone, so its pid may name another session
+    by now: the group alone does not prove a process is the attempt's."""
+    mark = f"LOOM_EXECUTION_ID={execution_id}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+            session = int(stat[stat.rindex(")") + 2 :].split()[3])
+            if session != pid or mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            continue  # it ended meanwhile, or it is not this user's to read
+
+
 def take_over(folder: Path) -> dict[str, Any] | None:
     """Recovery of an attempt whose loom died after pinning its directory and before pinning its
     process: the wrapper's claim on the directory (``pid``, ``start_time``, ``boot_id``: the process

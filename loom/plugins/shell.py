@@ -73,6 +73,7 @@ from ._shell_process import (
     _wait_exit,
     _write_new,
     boot_id,
+    end_left_group,
     inheritable_descriptors,
     private_dir,
     process_start_time,
@@ -398,6 +399,8 @@ class ShellExecutor:
                     why = "the machine restarted since" if not same_boot else f"process {pid} is gone"
                     raise NotAdoptable(f"{why} and left no exit status in {folder}")
                 await toolbelt.adopt()
+                if same_boot:
+                    await trio.to_thread.run_sync(end_left_group, pid, request.execution_id)
                 running.read_acks()
                 return _outcome(folder, status, running.acked, interrupted=False)
             try:
