@@ -5,6 +5,7 @@ and renders; the OpenAPI document (`_openapi`) is generated from the same table.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -274,6 +275,18 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
     return endpoint
 
 
+def match_whole_path(route: Route) -> Route:
+    """Make ``route`` match only the whole path, newlines included. Starlette compiles a path template
+    to a regex ending in ``$``, which also matches before a final newline, and its ``{name:path}`` is
+    ``.*``, which stops at a newline: ``/timers/t1%0a`` was read as the timer ``t1``, and
+    ``/work/wk%0ax`` matched no route at all. Matched whole, an id holding a newline reaches the
+    runtime as sent and is refused (400, naming it) like any other control character."""
+    pattern = route.path_regex.pattern
+    assert pattern.endswith("$"), pattern
+    route.path_regex = re.compile(pattern[:-1] + r"\Z", route.path_regex.flags | re.DOTALL)
+    return route
+
+
 def _routes_of(request: Request) -> list[Any]:
     """The routes whose path template matches this path, whatever the method. A template that matches
     only by taking a ``/`` into an id (``/work/{work_id:path}`` for ``/work/wk_1/hold``) yields to one
@@ -295,16 +308,23 @@ def _allowed(request: Request) -> list[str]:
     )
 
 
+def requested_path(request: Request) -> str:
+    """The path as requested (decoded, as the routes read it), quoted with its control characters
+    escaped. Not ``request.url.path``: building the URL drops tabs and newlines (as ``urllib`` does),
+    so ``/work/wk%0ax`` would be answered as ``/work/wkx``, a path no one asked for."""
+    return repr(str(request.scope["path"]))
+
+
 def _method_not_allowed(request: Request) -> Response:
     allowed = _allowed(request)
-    message = f"{request.method} is not allowed on {request.url.path}; it takes {', '.join(allowed)}"
+    message = f"{request.method} is not allowed on {requested_path(request)}; it takes {', '.join(allowed)}"
     return json_response(error_body(METHOD, message, None), 405, headers={"Allow": ", ".join(allowed)})
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
     if isinstance(exc, HTTPException) and exc.status_code == 405:
         return _method_not_allowed(request)
-    return json_response(error_body(NOT_FOUND, f"no route for {request.url.path}", None), 404)
+    return json_response(error_body(NOT_FOUND, f"no route for {requested_path(request)}", None), 404)
 
 
 def make_app(
@@ -334,6 +354,8 @@ def make_app(
     routes = [route for _, route in by_op]
     routes += _web.routes(rt, clock, service.watches)
     routes.append(Route("/", lambda request: RedirectResponse("/ui/work"), methods=["GET"]))
+    for route in routes:
+        match_whole_path(route)
     open_routes = [route for op, route in by_op if not op.needs_operator_token]
 
     def is_open(scope: Any) -> bool:

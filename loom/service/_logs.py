@@ -17,16 +17,32 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..records.errors import InvalidRequest
+from ._render import printable
 
 FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 access_log = logging.getLogger("loom.service.access")
 
 
+def escaped(text: str) -> str:
+    """``text`` as one line of printable characters: what a terminal does not show as itself written
+    as its escape (`printable`: ``\\n``, ``\\x00``, ``\\u2028``), and a backslash and a double quote
+    escaped too. A request's path and query are the client's to choose (``%0a`` decodes to a newline):
+    written raw, one request could forge further log lines, or end the quoted request line early."""
+    return printable(text.replace("\\", "\\\\").replace('"', '\\"'))
+
+
+def request_target(scope: MutableMapping[str, Any]) -> str:
+    """The path as decoded (what the routes read), and the query string as sent."""
+    query = scope.get("query_string", b"")
+    return str(scope.get("path", "")) + ("?" + query.decode("latin-1") if query else "")
+
+
 class AccessLog:
     """ASGI middleware writing one access line per HTTP request, at info, once its answer is sent (or
     its client went away): client, request line, status, bytes sent, microseconds
-    (``127.0.0.1:50312 "POST /events HTTP/1.1" 201 352 5780us``; ``-`` for an answer never begun).
+    (``127.0.0.1:50312 "POST /events HTTP/1.1" 201 352 5780us``; ``-`` for an answer never begun),
+    each field `escaped`, so that one request is one line whatever its path.
     Hypercorn's own access log is off: it writes a request twice when the client closes the
     connection as the answer ends."""
 
@@ -53,14 +69,12 @@ class AccessLog:
             await self.app(scope, receive, sending)
         finally:
             client = scope.get("client")
-            query = scope.get("query_string", b"")
-            target = scope.get("path", "") + ("?" + query.decode("latin-1") if query else "")
             access_log.info(
                 '%s "%s %s HTTP/%s" %s %s %dus',
-                f"{client[0]}:{client[1]}" if client else "-",
-                scope.get("method", "-"),
-                target,
-                scope.get("http_version", "1.1"),
+                escaped(f"{client[0]}:{client[1]}") if client else "-",
+                escaped(str(scope.get("method", "-"))),
+                escaped(request_target(scope)),
+                escaped(str(scope.get("http_version", "1.1"))),
                 status if status is not None else "-",
                 size if status is not None else "-",
                 (time.perf_counter() - started) * 1_000_000,
