@@ -164,6 +164,8 @@ def test_loom_config_check_reports_and_exits_1(tmp_path: Path, monkeypatch: pyte
     )
     assert sum(line.startswith("warning: ") for line in lines) == 4  # schedules need the store (--db)
     assert lines[-1] == "4 things to look at"
+    store = loom.SQLiteStore(path=str(tmp_path / "x.db"))
+    store.close_writer(store.open_writer())  # a loom database: a path that is none is refused
     with_store = CliRunner().invoke(app, ["config", "check", "--db", str(tmp_path / "x.db")])
     assert "warning: scopes.ops.routes[0]: route 'nightly' runs schedules" in with_store.stdout
 

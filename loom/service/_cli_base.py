@@ -48,7 +48,11 @@ class UserError(Exception):
 
 
 def fail(message: str) -> typer.Exit:
-    typer.echo(f"loom: {message}", err=True)
+    """Print ``message`` as one line (a server's refusal may quote text holding a newline or an escape
+    sequence: `printable` shows it escaped) and give the exit that ends the command with status 1."""
+    from ._render import printable
+
+    typer.echo(f"loom: {printable(message)}", err=True)
     return typer.Exit(1)
 
 
@@ -91,17 +95,96 @@ def read_argument(text: str, option: str) -> str:
         raise UserError(f"{option} {text}: {exc.strerror or exc}") from None
 
 
+class RepeatedMember(ValueError):
+    """A JSON object that names one member twice (``name``: the first such)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the member {name!r} appears more than once in one object: give it once")
+        self.name = name
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` that refuses a repeated member name (`RepeatedMember`)."""
+    seen: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in seen:
+            raise RepeatedMember(name)
+        seen[name] = value
+    return seen
+
+
+def loads(text: str) -> Any:
+    """``text`` decoded as JSON, each member name at most once per object (`RepeatedMember`, a
+    `ValueError`, otherwise). JSON leaves the meaning of a repeated name open and the HTTP API refuses
+    it (400); decoded by ``json.loads`` alone it would quietly become its last value, so the CLI
+    refuses it too, before sending anything. (The HTTP side's check, ``_wire.parse_json``, is not
+    reused: importing that module would cost ``loom send`` the HTTP server's imports, starlette and
+    trio, about 0.15 s.)"""
+    return json.loads(text, object_pairs_hook=_members)
+
+
 def json_object(text: str | None, option: str) -> dict[str, Any]:
     """A JSON object argument (``@file`` or ``@-`` read it); ``None``: an empty one."""
     if text is None:
         return {}
     try:
-        value = json.loads(read_argument(text, option))
+        value = loads(read_argument(text, option))
+    except RepeatedMember as exc:
+        raise UserError(f"{option}: {exc}") from None
     except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep to decode)
         raise UserError(f"{option} must be a JSON object (or @file, or @- for stdin): {exc}") from None
     if not isinstance(value, dict):
         raise UserError(f"{option} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+SQLITE_HEADER = b"SQLite format 3\0"
+"""The first 16 bytes of every SQLite database file (SQLite's file format)."""
+
+
+def existing_loom_database(path: str) -> None:
+    """Refuse (`UserError`, one line) a SQLite path that is not already a loom database, creating
+    nothing beside it: no file there, not a SQLite file (an empty one included), or a SQLite file with
+    no ``loom_schema`` table. A command that inspects or rewrites a store (``config check --db``,
+    ``vacuum``) opens it as the runtime does, and that open makes a missing or empty file a new loom
+    database (with its ``-wal``, ``-shm`` and ``.lock``), and migrates loom's tables into another
+    program's database: a typo would then pass for a store with nothing to report."""
+    file = Path(path)
+    if not file.exists():
+        raise UserError(f"no database at {path}: no such file")
+    if not file.is_file():
+        raise UserError(f"{path} is not a loom database (not a file)")
+    try:
+        with file.open("rb") as opened:
+            head = opened.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if head != SQLITE_HEADER:
+        said = "an empty file" if not head else "not a SQLite file"
+        raise UserError(f"{path} is not a loom database ({said})")
+    if not _has_loom_schema(file):
+        raise UserError(f"{path} is not a loom database (a SQLite file without loom's tables)")
+
+
+def _has_loom_schema(file: Path) -> bool:
+    """Whether the SQLite ``file`` holds loom's schema table, read without writing anything: with no
+    write-ahead log beside it the file is read as immutable (a read-only open of a WAL file would make
+    its ``-wal`` and ``-shm``); with one, read-only through it (what it holds may be committed there)."""
+    import sqlite3
+
+    wal = file.with_name(file.name + "-wal").exists()
+    uri = f"{file.resolve().as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'loom_schema'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise UserError(f"{file} is not a loom database, or unreadable: {exc}") from None
+    return found is not None
 
 
 def dump(answer: Any) -> None:
@@ -161,4 +244,6 @@ def list_command(
     if as_json:
         dump({name: collected, "next_after": after})
     elif after is not None:
-        typer.echo(f"(more remain: --after {after} reads on, --all reads every page)", err=True)
+        from ._render import printable
+
+        typer.echo(f"(more remain: --after {printable(after)} reads on, --all reads every page)", err=True)

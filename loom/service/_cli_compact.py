@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ._cli_base import AS_JSON, TOKEN_FILE, URL, UserError, client, dump, user_errors
+from ._cli_base import AS_JSON, TOKEN_FILE, URL, client, dump, existing_loom_database, user_errors
 
 COUNTS = (
     "events",
@@ -43,12 +43,14 @@ def compact(
     if as_json or not isinstance(answer, dict):
         dump(answer)
         return
-    counts = [f"{answer[kind]} {kind}" for kind in COUNTS if answer.get(kind)]
+    from ._render import printable as p
+
+    counts = [f"{p(answer[kind])} {kind}" for kind in COUNTS if answer.get(kind)]
     typer.echo(f"{'would remove' if dry_run else 'removed'}: {', '.join(counts) or 'nothing'}")
     if answer.get("kept"):
-        typer.echo(f"kept {answer['kept']} past their retention: something still refers to them")
+        typer.echo(f"kept {p(answer['kept'])} past their retention: something still refers to them")
     if answer.get("released_bytes"):
-        typer.echo(f"gave {answer['released_bytes']} bytes back to the file system")
+        typer.echo(f"gave {p(answer['released_bytes'])} bytes back to the file system")
 
 
 @user_errors
@@ -57,11 +59,10 @@ def vacuum(
 ) -> None:
     """Rewrite a SQLite file made by an earlier loom with incremental vacuum, so the space compaction
     frees goes back to the file system. Stop loom first; it needs free disk space about the size of
-    the file."""
+    the file. A file that is not a loom database is refused and left as it is."""
     from ..store import SQLiteStore
 
-    if not db.is_file():
-        raise UserError(f"{db}: no such file")
+    existing_loom_database(str(db))  # the store's open would make any other file a loom database
     before, after = SQLiteStore(path=str(db)).vacuum()
     typer.echo(f"{db}: {before} bytes before, {after} after; compaction now gives freed space back")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from ._cli_base import group, user_errors
+from ._cli_base import UserError, existing_loom_database, group, user_errors
 
 config_app = group("Check a configuration before it runs.")
 
@@ -24,7 +24,7 @@ def config_check(
     db: str | None = typer.Option(
         None,
         "--db",
-        help="Also check the schedules armed in this store (a SQLite file no server holds, or a"
+        help="Also check the schedules armed in this store (a loom SQLite file no server holds, or a"
         " postgresql:// URL).",
     ),
 ) -> None:
@@ -36,16 +36,35 @@ def config_check(
 
     from ..config import Config
     from ._apps import app_and_config, find_config
+    from ._render import printable
 
+    if db is not None:
+        _check_store(db)
     served, loaded, said = app_and_config(app_spec, find_config(config))
     typer.echo(f"checking {said}")
     findings = trio.run(_check, loaded if loaded is not None else Config(), served, db)
     for finding in findings:
-        typer.echo(f"warning: {finding}")
+        typer.echo(f"warning: {printable(finding)}")  # (it may quote what the store holds)
     if findings:
         typer.echo(f"{len(findings)} thing{'s' if len(findings) != 1 else ''} to look at")
         raise typer.Exit(1)
     typer.echo("nothing to report")
+
+
+def _check_store(db: str) -> None:
+    """Refuse a ``--db`` no check can read, before anything opens it: a malformed PostgreSQL URL, and
+    a SQLite path that is not already a loom database (opening it would create one: a typo would be
+    "nothing to report" and leave a new database behind)."""
+    from ..records.errors import LoomError
+    from ..store import SQLiteStore, as_store, check_location
+
+    try:
+        check_location(db)
+        store = as_store(db)
+    except LoomError as exc:
+        raise UserError(f"--db: {exc}") from None
+    if isinstance(store, SQLiteStore):
+        existing_loom_database(db)
 
 
 async def _check(config: Any, served: Any, db: str | None) -> list[Any]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,14 @@ from ._cli_base import (
     LIMIT,
     TOKEN_FILE,
     URL,
+    RepeatedMember,
     UserError,
     client,
     dump,
     group,
     json_object,
     list_command,
+    loads,
     read_argument,
     show,
     user_errors,
@@ -87,22 +88,25 @@ ROUTE_WAIT_S = 2
 
 
 def routing_line(routing: Any) -> str:
-    """Where an accepted Event went, for ``loom send``."""
+    """Where an accepted Event went, for ``loom send``. An Event routed by no route (it won a wait
+    that no route passed it to) is said with the checkpoint's reason, which says so."""
+    from ._render import printable as p
+
     if not isinstance(routing, dict):
         return "routing: unknown"
     status = routing.get("status")
-    route = f"route {routing.get('route')!r}" + (
-        f" (scope {routing['route_scope']})" if routing.get("route_scope") else ""
-    )
-    reason = f": {routing['reason']}" if routing.get("reason") else ""
+    route = _route(routing)
+    by = f" by {route}" if route else ""
+    reason = f": {p(routing['reason'])}" if routing.get("reason") else ""
+    work = p(routing.get("work_id"))
     if status == "routed":
-        return f"routed by {route} to work {routing.get('work_id')}"
+        return f"routed{by} to work {work}{'' if route else reason}"
     if status == "unmatched":
         return f"matched no route in its scope: nothing will act on it{reason}"
     if status == "drop":
-        return f"dropped by {route}{reason}"
+        return f"dropped{by}{reason}"
     if status == "terminal":
-        return f"matched {route}, but work {routing.get('work_id')} has ended{reason}"
+        return f"matched {route or 'no route'}, but work {work} has ended{reason}"
     if status == "compacted":
         return "routed long ago: the original Event was removed by compaction"
     if status == "unrouted":
@@ -110,24 +114,39 @@ def routing_line(routing: Any) -> str:
     return "accepted, not routed yet (the router routes it in acceptance order)"
 
 
+def _route(routing: dict[str, Any]) -> str:
+    """``route 'orders' (scope shop)``, or ``""`` when no route took the Event."""
+    from ._render import printable as p
+
+    if not routing.get("route"):
+        return ""
+    scope = f" (scope {p(routing['route_scope'])})" if routing.get("route_scope") else ""
+    return f"route '{p(routing['route'])}'{scope}"
+
+
 def _said(answer: dict[str, Any], source: str, delivery_id: str) -> str:
+    from ._render import printable as p
     from ._render import when
 
     what = "already accepted (a duplicate delivery)" if answer.get("duplicate") else "accepted"
     return (
-        f"{what}: event {answer.get('id')} seq {answer.get('seq')} at {when(answer.get('accepted_at_ms'))} "
-        f"(source {source}, delivery {delivery_id})"
+        f"{what}: event {p(answer.get('id'))} seq {p(answer.get('seq'))} at {when(answer.get('accepted_at_ms'))} "
+        f"(source {p(source)}, delivery {p(delivery_id)})"
     )
 
 
 def _send_batch(api: Any, batch: str, as_json: bool) -> None:
+    from ._render import printable as p
+
     text = read_argument("@-" if batch == "-" else f"@{batch}", "--batch")
     items: list[Any] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            items.append(json.loads(line))
+            items.append(loads(line))
+        except RepeatedMember as exc:
+            raise UserError(f"--batch line {number}: {exc}") from None
         except (ValueError, RecursionError) as exc:
             raise UserError(f"--batch line {number} is not JSON: {exc}") from None
     if not items:
@@ -144,8 +163,8 @@ def _send_batch(api: Any, batch: str, as_json: bool) -> None:
         else:
             refused += 1
             error = result.get("error") or {}
-            field = f" ({error.get('field')})" if error.get("field") else ""
-            typer.echo(f"{number}: refused{field}: {error.get('message')}")
+            field = f" ({p(error.get('field'))})" if error.get("field") else ""
+            typer.echo(f"{number}: refused{field}: {p(error.get('message'))}")
     if refused:
         raise typer.Exit(1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -127,7 +128,11 @@ def timers_cancel(
     if as_json or not isinstance(answer, dict):
         dump(answer)
     else:
-        typer.echo(f"cancel: timer {timer_id} is {answer.get('state')} (revision {answer.get('revision')})")
+        from ._render import printable as p
+
+        typer.echo(
+            f"cancel: timer {p(timer_id)} is {p(answer.get('state'))} (revision {p(answer.get('revision'))})"
+        )
 
 
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d)\Z")
@@ -198,10 +203,11 @@ def timers_arm(
     if as_json or not isinstance(answer, dict):
         dump(answer)
         return
+    from ._render import printable as p
     from ._render import when
 
     typer.echo(
-        f"armed: timer {answer.get('id')} fires {when(answer.get('fire_at_ms'))} (revision {answer.get('revision')})"
+        f"armed: timer {p(answer.get('id'))} fires {when(answer.get('fire_at_ms'))} (revision {p(answer.get('revision'))})"
     )
 
 
@@ -219,10 +225,11 @@ def diagnostics(
     """List what went wrong, and with which subject (never a payload), oldest first."""
 
     def render(items: list[Any]) -> str:
+        from ._render import printable as p
         from ._render import when
 
         return "\n".join(
-            f"{when(d.get('at_ms'))}  #{d.get('id')}  {d.get('kind')}  {d.get('subject')}: {d.get('message')}"
+            f"{when(d.get('at_ms'))}  #{p(d.get('id'))}  {p(d.get('kind'))}  {p(d.get('subject'))}: {p(d.get('message'))}"
             for d in items
         )
 
@@ -248,12 +255,29 @@ def watch(
     token_file: Path | None = TOKEN_FILE,
     as_json: bool = typer.Option(False, "--json", help="One JSON object a line (the Work as it is now)."),
 ) -> None:
-    """Follow Work changes as they commit (GET /watch, server-sent events) until interrupted."""
-    from ._render import when
-
+    """Follow Work changes as they commit (GET /watch, server-sent events) until interrupted, or until
+    --count changes. A stream the server ends first (it stopped, or was killed) says so on stderr and
+    exits with status 1."""
+    api = client(url, token_file)
     seen = 0
+    for kind, item in _server_events(api.stream("/watch", {"scope": scope, "work": work})):
+        typer.echo(
+            json.dumps(item, sort_keys=True, ensure_ascii=False) if as_json else _watch_line(kind, item)
+        )
+        seen += isinstance(item, dict) and "work" in item
+        if count is not None and seen >= count:
+            return
+    # nobody asked for this end: a watch that ended quietly (exit status 0) would look, to a person or
+    # a script, like one that saw every change there was, when the server went away
+    left = f" after {seen} of the {count} changes asked for" if count is not None else ""
+    raise UserError(f"the loom server at {api.url} closed the stream{left}")
+
+
+def _server_events(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
+    """The ``(event kind, decoded data)`` of each server-sent event of a stream's lines; comments (the
+    keep-alives) skipped."""
     kind, data = "message", []
-    for line in client(url, token_file).stream("/watch", {"scope": scope, "work": work}):
+    for line in lines:
         if line.startswith(":"):
             continue  # a keep-alive comment
         if line.startswith("event:"):
@@ -261,22 +285,25 @@ def watch(
         elif line.startswith("data:"):
             data.append(line[5:].strip())
         elif not line and data:
-            item = json.loads("\n".join(data))
-            said, kind, data = kind, "message", []
-            if as_json:
-                typer.echo(json.dumps(item, sort_keys=True, ensure_ascii=False))
-            elif "work" in item:
-                w = item["work"]
-                held = f" held: {w.get('hold_reason')}" if w.get("held") else ""
-                keys = ", ".join(w.get("keys") or [])
-                typer.echo(
-                    f"{when(item.get('at_ms'))}  {w.get('id')}  {w.get('state')}{held}  {w.get('scope')}  {keys}"
-                )
-            else:
-                typer.echo(f"{said}: {item.get('message', '')}")
-            seen += "work" in item
-            if count is not None and seen >= count:
-                return
+            yield kind, json.loads("\n".join(data))
+            kind, data = "message", []
+
+
+def _watch_line(kind: str, item: Any) -> str:
+    """One server-sent event of ``loom watch`` for a person: a Work change, or what the server says."""
+    from ._render import printable as p
+    from ._render import when
+
+    if not isinstance(item, dict):
+        return f"{p(kind)}: {p(item)}"
+    if "work" not in item:
+        return f"{p(kind)}: {p(item.get('message', ''))}"
+    w = item["work"] if isinstance(item["work"], dict) else {}
+    held = f" held: {p(w.get('hold_reason'))}" if w.get("held") else ""
+    keys = ", ".join(p(key) for key in w.get("keys") or [])
+    return (
+        f"{when(item.get('at_ms'))}  {p(w.get('id'))}  {p(w.get('state'))}{held}  {p(w.get('scope'))}  {keys}"
+    )
 
 
 @user_errors
@@ -288,7 +315,11 @@ def health(url: str = URL, as_json: bool = AS_JSON) -> None:
 @user_errors
 def metrics(url: str = URL, token_file: Path | None = TOKEN_FILE) -> None:
     """Print the server's Prometheus metrics."""
-    typer.echo(client(url, token_file).text("/metrics"), nl=False)
+    from ._render import printable
+
+    # the exposition format's lines stay lines; any other control character a label value holds is
+    # shown escaped, as every string from the server is
+    typer.echo(printable(client(url, token_file).text("/metrics"), keep="\n"), nl=False)
 
 
 @user_errors

@@ -27,21 +27,23 @@ def _path(work_id: str, action: str) -> str:
 def outcome_line(result: dict[str, Any]) -> str:
     """A Work's outcome for a person: its value, or its last error and what follows."""
     from ._render import humanize
+    from ._render import printable as p
 
-    work, state = result.get("work_id"), result.get("state")
+    work, state = p(result.get("work_id")), result.get("state")
     shown = humanize(result)
     if state == "completed":
         value = result.get("value")
         return f"work {work} completed" + (
             f": {json.dumps(value, sort_keys=True)}" if value is not None else ""
-        )
-    error = f"; the last error: {result['error']}" if result.get("error") else ""
+        )  # (json.dumps writes ASCII: every control character escaped)
+    error = f"; the last error: {p(result['error'])}" if result.get("error") else ""
+    attempts = p(result.get("attempts"))
     if state in ("failed", "cancelled"):
-        return f"work {work} {state} after {result.get('attempts')} attempt(s){error}"
+        return f"work {work} {state} after {attempts} attempt(s){error}"
     if result.get("retry") == "exhausted":
-        return f"work {work} is held, its retries spent{error}: {result.get('hold_reason') or '-'}"
-    retry = f"; next attempt at {shown.get('next_retry_at')}" if result.get("next_retry_at_ms") else ""
-    return f"work {work} is {state} after {result.get('attempts')} attempt(s){error}{retry}"
+        return f"work {work} is held, its retries spent{error}: {p(result.get('hold_reason') or '-')}"
+    retry = f"; next attempt at {p(shown.get('next_retry_at'))}" if result.get("next_retry_at_ms") else ""
+    return f"work {work} is {p(state)} after {attempts} attempt(s){error}{retry}"
 
 
 def add_work_commands(work_app: typer.Typer) -> None:
@@ -127,6 +129,10 @@ def add_work_commands(work_app: typer.Typer) -> None:
         if as_json or not isinstance(answer, dict):
             dump(answer)
             return
+        from ._render import printable as p
+
         for name, text in (answer.get("logs") or {}).items():
-            typer.echo(f"== {name} of attempt {attempt} ({answer.get('execution_id') or '-'}) ==")
-            typer.echo(text.rstrip("\n") if text else "(empty)")
+            typer.echo(f"== {p(name)} of attempt {attempt} ({p(answer.get('execution_id') or '-')}) ==")
+            # an attempt's output keeps its lines and tabs; its other controls (a CR, an escape
+            # sequence) are shown escaped like every string from the server
+            typer.echo(p(text.rstrip("\n"), keep="\n\t") if text else "(empty)")

@@ -88,18 +88,20 @@ def work_get(
 def _control(
     action: str, work_id: str, body: dict[str, Any], url: str, token_file: Path | None, as_json: bool
 ) -> None:
+    from ._render import printable as p
+
     answer = client(url, token_file).post(work_path(work_id, action), body)
     if as_json or not isinstance(answer, dict):
         dump(answer)
         return
     if answer.get("state"):  # hold, release, cancel answer the Work
-        held = f", held: {answer.get('hold_reason') or '-'}" if answer.get("held") else ", not held"
-        said = f"is {answer['state']}{held}"
+        held = f", held: {p(answer.get('hold_reason') or '-')}" if answer.get("held") else ", not held"
+        said = f"is {p(answer['state'])}{held}"
     elif answer.get("status"):
-        said = f"interrupt {answer['status']}"  # interrupt answers its intent
+        said = f"interrupt {p(answer['status'])}"  # interrupt answers its intent
     else:
-        said = f"requested as event {answer.get('id')}"  # retry and replay answer their control Event
-    typer.echo(f"{action}: work {work_id} {said}")
+        said = f"requested as event {p(answer.get('id'))}"  # retry and replay answer their control Event
+    typer.echo(f"{action}: work {p(work_id)} {said}")
 
 
 WORK_ID = typer.Argument(..., help="The Work's id.")

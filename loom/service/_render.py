@@ -1,7 +1,8 @@
 """Rendering for the command line: times in local time with their offset and a relative form, records
 as aligned lines and tables.
 
-The server's JSON is shown as it comes, with every instant (a key ending in ``at_ms``, such as
+The server's JSON is shown as it comes, each string in it through `printable` (a control character
+shown escaped, so one field stays on one line), with every instant (a key ending in ``at_ms``, such as
 ``fire_at_ms`` or ``accepted_at_ms``) written as local time with its UTC offset and how far it is
 from now (``2026-01-01 10:00:00+01:00 (in 4 min)``) instead of Unix milliseconds. ``--json`` prints
 the milliseconds as they are.
@@ -10,6 +11,7 @@ the milliseconds as they are.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +19,32 @@ from typing import Any
 from ..records.reprs import iso_utc, utc_moment
 
 MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What a terminal does not show as itself: the C0 controls (newline, CR, tab, BEL, ESC, ...), DEL,
+the C1 controls, the line and paragraph separators, and the bidirectional embeddings, overrides and
+isolates (which reorder what a line shows)."""
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(value: object, keep: str = "") -> str:
+    """``str(value)`` safe to print: each character of `_UNSAFE` not in ``keep`` shown escaped as
+    Python writes it (``\\n``, ``\\x1b``, ``\\u202e``).
+
+    Every string the server answers (a hold reason, a function's error, a diagnostic) holds what
+    someone sent. Printed raw, a newline in it forges a line of the CLI's own (``state  completed``),
+    a CR overwrites what came before it, and an escape sequence drives the terminal. Human output
+    shows each through this one function, so one field stays one field on one line; ``--json``
+    prints the answer as it is."""
+    text = str(value)
+    return _UNSAFE.sub(lambda found: _escaped(found.group(), keep), text)
+
+
+def _escaped(char: str, keep: str) -> str:
+    if char in keep:
+        return char
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
 def iso(ms: int) -> str:
@@ -60,7 +88,7 @@ def relative(ms: int, now: int) -> str:
 def when(ms: object, now: int | None = None) -> str:
     """An instant for a person: local time with its offset and its relative form; ``-`` for none."""
     if not _is_ms(ms):
-        return "-" if ms is None else str(ms)
+        return "-" if ms is None else printable(ms)
     assert isinstance(ms, int)
     return f"{local(ms)} ({relative(ms, now_ms() if now is None else now)})"
 
@@ -117,8 +145,8 @@ def scalar(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(scalar(item) for item in value) or "-"
     if isinstance(value, Mapping):
-        return json.dumps(value, sort_keys=True) if value else "-"
-    return str(value)
+        return json.dumps(value, sort_keys=True) if value else "-"  # (ASCII: escapes every control)
+    return printable(value)
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]]) -> str:
@@ -132,18 +160,21 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[tuple[str, str]])
 
 def block(record: Mapping[str, Any], indent: str = "") -> str:
     """A humanized record as ``key  value`` lines; nested records and lists of records indented."""
-    width = max((len(str(key)) for key in record), default=0)
+    width = max((len(printable(key)) for key in record), default=0)
     lines: list[str] = []
-    for key, value in record.items():
+    for name, value in record.items():
+        key = printable(name)
         if isinstance(value, Mapping) and value:
             lines.append(f"{indent}{key}:")
             lines.append(block(value, indent + "  "))
         elif isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value):
             lines.append(f"{indent}{key}:")
             for item in value:
-                lines.append(f"{indent}  - " + "  ".join(f"{k}={scalar(v)}" for k, v in item.items()))
+                lines.append(
+                    f"{indent}  - " + "  ".join(f"{printable(k)}={scalar(v)}" for k, v in item.items())
+                )
         else:
-            lines.append(f"{indent}{str(key).ljust(width)}  {scalar(value)}")
+            lines.append(f"{indent}{key.ljust(width)}  {scalar(value)}")
     return "\n".join(lines)
 
 
@@ -173,27 +204,32 @@ def work_view(answer: Mapping[str, Any]) -> str:
         fields["last error"] = result["error"]
     if result.get("value") is not None:
         fields["value"] = json.dumps(result["value"], sort_keys=True)
-    lines = [f"work {work.get('id')}", block(fields, "  ")]
+    p = printable
+    lines = [f"work {p(work.get('id'))}", block(fields, "  ")]
     wait = view.get("wait")
     if isinstance(wait, Mapping):
         types = scalar(wait.get("types")) if wait.get("types") else "any type"
-        timeout = f", times out at {wait['timeout_at']}" if wait.get("timeout_at") else ""
-        lines.append(f"  wait      {wait.get('id')}: {wait.get('state')}, for {types}{timeout}")
+        timeout = f", times out at {p(wait['timeout_at'])}" if wait.get("timeout_at") else ""
+        lines.append(f"  wait      {p(wait.get('id'))}: {p(wait.get('state'))}, for {types}{timeout}")
     pending = [e for e in view.get("pending_inputs") or () if isinstance(e, Mapping)]
     if pending:
         lines.append("pending input:")
         lines += [
-            f"  {e.get('accepted_at', '-')}  {e.get('id')}  {e.get('type')}  seq {e.get('seq')}"
+            f"  {p(e.get('accepted_at', '-'))}  {p(e.get('id'))}  {p(e.get('type'))}  seq {p(e.get('seq'))}"
             for e in pending
         ]
     timers = [t for t in view.get("timers") or () if isinstance(t, Mapping)]
     if timers:
         lines.append("timers:")
-        lines += [f"  {t.get('id')}  {t.get('state')}  fires at {t.get('fire_at', '-')}" for t in timers]
+        lines += [
+            f"  {p(t.get('id'))}  {p(t.get('state'))}  fires at {p(t.get('fire_at', '-'))}" for t in timers
+        ]
     diagnostics = [d for d in view.get("diagnostics") or () if isinstance(d, Mapping)]
     if diagnostics:
         lines.append("diagnostics (newest first):")
-        lines += [f"  {d.get('at', '-')}  {d.get('kind')}: {d.get('message')}" for d in diagnostics[:5]]
+        lines += [
+            f"  {p(d.get('at', '-'))}  {p(d.get('kind'))}: {p(d.get('message'))}" for d in diagnostics[:5]
+        ]
     history = view.get("history")
     if isinstance(history, Mapping):
         checkpoints = [c for c in history.get("checkpoints") or () if isinstance(c, Mapping)]
@@ -201,16 +237,19 @@ def work_view(answer: Mapping[str, Any]) -> str:
         if checkpoints:
             lines.append("routed events:")
             for c in checkpoints:
-                route = f" by route {c['route']}" if c.get("route") else ""
-                reason = f": {c['reason']}" if c.get("reason") else ""
-                lines.append(f"  {c.get('at', '-')}  {c.get('event_id')}  {c.get('status')}{route}{reason}")
+                route = f" by route {p(c['route'])}" if c.get("route") else ""
+                reason = f": {p(c['reason'])}" if c.get("reason") else ""
+                lines.append(
+                    f"  {p(c.get('at', '-'))}  {p(c.get('event_id'))}  {p(c.get('status'))}{route}{reason}"
+                )
         if executions:
             lines.append("attempts:")
             for x in executions:
                 outcome = x.get("outcome") if isinstance(x.get("outcome"), Mapping) else {}
-                error = f": {outcome['error']}" if outcome and outcome.get("error") else ""
-                ended = f" -> {x['ended_at']}" if x.get("ended_at") else ""
+                error = f": {p(outcome['error'])}" if outcome and outcome.get("error") else ""
+                ended = f" -> {p(x['ended_at'])}" if x.get("ended_at") else ""
+                started = p(x.get("created_at", "-"))
                 lines.append(
-                    f"  {x.get('attempt')}  {x.get('id')}  {x.get('state')}  {x.get('created_at', '-')}{ended}{error}"
+                    f"  {p(x.get('attempt'))}  {p(x.get('id'))}  {p(x.get('state'))}  {started}{ended}{error}"
                 )
     return "\n".join(lines)
