@@ -132,6 +132,12 @@ class Compactor:
         self.last: CompactionReport | None = None
         """What the last sweep removed."""
         self._progress = trio.Event()
+        self._reloaded = trio.Event()
+
+    def on_reload(self) -> None:
+        """A new configuration is in force: the wait for the next sweep is measured again by its
+        ``[compaction] every`` (from the end of the last sweep)."""
+        self._reloaded.set()
 
     @property
     def idle(self) -> bool:
@@ -178,6 +184,25 @@ class Compactor:
                     exc=exc,
                     logger=log,
                 )
-            self.next_ms = self._clock.now_ms() + config.compaction.every_ms
+            await self._until_due(self._clock.now_ms())
+
+    async def _until_due(self, ended_ms: int) -> None:
+        """Until the next sweep is due: ``[compaction] every`` after the last one ended, by the
+        configuration in force (a reload that shortens it is obeyed at once, not after the old wait)."""
+        while True:
+            self.next_ms = ended_ms + self._config().compaction.every_ms
             self._signal()
-            await self._clock.sleep_until(self.next_ms)
+            reloaded = self._reloaded = trio.Event()
+            due = False
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when, reloaded, nursery.cancel_scope)
+                await self._clock.sleep_until(self.next_ms)
+                due = True
+                nursery.cancel_scope.cancel()
+            if due:
+                return
+
+
+async def _cancel_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()

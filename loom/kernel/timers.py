@@ -184,6 +184,9 @@ def arm_in_tx(
     timer's spec is validated by its policy now (see `recurrence.dry_run`).
     """
     validate_spec(spec)
+    if spec.work_id is not None and tx.work(spec.work_id) is None:
+        # its Event could never be routed to it: refused now, as an Event naming no Work is, not when it fires
+        raise InvalidRequest(f"work_id {spec.work_id!r} names no existing work", field="work_id")
     existing, removed = tx.timer_or_removed(spec.id)
     if control:
         assert control_timer(spec.id) is not None, f"control timer {spec.id!r} has no reserved id prefix"

@@ -15,7 +15,7 @@ import trio
 
 from .errors import InvalidRequest
 from .reprs import iso_utc
-from .validation import describe_value
+from .validation import MAX_TIME_MS, describe_value
 
 
 @runtime_checkable
@@ -83,8 +83,10 @@ class ManualClock:
 
     def __init__(self, start_ms: int = 0) -> None:
         _check_whole_ms("ManualClock start_ms", start_ms)
-        if start_ms < 0:
-            raise InvalidRequest(f"ManualClock start_ms must be >= 0, got {start_ms}")
+        if not 0 <= start_ms <= MAX_TIME_MS:
+            raise InvalidRequest(
+                f"ManualClock start_ms must be from 0 to {MAX_TIME_MS} (the year 9999), got {start_ms}"
+            )
         self._now = start_ms
         self._sleepers: list[_Sleeper] = []
         self._on_change: list[Callable[[], None]] = []
@@ -105,6 +107,11 @@ class ManualClock:
         if now_ms < self._now:
             raise InvalidRequest(
                 f"ManualClock.set: time never moves backwards ({now_ms} is before {self._now})"
+            )
+        if now_ms > MAX_TIME_MS:
+            raise InvalidRequest(
+                f"ManualClock.set: {now_ms} is past the last instant loom keeps ({MAX_TIME_MS}, the"
+                " year 9999)"
             )
         self._now = now_ms
         self._wake()

@@ -121,6 +121,10 @@ async def open_runtime(
             raise InvalidRequest(f"node must not hold '#', got {node!r}", field="node")
     check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
     check_int("resync_ms", resync_ms, 1, MAX_LEASE_MS)
+    if isinstance(actors, str | bytes):
+        raise InvalidRequest(
+            f"actors must be a list of actor names, got the string {actors!r}", field="actors"
+        )
     chosen = tuple(dict.fromkeys(actors))
     unknown = [name for name in chosen if name not in ACTORS]
     if unknown:

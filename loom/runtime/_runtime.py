@@ -22,7 +22,7 @@ from ..actors.timers import TimerActor
 from ..config import Config
 from ..kernel._common import barrier_in_tx
 from ..records.clock import Clock
-from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageUnavailable
+from ..records.errors import ConfigError, InvalidRequest, LoomError, StorageClosed, StorageUnavailable
 from ..records.events import Event, EventIn
 from ..records.validation import check_int
 from ..records.work import Checkpoint
@@ -96,11 +96,14 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
         """
         if not isinstance(config, Config):
             raise ConfigError(f"expected a Config, got {type(config).__name__}")
+        self._open_or_closed()
         replaced = self._p.holder.replace(config)
         if self._p.router is not None:
             self._p.router.on_reload()  # a raised budget limit releases the Work it held
         else:
             self._p.readmit = True  # the host's next admission pass looks again at what it passed over
+        if self._p.compaction is not None:
+            self._p.compaction.on_reload()  # a shorter [compaction] every takes effect now
         return replaced
 
     # -- acceptance -----------------------------------------------------------------
@@ -176,7 +179,14 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
         what you need from the store). Notices are hints; the store is the truth.
         """
         check_int("capacity", capacity, 1, MAX_WATCH_CAPACITY)
+        self._open_or_closed()
         return Watch(self._p.storage, capacity)
+
+    def _open_or_closed(self) -> None:
+        """`StorageClosed` once the runtime closed, for the calls that do not go through the store (a
+        watch would wait for ever for a commit that never comes; a reload would answer for nothing)."""
+        if not self._p.storage.running:
+            raise StorageClosed("the runtime is closed")
 
     # -- actors -----------------------------------------------------------------------
 

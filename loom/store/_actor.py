@@ -165,6 +165,11 @@ class StorageActor(Notices):
         raise request.error
 
     @property
+    def running(self) -> bool:
+        """Whether the actor takes requests (it started and has not stopped)."""
+        return self._running
+
+    @property
     def shared(self) -> bool:
         """Whether other runtimes (nodes) may write the same database."""
         return self._dialect.shared

@@ -14,6 +14,7 @@ import enum
 
 import attrs
 
+from ..records.errors import InvalidRequest
 from ..store import CrashPoint, as_store
 
 __all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint", "storage_failure"]
@@ -28,6 +29,17 @@ BEFORE_COMMIT = Boundary.BEFORE_COMMIT
 AFTER_COMMIT = Boundary.AFTER_COMMIT
 
 
+def _boundary(value: object) -> Boundary:
+    """A crash point's boundary; anything else is refused, naming the two (one that matched no
+    boundary would never fire, and the test that set it would pass without its crash)."""
+    for boundary in Boundary:
+        if isinstance(value, str) and value == boundary.value:
+            return boundary
+    raise InvalidRequest(
+        f"CrashAt boundary must be {BEFORE_COMMIT.value!r} or {AFTER_COMMIT.value!r}, got {value!r}"
+    )
+
+
 @attrs.define
 class CrashAt:
     """Crash at ``boundary`` of the ``batch``-th batch (1-based) the storage actor runs.
@@ -35,9 +47,14 @@ class CrashAt:
     Batches are counted from the actor's start; migrations at open are not batches.
     """
 
-    boundary: Boundary
-    batch: int
+    boundary: Boundary = attrs.field(converter=_boundary)
+    batch: int = attrs.field()
     fired: bool = False
+
+    @batch.validator
+    def _check_batch(self, attribute: object, value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InvalidRequest(f"CrashAt batch must be a whole number from 1, got {value!r}")
 
     def __call__(self, point: str, batch_no: int) -> None:
         if not self.fired and point == self.boundary and batch_no >= self.batch:
