@@ -138,53 +138,15 @@ def json_object(text: str | None, option: str) -> dict[str, Any]:
     return value
 
 
-SQLITE_HEADER = b"SQLite format 3\0"
-"""The first 16 bytes of every SQLite database file (SQLite's file format)."""
-
-
 def existing_loom_database(path: str) -> None:
     """Refuse (`UserError`, one line) a SQLite path that is not already a loom database, creating
-    nothing beside it: no file there, not a SQLite file (an empty one included), or a SQLite file with
-    no ``loom_schema`` table. A command that inspects or rewrites a store (``config check --db``,
-    ``vacuum``) opens it as the runtime does, and that open makes a missing or empty file a new loom
-    database (with its ``-wal``, ``-shm`` and ``.lock``), and migrates loom's tables into another
-    program's database: a typo would then pass for a store with nothing to report."""
-    file = Path(path)
-    if not file.exists():
-        raise UserError(f"no database at {path}: no such file")
-    if not file.is_file():
-        raise UserError(f"{path} is not a loom database (not a file)")
-    try:
-        with file.open("rb") as opened:
-            head = opened.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if head != SQLITE_HEADER:
-        said = "an empty file" if not head else "not a SQLite file"
-        raise UserError(f"{path} is not a loom database ({said})")
-    if not _has_loom_schema(file):
-        raise UserError(f"{path} is not a loom database (a SQLite file without loom's tables)")
+    nothing beside it (`loom.store.not_a_loom_database` says why): a typo would otherwise pass for a
+    store with nothing to report."""
+    from ..store import not_a_loom_database
 
-
-def _has_loom_schema(file: Path) -> bool:
-    """Whether the SQLite ``file`` holds loom's schema table, read without writing anything: with no
-    write-ahead log beside it the file is read as immutable (a read-only open of a WAL file would make
-    its ``-wal`` and ``-shm``); with one, read-only through it (what it holds may be committed there)."""
-    import sqlite3
-
-    wal = file.with_name(file.name + "-wal").exists()
-    uri = f"{file.resolve().as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-        try:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'loom_schema'"
-            ).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise UserError(f"{file} is not a loom database, or unreadable: {exc}") from None
-    return found is not None
+    problem = not_a_loom_database(path)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def dump(answer: Any) -> None:

@@ -14,6 +14,7 @@ from ._reader import ActorReader as ActorReader
 from ._reader import Reader as Reader
 from ._schema import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SQLiteStore as SQLiteStore
+from ._sqlite import not_a_loom_database as not_a_loom_database
 from ._tx import Tx as Tx
 from ._tx_admission import AdmissionFacts as AdmissionFacts
 from ._tx_admission import QueuePlace as QueuePlace

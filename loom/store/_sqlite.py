@@ -209,6 +209,43 @@ def _refuse_before_lock(path: str) -> None:
         raise StorageError("not a loom database, or unreadable: file is not a database")
 
 
+def not_a_loom_database(path: str) -> str | None:
+    """Why the SQLite ``path`` is not already a loom database (``None``: it is one), found without
+    writing anything or creating anything beside it: no file there, not a SQLite file (an empty one
+    included), or a SQLite file without loom's tables. For the commands that inspect or rewrite a store
+    (``loom config check --db``, ``loom vacuum``): opening it as a runtime does would make a missing or
+    empty file a new database, and migrate loom's tables into another program's."""
+    file = Path(path)
+    if not file.exists():
+        return f"no database at {path}: no such file"
+    if not file.is_file():
+        return f"{path} is not a loom database (not a file)"
+    try:
+        with file.open("rb") as opened:
+            head = opened.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if head != SQLITE_HEADER:
+        return f"{path} is not a loom database ({'an empty file' if not head else 'not a SQLite file'})"
+    # with no write-ahead log beside it the file is read as immutable (a read-only open of a WAL file
+    # would make its -wal and -shm); with one, read-only through it (what it holds may be there)
+    wal = file.with_name(file.name + "-wal").exists()
+    uri = f"{file.resolve().as_uri()}?mode=ro" + ("" if wal else "&immutable=1")
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'loom_schema'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        return f"{path} is not a loom database, or unreadable: {exc}"
+    return (
+        None if found is not None else f"{path} is not a loom database (a SQLite file without loom's tables)"
+    )
+
+
 def _size(path: str) -> int:
     """The bytes a database takes: its file and its write-ahead log."""
     wal = Path(path + "-wal")
