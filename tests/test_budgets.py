@@ -184,6 +184,20 @@ async def test_a_release_allows_exactly_one_more_turn(rt: Runtime) -> None:
     assert (await rt.work(lease.work_id)).held
 
 
+async def test_releasing_a_hold_of_a_running_work_grants_no_turn_past_its_budget(rt: Runtime) -> None:
+    """The one more turn a release grants answers a budget hold (or a start gate's, before the first
+    start). Catches a release of an operator's hold on a running Work that left the next turn free of
+    the budget: the attempt then spent past the limit, and the next turn started anyway (seen: the
+    ledger at 15 of 10 and attempt 2 running)."""
+    lease = await turn(rt, "a", 0)
+    await rt.hold(lease.work_id, reason="look at it")
+    await rt.release(lease.work_id)
+    await spend(rt, lease, 15)
+    with pytest.raises(Conflict, match="15 of 10"):
+        await turn(rt, "a", 1)
+    assert (await rt.work(lease.work_id)).held
+
+
 @pytest.mark.parametrize("budgets", [[{"name": "turns", "unit": "turns", "limit": 1}]])
 async def test_a_release_lets_one_resume_through_and_no_more(rt: Runtime) -> None:
     """A resumed attempt is a turn like any other (docs/recovery.md, "Budgets"): an operator's release

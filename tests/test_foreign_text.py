@@ -6,6 +6,7 @@ NUL, SQLite's does: a store must not decide what is valid input)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,9 @@ from loom import (
     Lease,
     RetryState,
     Runtime,
+    SubscriptionSpec,
     WorkState,
+    hookimpl,
     open_runtime,
 )
 from loom.plugins.handlers import work_id_for_key
@@ -125,3 +128,75 @@ async def test_a_reason_or_an_error_with_a_nul_is_refused_and_changes_nothing(rt
     assert (work.state, work.held) == (WorkState.RUNNING, False)
     await rt.complete(lease, Failed(error="boom"))
     assert (await rt.result(lease.work_id)).error == "boom"
+
+
+GATED = Config.from_dict(
+    {"scopes": {SCOPE: {"routes": [{"name": "r", "types": ["r.*"], "create_work": True, "work_kind": "job"}]}},
+     "work_kinds": {"job": {"standing": True}}}
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["long", "nul", "surrogate"])
+async def test_a_start_gate_reason_of_any_text_holds_its_work_alone(
+    loom_store: str, clock: ManualClock, kind: str
+) -> None:
+    """A start gate's reason becomes the hold reason, kept as every store keeps one. Catches a reason
+    held as answered: the hold's own check refused it, the admission pass raised, the Work it did not
+    concern was left running under a lease the host never received, and the gated Work was never held
+    (with actors running, the runtime stopped)."""
+
+    class Gate:
+        @hookimpl
+        def loom_start_gates(self) -> dict[str, Any]:
+            return {"g": lambda work: MESSAGES[kind] if work.keys[0] == "bad" else None}
+
+    async with open_runtime(
+        loom_store, clock=clock, config=GATED, plugins=[Gate()], actors=(), load_entry_points=False
+    ) as rt:
+        for key in ("good", "bad"):
+            await rt.publish(EventIn(source="t", delivery_id=key, type="r.go", scope=SCOPE, key=key))
+        await rt.poll()
+        (lease,) = await rt.admit(owner="host")
+        assert lease.work_id == work_id_for_key(SCOPE, "good")
+        bad = await rt.work(work_id_for_key(SCOPE, "bad"))
+        assert bad.held
+        assert bad.hold_reason == storable_text(f"start gate g: {MESSAGES[kind]}")
+
+
+async def test_an_alias_filter_raising_any_text_skips_its_subscription_alone(
+    loom_store: str, clock: ManualClock
+) -> None:
+    """Catches an alias filter's message quoted as raised: a lone surrogate in it failed the store's
+    encoding, the whole reconciliation batch rolled back (the well-behaved subscription published
+    nothing) and the error escaped the public API."""
+
+    class Filters:
+        @hookimpl
+        def loom_alias_filters(self) -> dict[str, Any]:
+            def bad(event: Any, spec: Any) -> bool:
+                raise ValueError(MESSAGES["surrogate"])
+
+            return {"bad": bad, "ok": lambda event, spec: True}
+
+    async with open_runtime(
+        loom_store, clock=clock, config=GATED, plugins=[Filters()], actors=(), load_entry_points=False
+    ) as rt:
+        for key in ("src", "d1", "d2"):
+            await rt.publish(EventIn(source="t", delivery_id=key, type="r.go", scope=SCOPE, key=key))
+        await rt.poll()
+        d1, d2 = work_id_for_key(SCOPE, "d1"), work_id_for_key(SCOPE, "d2")
+        await rt.subscribe(
+            d1,
+            SubscriptionSpec(namespace="n", id="bad", source_key="src", types=("r.out",), filter_name="bad"),
+        )
+        await rt.subscribe(
+            d2, SubscriptionSpec(namespace="n", id="ok", source_key="src", types=("r.out",), filter_name="ok")
+        )
+        await rt.publish(EventIn(source="t", delivery_id="out", type="r.out", scope=SCOPE, key="src"))
+        await rt.poll()
+        report = await rt.reconcile_subscriptions()
+        assert report.skipped == ("n/bad",)
+        assert len(report.aliases) == 1  # the well-behaved one published its alias
+        (failed,) = await rt.subscriptions(d1)
+        assert failed.reason is not None
+        assert "\\ud800" in failed.reason

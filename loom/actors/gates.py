@@ -12,6 +12,7 @@ import logging
 
 from ..plugins.registry import Extensions
 from ..records.events import DiagnosticKind
+from ..records.validation import storable_text
 from ..records.work import Work
 from ..store import StorageActor
 from .supervision import contained, describe
@@ -34,7 +35,7 @@ async def ask_start_gates(
             return await _gate_failed(
                 storage, work, name, f"answered {type(reason).__name__}, not a reason", None, logger
             )
-        return f"start gate {name}: {reason}"
+        return storable_text(f"start gate {name}: {reason}")  # a hold reason, kept as every store keeps one
     return None
 
 

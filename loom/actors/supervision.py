@@ -14,22 +14,14 @@ from typing import Any
 from ..kernel.diagnostics import record_diagnostic_in_tx
 from ..records.errors import StorageError
 from ..records.events import DiagnosticKind
-from ..records.validation import storable_text
+from ..records.validation import describe_exception
 from ..store import StorageActor
 
 log = logging.getLogger("loom.supervision")
 
 
-DESCRIBED_LEN = 1_000
-"""The most of an exception's ``Type: message`` a reason quotes (a reason holds at most 2,000 characters,
-and most quote one after words of their own)."""
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, for a diagnostic or an attempt's error, as every store keeps
-    a reason (`storable_text`: an exception's message may hold anything, of any length)."""
-    text = str(exc)
-    return storable_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, DESCRIBED_LEN)
+describe = describe_exception
+"""``Type: message`` of an exception, as every store keeps a reason (`describe_exception`)."""
 
 
 async def contained(

@@ -55,7 +55,10 @@ def release_in_tx(
             "attempt with a fresh budget (a release would start nothing)"
         )
     reason = work.hold_reason
-    tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=1, budget_hold=None)
+    # the one turn a release grants answers the hold it ends: a budget's (one more turn past it), or a
+    # start gate's before the first start; an operator's hold of a started Work grants nothing more
+    once = not work.started or tx.budget_hold(work.id) is not None
+    tx.update_work(work.id, now_ms, held=0, hold_reason=None, release_once=int(once), budget_hold=None)
     end_unconfirmed_stop_in_tx(tx, now_ms, work.id)
     wait = tx.open_wait_of_work(work.id)
     if wait is not None and wait.state is WaitState.BLOCKED:

@@ -36,7 +36,7 @@ from ..records.subscriptions import (
     SubscriptionSpec,
     SubscriptionState,
 )
-from ..records.validation import check_int
+from ..records.validation import check_int, describe_exception, storable_text
 from ..store import Tx
 from ._common import require_work
 from .accept import accept_derived_in_tx
@@ -117,11 +117,6 @@ def is_candidate(sub: Subscription, event: Event) -> bool:
     """A source Event the subscription could alias (before its filter): its type passes, and it is not
     one of the runtime's own control Events."""
     return not event.type.startswith(CORE_PREFIX) and type_matches(sub.types, event.type)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 # -- procedures -----------------------------------------------------------------------------------------
@@ -283,7 +278,7 @@ def _scan(
                 verdict: object = chosen(event, sub.filter)  # a plugin's answer: checked, not trusted
             except Exception as exc:
                 tx.advance_subscription_checkpoint(sub, checkpoint, now_ms)
-                why = f"alias filter {sub.filter_name!r} raised {_describe(exc)} on event {event.id}"
+                why = f"alias filter {sub.filter_name!r} raised {describe_exception(exc)} on event {event.id}"
                 _failed(tx, now_ms, sub, why, exc, acc)
                 return
             if not isinstance(verdict, bool):
@@ -340,7 +335,7 @@ def _publish(
 
 def _refused(tx: Tx, now_ms: int, sub: Subscription, original: Event, why: str, acc: _Pass) -> None:
     """A refused alias branch: diagnosed, and the caller checkpoints past it (no retry loop)."""
-    message = f"subscription {sub.name}: the alias of event {original.id} was refused: {why}"
+    message = storable_text(f"subscription {sub.name}: the alias of event {original.id} was refused: {why}")
     detail = {"subscription": sub.name, "event": original.id, "seq": original.seq}
     tx.add_diagnostic(DiagnosticKind.ALIAS_REFUSED, sub.name, message, detail, now_ms)
     acc.refused.append(original.id)
@@ -348,7 +343,10 @@ def _refused(tx: Tx, now_ms: int, sub: Subscription, original: Event, why: str, 
 
 def _unauthorized(tx: Tx, now_ms: int, sub: Subscription, why: str) -> None:
     """No consent for a cross-scope alias: it publishes nothing (diagnosed when the answer changes)."""
-    reason = f"not authorised to alias from scope {sub.source_scope!r} into {sub.target_scope!r}: {why}"
+    # (``why`` may quote an authoriser's answer: held to what every store keeps)
+    reason = storable_text(
+        f"not authorised to alias from scope {sub.source_scope!r} into {sub.target_scope!r}: {why}"
+    )
     if sub.authorized is False and sub.reason == reason:
         return
     tx.record_subscription_answer(sub, now_ms, authorized=False, reason=reason)

@@ -130,6 +130,18 @@ def storable_text(text: str, limit: int = MAX_REASON_LEN) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+DESCRIBED_LEN = 1_000
+"""The most of an exception's ``Type: message`` a reason quotes (a reason holds at most 2,000 characters,
+and most quote one after words of their own)."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message`` of an exception, for a diagnostic or an attempt's error, as every store keeps
+    a reason (`storable_text`: an exception's message may hold anything, of any length)."""
+    text = str(exc)
+    return storable_text(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, DESCRIBED_LEN)
+
+
 def check_int(field: str, value: object, low: int, high: int) -> int:
     """An integer (not a bool, float or string) from ``low`` to ``high``."""
     if isinstance(value, bool) or not isinstance(value, int):
