@@ -80,6 +80,21 @@ def timeout_timer_id(wait_id: str) -> str:
 # -- registration ---------------------------------------------------------------------------------------
 
 
+def keys_answered_by(tx: Tx, work: Work) -> tuple[str, ...]:
+    """The keys whose Events reach ``work``: its own, and, for a successor (a reopened Work), those of
+    every Work before it in its chain (a later Event on the first Work's key is routed along the chain
+    to its live end: `routing._terminal`), so its wait is woken by them too."""
+    keys = list(work.keys)
+    earlier = work.predecessor_id
+    while earlier is not None:
+        before = tx.work(earlier)
+        if before is None:
+            break  # compacted away: its keys reach nothing any more
+        keys += [key for key in before.keys if key not in keys]
+        earlier = before.predecessor_id
+    return tuple(keys)
+
+
 def register_wait_in_tx(
     tx: Tx,
     now_ms: int,
@@ -92,11 +107,12 @@ def register_wait_in_tx(
 ) -> Wait:
     """Store the wait of ``execution`` (already parked or ended by the caller, with its waiting result's
     proof applied) and scan accepted history for it; wake at once if something already matches."""
-    keys = tuple(spec.keys) or work.keys
+    answered = keys_answered_by(tx, work)
+    keys = tuple(spec.keys) or answered
     for key in keys:
-        if key not in work.keys:
+        if key not in answered:
             raise Conflict(  # (the Work's keys now: a state, not the request's form)
-                f"wait.keys: key {key!r} is not owned by work {work.id} (its keys: {list(work.keys)})"
+                f"wait.keys: key {key!r} is not owned by work {work.id} (its keys: {list(answered)})"
             )
     if not keys:
         raise InvalidRequest(f"wait: work {work.id} owns no key to wait on")
