@@ -232,8 +232,12 @@ async def test_a_gate_timeout_wakes_the_attempt_like_any_wait(
         (lambda call: "yes", "answers None, RefuseCall or WaitForCall"),
         (lambda call: RefuseCall(reason=""), "reason"),
         (lambda call: WaitForCall(wait="approval"), "wait"),  # type: ignore[arg-type]
+        # waits the state of things refuses: the gate's fault too (it used to reach the caller as a
+        # bare Conflict, with no diagnostic)
+        (lambda call: WaitForCall(wait=WaitSpec(types=("x.*",), keys=("not-mine",))), "not owned"),
+        (lambda call: WaitForCall(wait=WaitSpec(types=("x.*",), after_seq=10**9)), "beyond accepted"),
     ],
-    ids=["raises", "malformed", "empty-reason", "bad-wait"],
+    ids=["raises", "malformed", "empty-reason", "bad-wait", "unowned-key", "future-after-seq"],
 )
 async def test_a_failing_or_malformed_gate_refuses_the_call_with_a_diagnostic(
     loom_drivers: Any, gate: Approvals, executor: PythonExecutor, answer: Any, why: str
@@ -253,6 +257,14 @@ async def test_a_failing_or_malformed_gate_refuses_the_call_with_a_diagnostic(
 
     async with loom_drivers(config=config(), plugins=[gate, executor]) as driver:
         await driver.runtime.publish(ev("a-0"))
+
+        async def answered() -> bool:  # (the function runs outside what settling waits for)
+            if not seen:
+                return False
+            work = await driver.runtime.work(work_id_for_key(SCOPE, "a"))
+            return work.state is WorkState.COMPLETED
+
+        await driver.until(answered, "the gated call's answer and the attempt's end")
         await driver.settle()
         (refused,) = seen
         assert why in str(refused)

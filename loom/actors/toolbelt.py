@@ -21,7 +21,7 @@ from ..kernel.authority import Authority
 from ..kernel.executions import KindPolicy, renew_in_tx
 from ..kernel.recovery import adopt_in_tx, pin_metadata_in_tx
 from ..kernel.toolbelt import arm_derived_in_tx, create_child_in_tx, emit_in_tx, park_on_call_in_tx
-from ..records.errors import CallParked, CallRefused, CausalRefused, InvalidRequest
+from ..records.errors import CallParked, CallRefused, CausalRefused, Conflict, InvalidRequest
 from ..records.events import CausalRejection, DiagnosticKind, Event, EventIn
 from ..records.executor import GatedCall, RefuseCall, WaitForCall
 from ..records.timers import RecurrencePolicy, Timer, TimerSpec
@@ -163,7 +163,7 @@ class RuntimeToolbelt:
                 raise CallRefused(
                     f"call gate {name!r} refused {operation}: {answer.reason}", gate=name, operation=operation
                 )
-            wait_id = await self._park(answer.wait)
+            wait_id = await self._park(name, call, answer.wait)
             raise CallParked(
                 f"call gate {name!r} turned {operation} into a wait ({wait_id}): the call did not run; "
                 "return, and make it again once the attempt continues",
@@ -204,16 +204,34 @@ class RuntimeToolbelt:
             raise CallRefused(reason, gate=name, operation=call.operation) from None
         return answer  # type: ignore[no-any-return]
 
-    async def _park(self, wait: WaitSpec) -> str | None:
-        """Register the gate's wait under this lease, exactly as a `Waiting` outcome would."""
-        wait_id: str | None = await self._storage.submit(
-            park_on_call_in_tx,
-            self._authority,
-            Waiting(wait=wait),
-            self._kind,
-            self._limits,
-            self._budgets,
-        )
+    async def _park(self, name: str, call: GatedCall, wait: WaitSpec) -> str | None:
+        """Register gate ``name``'s wait under this lease, exactly as a `Waiting` outcome would. A wait
+        the state of things refuses (a key the Work does not own, an ``after_seq`` past history) is
+        the gate's fault, not the caller's: the call is refused with a ``gate_failed`` diagnostic."""
+        try:
+            wait_id: str | None = await self._storage.submit(
+                park_on_call_in_tx,
+                self._authority,
+                Waiting(wait=wait),
+                self._kind,
+                self._limits,
+                self._budgets,
+            )
+        except (Conflict, InvalidRequest) as exc:
+            reason = f"call gate {name!r} answered a wait that cannot be registered: {describe(exc)}; the call did not run"
+            await contained(
+                self._storage,
+                DiagnosticKind.GATE_FAILED,
+                plugin=f"call gate {name!r}",
+                hook="call",
+                item=call.execution_id,
+                reason=reason,
+                exc=None,
+                logger=log,
+                work=call.work_id,
+                operation=call.operation,
+            )
+            raise CallRefused(reason, gate=name, operation=call.operation) from None
         self.parked = True
         if self.on_park is not None:
             self.on_park()
