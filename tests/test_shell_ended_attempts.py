@@ -33,6 +33,7 @@ from test_shell_executor import (
     left_running,
     runtime_config,
     sh,
+    until_adopted,
     until_work,
 )
 
@@ -157,13 +158,7 @@ async def test_a_process_whose_lease_expired_is_left_for_the_recovery_to_adopt(t
     clock = loom.ManualClock(start_ms=T0_MS)
     async with running_attempt(tmp_path, clock) as (rt, execution, fds):
         clock.advance(LEASE_MS + 1)
-        async with rt.watch() as notices:
-            with trio.fail_after(DEADLINE_S):
-                while True:  # adopted: running again, under a higher epoch
-                    now = await rt.execution(execution.id)
-                    if now.state is loom.ExecutionState.RUNNING and now.epoch > execution.epoch:
-                        break
-                    await notices.__anext__()
+        now = await until_adopted(rt, execution)
         assert all(alive(fd) for fd in fds), "the adopted process runs on"
         assert now.attempt == execution.attempt
 

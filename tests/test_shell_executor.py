@@ -234,6 +234,17 @@ async def until_work(rt: loom.Runtime, key: str, state: loom.WorkState) -> loom.
                 await notices.__anext__()
 
 
+async def until_adopted(rt: loom.Runtime, execution: loom.Execution) -> loom.Execution:
+    """Until ``execution`` is adopted (running again, under a higher epoch), woken by commits."""
+    async with rt.watch() as notices:
+        with trio.fail_after(DEADLINE_S):
+            while True:
+                now = await rt.execution(execution.id)
+                if now.state is loom.ExecutionState.RUNNING and now.epoch > execution.epoch:
+                    return now
+                await notices.__anext__()
+
+
 async def test_the_process_sees_its_request_and_credentials_and_exit_zero_completes_the_work(
     tmp_path: Path,
 ) -> None:
@@ -483,13 +494,7 @@ async def test_a_restarted_runtime_adopts_the_running_process_instead_of_startin
     async with loom.open_runtime(
         db, clock=clock, config=config, plugins=[ShellExecutor(state_dir=tmp_path / "state")]
     ) as rt:
-        async with rt.watch() as notices:
-            with trio.fail_after(DEADLINE_S):
-                while True:  # adopted: running again, under a higher epoch
-                    now = await rt.execution(execution.id)
-                    if now.state is loom.ExecutionState.RUNNING and now.epoch > execution.epoch:
-                        break
-                    await notices.__anext__()
+        await until_adopted(rt, execution)
         (directory / "go").touch()
         work = await until_work(rt, "job/1", loom.WorkState.COMPLETED)
         (adopted,) = (await rt.history(work.id)).executions

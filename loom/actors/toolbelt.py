@@ -188,21 +188,28 @@ class RuntimeToolbelt:
                     f"a call gate answers None, RefuseCall or WaitForCall, got {type(answer).__name__}"
                 )
         except Exception as exc:
-            reason = f"call gate {name!r} failed: {describe(exc)}; the call did not run"
-            await contained(
-                self._storage,
-                DiagnosticKind.GATE_FAILED,
-                plugin=f"call gate {name!r}",
-                hook="call",
-                item=call.execution_id,
-                reason=reason,
-                exc=exc,
-                logger=log,
-                work=call.work_id,
-                operation=call.operation,
-            )
-            raise CallRefused(reason, gate=name, operation=call.operation) from None
+            raise await self._gate_failed(name, call, f"failed: {describe(exc)}", exc) from None
         return answer  # type: ignore[no-any-return]
+
+    async def _gate_failed(
+        self, name: str, call: GatedCall, what: str, exc: BaseException | None
+    ) -> CallRefused:
+        """Gate ``name`` failed ``call`` (``what``): a ``gate_failed`` diagnostic, and the refusal that
+        is the call's result."""
+        reason = f"call gate {name!r} {what}; the call did not run"
+        await contained(
+            self._storage,
+            DiagnosticKind.GATE_FAILED,
+            plugin=f"call gate {name!r}",
+            hook="call",
+            item=call.execution_id,
+            reason=reason,
+            exc=exc,
+            logger=log,
+            work=call.work_id,
+            operation=call.operation,
+        )
+        return CallRefused(reason, gate=name, operation=call.operation)
 
     async def _park(self, name: str, call: GatedCall, wait: WaitSpec) -> str | None:
         """Register gate ``name``'s wait under this lease, exactly as a `Waiting` outcome would. A wait
@@ -218,20 +225,8 @@ class RuntimeToolbelt:
                 self._budgets,
             )
         except (Conflict, InvalidRequest) as exc:
-            reason = f"call gate {name!r} answered a wait that cannot be registered: {describe(exc)}; the call did not run"
-            await contained(
-                self._storage,
-                DiagnosticKind.GATE_FAILED,
-                plugin=f"call gate {name!r}",
-                hook="call",
-                item=call.execution_id,
-                reason=reason,
-                exc=None,
-                logger=log,
-                work=call.work_id,
-                operation=call.operation,
-            )
-            raise CallRefused(reason, gate=name, operation=call.operation) from None
+            what = f"answered a wait that cannot be registered: {describe(exc)}"
+            raise await self._gate_failed(name, call, what, None) from None
         self.parked = True
         if self.on_park is not None:
             self.on_park()
