@@ -4,6 +4,8 @@ wrong shape, and a reload that shortens the compaction interval (docs/testing.md
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -110,3 +112,18 @@ async def test_a_timer_for_a_work_that_does_not_exist_is_refused_when_armed() ->
             await rt.arm(spec)
         assert refused.value.field == "work_id"
         assert await rt.timers() == []
+
+
+async def test_a_driver_waits_on_a_plain_condition_as_on_an_async_one(loom_drivers: Any) -> None:
+    """Catches ``driver.until`` refusing a plain function (``TypeError: object bool can't be used in
+    'await' expression``, inside two exception groups)."""
+    async with loom_drivers() as driver:
+        seen: list[loom.Event] = []
+        await driver.runtime.publish(loom.EventIn(source="x", delivery_id="1", type="a", scope="s"))
+
+        async def read() -> bool:
+            seen[:] = await driver.runtime.events()
+            return bool(seen)
+
+        await driver.until(read, "the Event")
+        await driver.until(lambda: len(seen) == 1, "the Event, read")

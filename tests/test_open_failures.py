@@ -153,6 +153,31 @@ async def test_an_open_cancelled_while_its_reader_opens_ends(
     assert _lock_is_free(db)
 
 
+@pytest.mark.parametrize("checkpoints", [0, 1, 2, 5, 20, 100])
+@pytest.mark.parametrize("store", ["memory", "file"])
+async def test_an_open_cancelled_while_the_store_opens_ends(
+    tmp_path: Path, store: str, checkpoints: int
+) -> None:
+    """A cancel that comes while the storage actor starts (after that many checkpoints of the canceller:
+    before the open, in the store's open, in its start-up work) ends the open. Catches a storage actor
+    shielded from its start: trio leaves a task that reports started under a cancelled starter where it
+    is, and the open waited for ever on an actor serving nobody (seen from 0 checkpoints on)."""
+    db = ":memory:" if store == "memory" else str(tmp_path / "loom.db")
+
+    async def scenario() -> bool:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_open_and_write, db)
+                for _ in range(checkpoints):
+                    await trio.lowlevel.checkpoint()
+                scope.cancel()
+        return True
+
+    assert await _bounded(scenario)
+    if store == "file" and os.path.exists(db + ".lock"):  # noqa: ASYNC240 - a stat, after the run
+        assert _lock_is_free(Path(db))
+
+
 async def test_a_file_name_that_is_not_utf8_opens(tmp_path: Path) -> None:
     """The reader read its file's name back from its URI as UTF-8 (``\\xff`` became U+FFFD), found no
     such file, and the open hung. Catches that name read back wrong (a `StorageError` then, or the

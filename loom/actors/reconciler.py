@@ -178,8 +178,8 @@ class SubscriptionReconciler:
                 self._progress.signal()
                 for notice in await feed.next_batch():
                     self._on_notice(notice)
-        except trio.EndOfChannel:
-            return  # the storage actor stopped: the runtime is going down
+        except* trio.EndOfChannel:
+            pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
             self._storage.unsubscribe(feed)
             self._feed = None

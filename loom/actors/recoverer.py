@@ -77,8 +77,8 @@ class LeaseRecoverer:
                     self._feed_pending = feed.pending
                     self._signal()
                     await self._sleep(feed)
-        except trio.EndOfChannel:
-            return  # the storage actor stopped: the runtime is going down
+        except* trio.EndOfChannel:
+            pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
             storage.unsubscribe(feed)
 

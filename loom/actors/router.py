@@ -150,8 +150,8 @@ class RouterPool:
                             activity.spawn(self.lanes.route_quick, quick_events, quick)
                     finally:
                         activity.leave()
-        except trio.EndOfChannel:
-            return  # the storage actor stopped: the runtime is going down
+        except* trio.EndOfChannel:
+            pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
             self._accepting = False
             storage.routing = False

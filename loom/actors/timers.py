@@ -108,8 +108,8 @@ class TimerActor:
                     self._firing = False
                     self._progress.signal()
                     await self._sleep()
-        except trio.EndOfChannel:
-            return  # the storage actor stopped: the runtime is going down
+        except* trio.EndOfChannel:
+            pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
             self._storage.unsubscribe(feed)
 

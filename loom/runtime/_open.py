@@ -7,6 +7,7 @@ fast); durable state means a restart loses nothing.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -23,11 +24,12 @@ from ..kernel.recovery import release_dead_leases_in_tx, release_incarnations_in
 from ..plugins import make_plugin_manager
 from ..plugins.registry import Extensions, LiveCapabilities
 from ..records.clock import Clock, SystemClock
-from ..records.errors import InvalidRequest, StorageError
+from ..records.errors import InvalidRequest, StorageClosed, StorageError
 from ..records.notices import AttemptFailed, Notice
 from ..records.validation import MAX_LEASE_MS, check_int, check_text
 from ..store import (
     ActorReader,
+    CrashPoint,
     FaultHook,
     Reader,
     SQLiteStore,
@@ -52,9 +54,18 @@ async def _unwrapped() -> AsyncIterator[None]:
         yield
     except BaseExceptionGroup as group:
         leaves = _leaves(group)
-        if len(leaves) != 1:
-            raise
-        raise leaves[0] from None
+        if len(leaves) == 1:
+            raise leaves[0] from None
+        # the store's failure (a crash point, a storage error) is what stopped the runtime: the actors'
+        # closed feeds and refused requests that follow it are its consequences, not news
+        causes = [leaf for leaf in leaves if not isinstance(leaf, _CONSEQUENCES)]
+        if len(causes) == 1 and isinstance(causes[0], CrashPoint | StorageError):
+            raise causes[0] from None
+        raise
+
+
+_CONSEQUENCES = (StorageClosed, trio.EndOfChannel, trio.Cancelled)
+"""What the actors raise once the storage actor has stopped."""
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -153,7 +164,7 @@ async def open_runtime(
             held.append(await trio.to_thread.run_sync(opened.take_node, node))  # type: ignore[attr-defined]
         async with _unwrapped(), trio.open_nursery() as nursery:
             # the storage actor outlives an outer cancellation until the leases are released
-            storage_scope = trio.CancelScope(shield=True)
+            storage_scope = trio.CancelScope()
             storage: StorageActor = await nursery.start(
                 _shielded,
                 StorageActor(
@@ -248,8 +259,27 @@ def _log_failures(notices: list[Notice]) -> None:
 async def _shielded(
     run: Callable[..., Awaitable[None]], scope: trio.CancelScope, *, task_status: trio.TaskStatus[Any]
 ) -> None:
+    """Run the storage actor in ``scope``, shielded from the moment it has started (so it outlives an
+    outer cancellation until the leases are released), not before: an open cancelled while the store
+    opens ends with the actor. (Shielded from the first, an actor whose starter was cancelled would
+    serve for ever: trio does not move a task that starts under a cancelled starter, and the open
+    would wait for it.)"""
     with scope:
-        await run(task_status=task_status)
+        await run(task_status=_ShieldOnStart(task_status, scope))
+
+
+class _ShieldOnStart:
+    """The storage actor's task status: shields its scope as it reports started, unless its starter was
+    cancelled meanwhile (its next checkpoint then ends it)."""
+
+    def __init__(self, status: trio.TaskStatus[Any], scope: trio.CancelScope) -> None:
+        self._status = status
+        self._scope = scope
+
+    def started(self, value: Any = None) -> None:
+        if trio.current_effective_deadline() != -math.inf:  # (-inf: the starter was cancelled)
+            self._scope.shield = True
+        self._status.started(value)
 
 
 async def _release_leases(storage: StorageActor, owner: str, unlaunched: dict[str, int]) -> None:

@@ -32,6 +32,9 @@ from ._scenario import ScenarioFailure
 Handler = Callable[..., Any]
 
 STALL_SECONDS = 20.0
+
+Check = Callable[[], Awaitable[bool] | bool]
+"""A condition a test waits for: a function answering whether it holds, plain or async."""
 """A wait that sees no progress this long (real time) fails the scenario as stalled."""
 
 
@@ -106,7 +109,7 @@ class Driver(Protocol):
         """Wait until no routing, start or dispatch work is in flight."""
         ...
 
-    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+    async def until(self, check: Check, what: str) -> None:
         """Wait, on commits and launches (never on a timer), until ``check()`` holds."""
         ...
 
@@ -270,13 +273,13 @@ class RuntimeDriver:
         if scope.cancelled_caught:
             raise ScenarioFailure("the runtime did not settle: work stayed in flight")
 
-    async def until(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+    async def until(self, check: Check, what: str) -> None:
         async with self.runtime.watch() as notices:
             with trio.move_on_after(self.stall_s) as scope:
                 while True:
                     launched = self.fake.launch_signal()  # before the check: a launch after it is seen
                     handled = self.handlers.call_signal()  # likewise a route handler's call
-                    if await check():
+                    if await _holds(check):
                         break
                     async with trio.open_nursery() as nursery:
 
@@ -311,14 +314,18 @@ async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
     scope.cancel()
 
 
-async def until_committed(
-    rt: Runtime, check: Callable[[], Awaitable[bool]], what: str, *, stall_s: float = STALL_SECONDS
-) -> None:
+async def _holds(check: Check) -> bool:
+    """What ``check`` answers now, awaited when it is async."""
+    answer = check()
+    return bool(await answer) if inspect.isawaitable(answer) else bool(answer)
+
+
+async def until_committed(rt: Runtime, check: Check, what: str, *, stall_s: float = STALL_SECONDS) -> None:
     """Wait on ``rt``'s commits (never on a timer) until ``check()`` holds; fail with
     `ScenarioFailure` naming ``what`` if ``stall_s`` pass without it."""
     async with rt.watch() as notices:
         with trio.move_on_after(stall_s) as scope:
-            while not await check():
+            while not await _holds(check):
                 await notices.__anext__()
         if scope.cancelled_caught:
             raise ScenarioFailure(f"timed out waiting for {what}")

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import trio
 
-from .. import Completed, Event, Failed, NotAccepting, NotAdoptable, RunRequest, Toolbelt, hookimpl
+from .. import Completed, Event, Failed, NotAccepting, NotAdoptable, NotFound, RunRequest, Toolbelt, hookimpl
 from ..records.work import Lease, Outcome
 
 
@@ -140,7 +140,7 @@ class FakeExecutor:
         for launch in reversed(self.launches):
             if launch.request.work_id == work_id and not launch.done.is_set() and not launch.cancelled:
                 return launch
-        raise LookupError(f"fake executor: no running launch for work {work_id}")
+        raise NotFound(f"fake executor: no running launch for work {work_id}")
 
     def launches_of(self, work_id: str) -> list[Launch]:
         return [launch for launch in self.launches if launch.request.work_id == work_id]

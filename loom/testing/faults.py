@@ -17,7 +17,7 @@ import attrs
 from ..records.errors import InvalidRequest
 from ..store import CrashPoint, as_store
 
-__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "CrashAt", "CrashPoint", "storage_failure"]
+__all__ = ["AFTER_COMMIT", "BEFORE_COMMIT", "Boundary", "CrashAt", "CrashPoint", "storage_failure"]
 
 
 class Boundary(enum.StrEnum):

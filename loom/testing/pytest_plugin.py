@@ -1,4 +1,5 @@
-"""Pytest fixtures for testing against loom (``pytest_plugins = ["loom.testing.pytest_plugin"]``).
+"""Pytest fixtures for testing against loom, registered by loom's ``pytest11`` entry point (no
+``pytest_plugins`` line is needed, and one naming this module would register it twice).
 
 * ``loom_backend``: ``"memory"`` and ``"file"`` (parametrised: tests using it run on each), and
   ``"postgres"`` only when asked: ``pytest --loom-postgres`` for every such test, or
