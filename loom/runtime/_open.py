@@ -46,7 +46,7 @@ DEFAULT_RESYNC_MS = 1000
 
 
 @asynccontextmanager
-async def _unwrapped() -> AsyncIterator[None]:
+async def unwrapped() -> AsyncIterator[None]:
     """Let a lone exception out of the nurseries as itself: the caller's own exception from the block,
     or the one failure that stopped the runtime, is caught as what it is, not inside an
     `ExceptionGroup` (which is kept when more than one exception happened)."""
@@ -162,7 +162,7 @@ async def open_runtime(
         if incarnation:
             assert node is not None
             held.append(await trio.to_thread.run_sync(opened.take_node, node))  # type: ignore[attr-defined]
-        async with _unwrapped(), trio.open_nursery() as nursery:
+        async with unwrapped(), trio.open_nursery() as nursery:
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope()
             storage: StorageActor = await nursery.start(

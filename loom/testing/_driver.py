@@ -25,6 +25,7 @@ from .. import (
     open_runtime,
 )
 from ..runtime import ACTORS, DEFAULT_LEASE_MS, DEFAULT_RESYNC_MS
+from ..runtime._open import unwrapped
 from ..store import FaultHook
 from ._fake import FakeExecutor
 from ._scenario import ScenarioFailure
@@ -205,7 +206,9 @@ class RuntimeDriver:
         """
         if clock is None:
             clock = ManualClock(start_ms=T0_MS if start_ms is None else start_ms)
-        async with trio.open_nursery() as nursery:
+        # (a lone exception, the test's own assertion or the crash point that stopped the runtime,
+        # comes out as itself, as from `open_runtime`)
+        async with unwrapped(), trio.open_nursery() as nursery:
             driver = cls(
                 nursery,
                 store,
