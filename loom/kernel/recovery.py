@@ -273,7 +273,7 @@ def not_adoptable_in_tx(tx: Tx, now_ms: int, auth: Authority, reason: str) -> Ex
     consume_claimed_inputs_in_tx(tx, execution)
     stale_open_intents_in_tx(tx, now_ms, execution.id)
     end_segment_in_tx(tx, now_ms, execution)
-    error = f"not adoptable after its lease expired: {reason}"
+    error = f"not adoptable when recovered (its lease expired, or its runtime closed): {reason}"
     outcome = {"kind": "failed", "error": error, "recovery": True}
     tx.set_execution_state(
         execution, ExecutionState.FAILED, token=None, ended_at_ms=now_ms, outcome=json.dumps(outcome)

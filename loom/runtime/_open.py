@@ -165,18 +165,23 @@ async def open_runtime(
         async with unwrapped(), trio.open_nursery() as nursery:
             # the storage actor outlives an outer cancellation until the leases are released
             storage_scope = trio.CancelScope()
-            storage: StorageActor = await nursery.start(
-                _shielded,
-                StorageActor(
-                    opened,
-                    clock,
-                    fault=fault,
-                    settle=settle_in_tx,
-                    check_ms=resync_ms,
-                    on_open=_dead_leases(opened, node if incarnation else None, owner),
-                ).run,
-                storage_scope,
-            )
+            try:
+                storage: StorageActor = await nursery.start(
+                    _shielded,
+                    StorageActor(
+                        opened,
+                        clock,
+                        fault=fault,
+                        settle=settle_in_tx,
+                        check_ms=resync_ms,
+                        on_open=_dead_leases(opened, node if incarnation else None, owner),
+                    ).run,
+                    storage_scope,
+                )
+            except BaseException:
+                # cancelled just as the actor started (and was shielded): it ends with the open
+                storage_scope.cancel()
+                raise
             try:  # from here on, whatever fails (or is cancelled) also ends the shielded storage actor
                 storage.on_commit(_log_failures)
                 reader = open_reader(opened, storage)
