@@ -6,7 +6,8 @@ parametrised over the two backends a store outlives a runtime on: a SQLite file 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -391,3 +392,13 @@ def fresh_store(durable_backend: str, tmp_path: Path, request: pytest.FixtureReq
         return copy
     cluster: PostgresCluster = request.getfixturevalue("loom_postgres")
     return lambda name: cluster.create_database(template=cluster.migrated_template())
+
+
+@pytest.fixture
+def kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A local zone ahead of UTC: year 9999's last instant is in year 10000 there."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

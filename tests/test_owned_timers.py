@@ -12,8 +12,7 @@ The runtime is host-driven (no actors): each step is one call, and business time
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -336,16 +335,6 @@ def _put_past_the_last_instant(tx: Tx, now_ms: int) -> None:
     armed = tx.timer("e3")
     assert armed is not None
     tx.put_timer(attrs.evolve(armed, fire_at_ms=MAX_TIME_MS + 1000), armed)
-
-
-@pytest.fixture
-def kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A local zone ahead of UTC: year 9999's last instant is in year 10000 there."""
-    monkeypatch.setenv("TZ", "Asia/Kolkata")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 async def test_the_console_shows_every_stored_instant_and_never_answers_500(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -92,10 +93,9 @@ async def test_json_logs_are_one_object_a_line_with_the_documented_fields(tmp_pa
     assert messages[-1] == "stopped cleanly"
 
 
-async def test_a_sighup_as_soon_as_the_server_says_it_listens_reloads(tmp_path: Path) -> None:
-    """The line saying the server listens comes once SIGHUP reloads: a SIGHUP sent the moment it is read
-    is a reload, not the signal's default action (the end of the process). Catches the handler put in
-    place after that line (the server then dies of the SIGHUP, exit status -1)."""
+async def _reloadable(tmp_path: Path) -> tuple[Path, Server, Callable[[str], Awaitable[bool]]]:
+    """A server started with a configuration file (what SIGHUP reloads): the file, the server, and
+    whether its log holds a fragment yet."""
     config = tmp_path / "loom.toml"
     config.write_text(CONFIG_TOML)
     server = await trio.to_thread.run_sync(lambda: start_server(tmp_path / "hup.db", config=config))
@@ -104,6 +104,14 @@ async def test_a_sighup_as_soon_as_the_server_says_it_listens_reloads(tmp_path: 
     async def logged(fragment: str) -> bool:
         return fragment in await log.read_text()
 
+    return config, server, logged
+
+
+async def test_a_sighup_as_soon_as_the_server_says_it_listens_reloads(tmp_path: Path) -> None:
+    """The line saying the server listens comes once SIGHUP reloads: a SIGHUP sent the moment it is read
+    is a reload, not the signal's default action (the end of the process). Catches the handler put in
+    place after that line (the server then dies of the SIGHUP, exit status -1)."""
+    config, server, logged = await _reloadable(tmp_path)
     try:
         server.proc.send_signal(signal.SIGHUP)
         await until(lambda: logged(f"SIGHUP: reloaded {config}"), "the reload")
@@ -116,14 +124,7 @@ async def test_sighup_reloads_the_config_and_a_refused_file_keeps_the_one_in_for
     """Catches a SIGHUP that is ignored (the new route would not route), one that stops the server,
     a refused file that replaces the configuration in force (the route would vanish) or is refused
     without saying why, and a text access log written twice."""
-    config = tmp_path / "loom.toml"
-    config.write_text(CONFIG_TOML)
-    server = await trio.to_thread.run_sync(lambda: start_server(tmp_path / "hup.db", config=config))
-    log = trio.Path(server.log)
-
-    async def logged(fragment: str) -> bool:
-        return fragment in await log.read_text()
-
+    config, server, logged = await _reloadable(tmp_path)
     try:
         async with httpx.AsyncClient(base_url=server.url) as client:
             assert (await client.post("/events", json=refund(1))).status_code == 201

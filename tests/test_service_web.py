@@ -8,8 +8,6 @@ These tests read the HTML in-process; test_service_console.py drives the pages i
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -25,13 +23,7 @@ T0_LOCAL = "2026-01-01 05:30:00+05:30"
 """T0_MS in the time zone these tests run the server in (Asia/Kolkata: no daylight saving time)."""
 
 
-@pytest.fixture(autouse=True)
-def kolkata(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("TZ", "Asia/Kolkata")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
+pytestmark = pytest.mark.usefixtures("kolkata")  # (conftest: the server's local zone)
 
 
 class Page(HTMLParser):
