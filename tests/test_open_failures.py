@@ -48,7 +48,7 @@ async def _bounded(scenario: Callable[[], Awaitable[T]]) -> T:
         return await trio.to_thread.run_sync(trio.run, scenario, abandon_on_cancel=True)
 
 
-async def _open_and_write(db: str) -> list[str]:
+async def _open_and_write(db: str | Path) -> list[str]:
     """Open the runtime on ``db``, accept an Event, and answer the Events' ids it reads back."""
     async with loom.open_runtime(db, load_entry_points=False, actors=()) as rt:
         await rt.publish(loom.EventIn(source="test", delivery_id="d1", type="probe", scope="test"))
@@ -296,6 +296,16 @@ async def test_a_file_that_may_be_a_database_is_left_to_sqlite(tmp_path: Path, c
         assert (tmp_path / "loom.db.lock").exists()  # refused by SQLite, past the check before the lock
     else:
         assert len(await _bounded(lambda: _open_and_write(str(db)))) == 1
+
+
+async def test_a_path_object_opens_the_file_it_names(tmp_path: Path) -> None:
+    """`open_runtime` takes a `pathlib.Path` as a file API does. Catches the refusal it got ("store must
+    be a path ... got PosixPath(...)") and a store opened elsewhere than the file named."""
+    db = tmp_path / "loom.db"
+    assert len(await _bounded(lambda: _open_and_write(db))) == 1
+    assert db.is_file()
+    with pytest.raises(InvalidRequest, match="got b'"):
+        await _bounded(lambda: _open_and_write(bytes(tmp_path / "other.db")))
 
 
 # -- a location no file can have ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ import os
 import select
 import signal
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -58,41 +58,55 @@ async def running_attempt(
 ) -> AsyncIterator[tuple[loom.Runtime, loom.Execution, list[int]]]:
     """A runtime whose attempt runs ``SCRIPT``; the attempt (pinned) and pidfds of its three processes.
     They are killed at the end whatever happened."""
-    config = runtime_config(["sh", "-c", SCRIPT])
-    executor = ShellExecutor(state_dir=tmp_path / "state")
     pids: list[int] = []
     fds: list[int] = []
     try:
-        async with loom.open_runtime(
-            ":memory:", clock=clock, config=config, plugins=[executor], lease_ms=LEASE_MS
-        ) as rt:
-            await rt.publish(job(1))
-            work = await until_work(rt, "job/1", loom.WorkState.RUNNING)
-            assert work.current_execution_id is not None
-            async with rt.watch() as notices:
-                with trio.fail_after(DEADLINE_S):
-                    while True:  # its pid is pinned just after the process starts
-                        execution = await rt.execution(work.current_execution_id)
-                        if execution.metadata is not None and "pid" in execution.metadata:
-                            break
-                        await notices.__anext__()
-            directory = Path(execution.metadata["dir"])
-            await appears(directory / "pids")
-            # the wrapper (the group's leader), the command and its background process
-            pids = [
-                execution.metadata["pid"],
-                *(int(pid) for pid in (directory / "pids").read_text().split()),
-            ]
+        async with open_shell_runtime(":memory:", tmp_path, clock) as rt:
+            execution = await started(rt, pids)
             fds = [os.pidfd_open(pid) for pid in pids]
             yield rt, execution, fds
     finally:
-        for fd in fds:
-            os.close(fd)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        end(pids, fds)
+
+
+def open_shell_runtime(
+    db: str | Path, tmp_path: Path, clock: loom.ManualClock
+) -> AbstractAsyncContextManager[loom.Runtime]:
+    config = runtime_config(["sh", "-c", SCRIPT])
+    executor = ShellExecutor(state_dir=tmp_path / "state")
+    return loom.open_runtime(db, clock=clock, config=config, plugins=[executor], lease_ms=LEASE_MS)
+
+
+async def started(rt: loom.Runtime, pids: list[int]) -> loom.Execution:
+    """Publish a job and wait for its attempt's process to start; its pids go into ``pids``: the
+    wrapper (the group's leader), the command and its background process."""
+    await rt.publish(job(1))
+    work = await until_work(rt, "job/1", loom.WorkState.RUNNING)
+    assert work.current_execution_id is not None
+    async with rt.watch() as notices:
+        with trio.fail_after(DEADLINE_S):
+            while True:  # its pid is pinned just after the process starts
+                execution = await rt.execution(work.current_execution_id)
+                if execution.metadata is not None and "pid" in execution.metadata:
+                    break
+                await notices.__anext__()
+    directory = Path(execution.metadata["dir"])
+    await appears(directory / "pids")
+    pids.extend([execution.metadata["pid"], *(int(pid) for pid in (directory / "pids").read_text().split())])
+    return execution
+
+
+def end(pids: list[int], fds: list[int]) -> None:
+    """Kill the processes, and wait until each has exited (a process just sent SIGKILL is still
+    running for a moment: the suite's check for processes left behind saw one)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for fd in fds:
+        select.select([fd], [], [], DEADLINE_S)
+        os.close(fd)
 
 
 def reaped(pid: int) -> None:
@@ -230,3 +244,54 @@ async def test_an_attempt_whose_command_ended_while_loom_was_down_leaves_no_proc
             os.kill(sleeper, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+async def test_an_attempt_that_ended_just_before_its_loom_died_is_stopped_by_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """The process completed its attempt through the service, and its loom died before it stopped the
+    process (here: the completion is committed to the store, not through the runtime, which then
+    closes before its next renewal, the process going on as after a kill -9). The next open of the
+    store stops what runs of the ended attempt. Catches an open that looks only at attempts still
+    running (seen: the three processes stayed alive past the deadline)."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    db = tmp_path / "loom.db"
+    pids: list[int] = []
+    fds: list[int] = []
+    try:
+        async with open_shell_runtime(db, tmp_path, clock) as rt:
+            execution = await started(rt, pids)
+            fds = [os.pidfd_open(pid) for pid in pids]
+            token = (Path(execution.metadata["dir"]) / "token").read_text()
+            lease = await rt.lease_for(execution.id, token)
+            await storage_of(rt).submit(complete_in_tx, Authority.of(lease), loom.Completed(), KindPolicy())
+        assert all(alive(fd) for fd in fds), "a closed loom leaves its processes running (on_close)"
+        async with open_shell_runtime(db, tmp_path, clock) as rt:
+            with trio.fail_after(DEADLINE_S):
+                for fd in fds:
+                    await trio.lowlevel.wait_readable(fd)
+            (recorded,) = (await rt.history(execution.work_id)).executions
+            assert recorded.state is loom.ExecutionState.COMPLETED
+    finally:
+        end(pids, fds)
+
+
+async def test_a_running_attempt_is_left_to_its_recovery_by_an_open(tmp_path: Path) -> None:
+    """The other side: the attempt of a loom that closed (or died) is still running in the store, its
+    processes going on; the next open leaves them to the recovery, which adopts them. Catches an open
+    that stops every process no task of it watches (seen: the adopted attempt's processes ended)."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    db = tmp_path / "loom.db"
+    pids: list[int] = []
+    fds: list[int] = []
+    try:
+        async with open_shell_runtime(db, tmp_path, clock) as rt:
+            execution = await started(rt, pids)
+            fds = [os.pidfd_open(pid) for pid in pids]
+        async with open_shell_runtime(db, tmp_path, clock) as rt:
+            adopted = await until_adopted(rt, execution)
+            await rt.wait_idle()
+            assert adopted.state is loom.ExecutionState.RUNNING
+            assert all(alive(fd) for fd in fds)
+    finally:
+        end(pids, fds)

@@ -18,17 +18,23 @@ import trio
 
 from ..kernel.authority import Authority
 from ..kernel.recovery import RecoverPass, next_expiry_in_tx, not_adoptable_in_tx, recover_expired_in_tx
-from ..records.errors import StaleAuthority
+from ..records.errors import InvalidRequest, StaleAuthority
+from ..records.events import DiagnosticKind
 from ..records.notices import Lagged, LeaseExpiry, StoreChanged
 from ..records.seeds import token_seed
-from ..records.work import Lease, Recovery
+from ..records.validation import MAX_KEY_LEN, check_text
+from ..records.work import Execution, ExecutionState, Lease, Recovery
 from ..store import NoticeFeed
 from .attempts import AttemptRunner
 from .shared import Shared
+from .supervision import contained, describe
 
 log = logging.getLogger("loom.recovery")
 
 PAGE = 100
+
+LIVE = frozenset({ExecutionState.RUNNING, ExecutionState.RECOVERING})
+"""An attempt in these states has its lease's holder, or a recovery, to watch its process."""
 
 
 class LeaseRecoverer:
@@ -68,6 +74,7 @@ class LeaseRecoverer:
             async with trio.open_nursery() as nursery:
                 self._s.activity.bind(nursery)
                 task_status.started(self)
+                await self.end_lingering(nursery)
                 while True:
                     self._passing = True
                     self._signal()
@@ -146,6 +153,53 @@ class LeaseRecoverer:
             recovered += len(done.recoveries)
             if not done.more:
                 return recovered
+
+    async def end_lingering(self, nursery: trio.Nursery) -> None:
+        """Once, at the start: each executor that can (``lingering``, ``end_lingering``) names the attempts
+        whose processes run here unwatched, left by a loom that died; those of this store's attempts
+        that have ended (completed through the service's toolbelt just before the kill, cancelled,
+        parked ...) are stopped, each in a task of its own. A live or recovering attempt is left to its
+        lease's holder or to the recovery."""
+        for name, executor in self._s.extensions.executors.items():
+            lingering = getattr(executor, "lingering", None)
+            end = getattr(executor, "end_lingering", None)
+            if lingering is None or end is None:
+                continue
+            try:
+                found = list(await lingering())
+            except Exception as exc:
+                await self._contain(name, "lingering", name, describe(exc), exc)
+                continue
+            for execution_id in found:
+                try:
+                    check_text("execution_id", execution_id, max_len=MAX_KEY_LEN, strip=False)
+                except InvalidRequest as exc:
+                    await self._contain(name, "lingering", name, f"a malformed answer: {exc}", exc)
+                    continue
+                execution = await self._s.reader.execution(execution_id)
+                if (
+                    execution is not None
+                    and execution.executor == name
+                    and execution.metadata is not None
+                    and execution.state not in LIVE
+                ):
+                    self._s.activity.enter()  # busy until its processes are gone: `wait_idle` waits
+                    nursery.start_soon(self._end, name, end, execution)
+
+    async def _end(self, name: str, end: Callable[..., Awaitable[object]], execution: Execution) -> None:
+        try:
+            await end(execution.id, dict(execution.metadata or {}), dict(execution.binding_config or {}))
+        except Exception as exc:
+            reason = f"stopping what a loom that died left running failed: {describe(exc)}"
+            await self._contain(name, "end_lingering", execution.id, reason, exc)
+        finally:
+            self._s.activity.leave()
+
+    async def _contain(self, plugin: str, hook: str, item: str, reason: str, exc: BaseException) -> None:
+        kind = DiagnosticKind.INTERRUPT_FAILED if hook == "end_lingering" else DiagnosticKind.EXECUTOR_FAILED
+        await contained(
+            self._s.storage, kind, plugin=plugin, hook=hook, item=item, reason=reason, exc=exc, logger=log
+        )
 
     async def _hand_over(self, recovery: Recovery) -> None:
         executors = self._s.extensions.executors

@@ -4,10 +4,12 @@ wrapper's status and output files, and waiting for an exit through a pidfd (docs
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import stat
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +270,66 @@ def inheritable_descriptors() -> list[int]:
             except OSError:
                 pass  # closed meanwhile (the listing's own descriptor)
     return found
+
+
+def _attempt_environment(entry: Path) -> tuple[str, str] | None:
+    """``(LOOM_EXECUTION_ID, LOOM_DIR)`` from the environment of the process ``entry`` (a ``/proc/<pid>``),
+    or ``None`` when it names none, has ended, or is not this user's to read."""
+    try:
+        items = (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found: dict[bytes, str] = {}
+    for item in items:
+        name, sep, value = item.partition(b"=")
+        if sep and name in (b"LOOM_EXECUTION_ID", b"LOOM_DIR"):
+            found[name] = os.fsdecode(value)
+    execution_id, directory = found.get(b"LOOM_EXECUTION_ID"), found.get(b"LOOM_DIR")
+    return (execution_id, directory) if execution_id and directory else None
+
+
+def processes_under(root: Path) -> dict[str, set[tuple[int, str]]]:
+    """Every process of this machine run for an attempt whose directory is under ``root`` (its
+    ``LOOM_DIR``), by execution id: ``(pid, directory)`` each. One scan of ``/proc``; this process is
+    never among them."""
+    found: dict[str, set[tuple[int, str]]] = {}
+    own = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        named = _attempt_environment(entry)
+        if named is not None and Path(named[1]).parent == root:
+            found.setdefault(named[0], set()).add((int(entry.name), named[1]))
+    return found
+
+
+def _pidfd_of(pid: int, execution_id: str, directory: str) -> int | None:
+    """A pidfd for ``pid`` once it is checked, through the pidfd, to still be the attempt's process
+    (its pid may name another process since the scan)."""
+    fd = _open_pidfd(pid)
+    if fd is not None and _attempt_environment(Path(f"/proc/{pid}")) != (execution_id, directory):
+        os.close(fd)
+        return None
+    return fd
+
+
+async def end_processes(pids: Collection[int], execution_id: str, directory: str, grace_s: float) -> int:
+    """SIGTERM to each of the attempt's processes ``pids`` (each checked to be still the attempt's: the
+    ``LOOM_EXECUTION_ID`` and ``LOOM_DIR`` of its environment), SIGKILL to those left after ``grace_s``;
+    until each has exited. How many were signalled."""
+    fds = [fd for fd in (_pidfd_of(pid, execution_id, directory) for pid in pids) if fd is not None]
+    try:
+        for how in (signal.SIGTERM, signal.SIGKILL):
+            for fd in fds:
+                try:
+                    signal.pidfd_send_signal(fd, how)
+                except ProcessLookupError:
+                    pass  # it exited meanwhile
+            with trio.move_on_after(grace_s if how is signal.SIGTERM else math.inf):
+                for fd in fds:
+                    await _wait_exit(fd)
+                return len(fds)
+        return len(fds)
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -61,7 +61,7 @@ from ..records.executor import Toolbelt
 from ..records.serde import unstructure
 from ..records.work import Failed, Outcome, RunRequest
 from ._manager import hookimpl
-from ._shell_config import ShellConfig, parse_config, read_config
+from ._shell_config import DEFAULT_GRACE_S, ShellConfig, parse_config, read_config
 from ._shell_process import (
     StateDirRefused,
     _end_group,
@@ -74,9 +74,11 @@ from ._shell_process import (
     _write_new,
     boot_id,
     end_left_group,
+    end_processes,
     inheritable_descriptors,
     private_dir,
     process_start_time,
+    processes_under,
     tail_text,
     take_over,
     write_private,
@@ -426,6 +428,33 @@ class ShellExecutor:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+
+    # -- what a loom that died left running ---------------------------------------------------------
+
+    async def lingering(self) -> list[str]:
+        """The execution ids of attempts with processes running on this machine, in directories under
+        ``state_dir``, that no task of this executor watches (a loom that died left them)."""
+        found = await trio.to_thread.run_sync(processes_under, self._root())
+        return sorted(execution_id for execution_id in found if execution_id not in self._running)
+
+    async def end_lingering(
+        self, execution_id: str, metadata: Mapping[str, Any], config: Mapping[str, Any]
+    ) -> None:
+        """Stop what runs of an attempt that has ended: its processes in the directory its launch
+        pinned (SIGTERM, then SIGKILL after the binding's ``grace_s``), until they have exited."""
+        directory = metadata.get("dir")
+        if execution_id in self._running or not isinstance(directory, str):
+            return
+        try:
+            grace_s = read_config(config).grace_s
+        except InvalidRequest:
+            grace_s = DEFAULT_GRACE_S
+        found = await trio.to_thread.run_sync(processes_under, self._root())
+        pids = [pid for pid, where in found.get(execution_id, ()) if where == directory]
+        if await end_processes(pids, execution_id, directory, grace_s):
+            log.info(
+                "execution %s had ended; its %d process(es) left running are stopped", execution_id, len(pids)
+            )
 
     # -- forget ---------------------------------------------------------------------------------------
 

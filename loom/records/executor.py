@@ -26,6 +26,12 @@ Optional methods (looked up on the executor; an executor without them cannot do 
 * ``forget(execution_id, metadata) -> None`` removes what the executor keeps of an ended attempt (its
   logs, its files) once the ``attempt_logs`` retention passed; it must be idempotent (a crash before the
   runtime records it asks again). Without it, the executor keeps nothing loom asks it to remove.
+* ``lingering() -> Collection[str]`` and ``end_lingering(execution_id, metadata, config) -> None``,
+  together: at a runtime's start, the execution ids of attempts whose processes run unwatched on this
+  machine (a loom that died left them), and the stop of what runs of one of them. The runtime asks the
+  stop only for an attempt of its store, of this executor, that has ended (a running one is left to
+  its recovery), with the ``metadata`` it pinned and its binding's ``config``; it must touch nothing
+  that ``metadata`` does not name (another store's attempt may have the same id).
 """
 
 from __future__ import annotations

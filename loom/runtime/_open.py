@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -75,7 +76,7 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
-StoreLike = str | SQLiteStore | Store
+StoreLike = str | os.PathLike[str] | SQLiteStore | Store
 
 
 @asynccontextmanager

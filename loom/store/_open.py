@@ -45,11 +45,13 @@ def default_owner(store: Store) -> str:
 
 def as_store(store: Any, *, synchronous: str = "FULL") -> Store:
     """The store ``store`` names: a `SQLiteStore` or `PostgresStore` as it is, a ``postgresql://``
-    URL, or a SQLite path (``":memory:"`` for a database that ends with the runtime; ``synchronous``:
+    URL, or a SQLite path (a string or a path object; ``":memory:"`` for a database that ends with the runtime; ``synchronous``:
     its SQLite level, the configuration's ``[store]``); anything else, and a path no file can have
     (`check_path`), is refused (`InvalidRequest`)."""
     if isinstance(store, SQLiteStore):
         return store
+    if isinstance(store, os.PathLike) and isinstance(path := os.fspath(store), str):
+        store = path  # (a `pathlib.Path`, as any file API takes one)
     if _is_postgres_url(store):
         return postgres_backend().PostgresStore(url=store)  # type: ignore[no-any-return]
     if isinstance(store, str) and store:
