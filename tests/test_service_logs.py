@@ -159,6 +159,21 @@ async def test_sighup_reloads_the_config_and_a_refused_file_keeps_the_one_in_for
     assert all(" INFO loom.service.access: " in line for line in posts), posts
 
 
+async def test_a_sighup_that_names_another_app_says_it_needs_a_restart(tmp_path: Path) -> None:
+    """An app is imported once, at the start. Catches a reload that takes a changed ``app`` in silence
+    (the server went on running the app it started with, and said only "reloaded")."""
+    config, server, logged = await _reloadable(tmp_path)
+    try:
+        config.write_text('app = "tasks_v2:app"\n' + CONFIG_TOML)
+        server.proc.send_signal(signal.SIGHUP)
+        await until(lambda: logged("restart the server to run another, or new code"), "the warning")
+    finally:
+        text = await _stopped(server)
+    warning = next(line for line in text.splitlines() if "restart the server" in line)
+    assert " WARNING loom.service: " in warning
+    assert "app = 'tasks_v2:app'" in warning
+
+
 async def test_a_stop_ends_open_watches_cleanly_and_logs_no_error(tmp_path: Path) -> None:
     """Catches a stop that leaves a ``/watch`` stream (the console keeps one open) running until the
     grace period cuts its connection (the client sees a broken stream, not its end), and a normal run

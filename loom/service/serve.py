@@ -363,7 +363,7 @@ async def _serve(
                 rt = service.runtime
                 # SIGHUP reloads from before the line that says the server is up (until its handler
                 # is in place, the signal's default action ends the process)
-                await signals.start(_reload_on_hangup, rt, config_path)
+                await signals.start(_reload_on_hangup, rt, config_path, config.app if config else None)
                 note = " (test clock: POST /debug/clock moves it)" if test_clock else ""
                 print(f"loom serve: listening on {', '.join(urls)}{note}", flush=True)
                 log.info(
@@ -395,6 +395,7 @@ def _shown(db: str) -> str:
 async def _reload_on_hangup(
     rt: Runtime,
     config_path: str | Path | None,
+    loaded_app: str | None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -411,20 +412,35 @@ async def _reload_on_hangup(
                 )
                 continue
             try:
-                rt.reload(Config.load(str(config_path)))
+                config = Config.load(str(config_path))
+                rt.reload(config)
             except LoomError as exc:
                 log.error(
                     "SIGHUP: %s was not reloaded, the configuration in force stays: %s", config_path, exc
                 )
             else:
                 log.info("SIGHUP: reloaded %s", config_path)
+                if config.app != loaded_app:
+                    log.warning(
+                        "SIGHUP: app = %r in %s was %r at the start: an app is imported once, at the"
+                        " start; restart the server to run another, or new code",
+                        config.app,
+                        config_path,
+                        loaded_app,
+                    )
 
 
 async def _stop_on_signal(stop: trio.Event) -> None:
-    """The first SIGINT or SIGTERM stops the service cleanly; a second one stops it at once."""
+    """The first SIGINT or SIGTERM stops the service cleanly: it waits for what runs to stop (a plain
+    ``def`` function in its worker thread cannot be interrupted: its return). A second one ends the
+    process at once, as a ``kill -9`` would: every commit stands, and the next start recovers the
+    attempts that were running (an exception could not do it, for trio waits for that thread)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
+            name = signal.Signals(signum).name
             if stop.is_set():
-                raise KeyboardInterrupt
-            log.info("%s: stopping", signal.Signals(signum).name)
+                log.warning("%s again: stopping at once, without waiting for what still runs", name)
+                logging.shutdown()
+                os._exit(128 + signum)
+            log.info("%s: stopping (send it again to stop at once)", name)
             stop.set()
