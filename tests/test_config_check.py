@@ -5,6 +5,7 @@ nothing uses, and schedules that never start anything; a Work nothing can start 
 from __future__ import annotations
 
 import signal
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -168,6 +169,58 @@ def test_loom_config_check_reports_and_exits_1(tmp_path: Path, monkeypatch: pyte
     store.close_writer(store.open_writer())  # a loom database: a path that is none is refused
     with_store = CliRunner().invoke(app, ["config", "check", "--db", str(tmp_path / "x.db")])
     assert "warning: scopes.ops.routes[0]: route 'nightly' runs schedules" in with_store.stdout
+
+
+PYTHON_BINDINGS = """
+[scopes.app.bindings.typo]
+executor = "python"
+config = { function = "okk" }
+
+[scopes.app.bindings.unnamed]
+executor = "python"
+config = { fn = "ok" }
+
+[scopes.app.bindings.right]
+executor = "python"
+config = { function = "ok" }
+
+[[scopes.app.routes]]
+name = "jobs"
+types = ["job.*"]
+create_work = true
+binding = "typo"
+
+[[scopes.app.routes]]
+name = "others"
+types = ["other.*"]
+create_work = true
+binding = "unnamed"
+
+[[scopes.app.routes]]
+name = "rights"
+types = ["right.*"]
+create_work = true
+binding = "right"
+"""
+
+
+async def test_a_python_binding_naming_no_registered_function_is_reported() -> None:
+    """Catches a check that passes a binding every attempt of which fails ("no function registered"):
+    a misspelt function, and a config without one; a registered function is not reported."""
+    app = loom.App()
+
+    @app.function("ok")
+    async def ok(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> str:
+        return "ok"
+
+    config = loom.Config.from_dict(tomllib.loads(PYTHON_BINDINGS))
+    async with loom.open_runtime(":memory:", config=config, plugins=[app], actors=()) as rt:
+        found = {f.key: f.message for f in await rt.check()}
+    assert set(found) == {"scopes.app.bindings.typo.config", "scopes.app.bindings.unnamed.config"}
+    assert found["scopes.app.bindings.typo.config"] == (
+        "function: no function is registered as 'okk' (registered: 'ok'): every attempt fails"
+    )
+    assert found["scopes.app.bindings.unnamed.config"].startswith("function: names no function")
 
 
 def test_loom_config_check_refuses_a_configuration_that_cannot_run(tmp_path: Path) -> None:

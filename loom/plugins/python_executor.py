@@ -68,6 +68,20 @@ class PythonExecutor:
     def loom_executors(self) -> Mapping[str, Any]:
         return {self.name: self}
 
+    def check_config(self, config: Mapping[str, Any]) -> list[str]:
+        """What `loom config check` (and ``loom serve`` at its start) reports of a binding's ``config``:
+        a ``function`` that names no function registered here. Not a refusal: a node may route Work
+        it never runs, and a function may be registered after the runtime opened."""
+        name = config.get("function")
+        known = ", ".join(repr(n) for n in sorted(self._functions)) or "none"
+        if not isinstance(name, str) or not name:
+            return [f"function: names no function of the python executor (registered: {known})"]
+        if name not in self._functions:
+            return [
+                f"function: no function is registered as {name!r} (registered: {known}): every attempt fails"
+            ]
+        return []
+
     def inbox(self, execution_id: str) -> trio.MemoryReceiveChannel[Event]:
         """Injected inputs of a running execution, in dispatch order."""
         running = self._running.get(execution_id)

@@ -23,6 +23,9 @@ Optional methods (looked up on the executor; an executor without them cannot do 
   that is wrong, such as ``command``) or `InvalidRequest` (its ``field``), and the configuration is
   refused naming ``scopes.<scope>.bindings.<name>.config.<key>``. Without it, any JSON config loads, and
   a bad one is found by the attempts it fails.
+* ``check_config(config) -> list[str]`` (plain, not async) what is wrong with a binding's ``config`` that
+  does not refuse it (a name not registered yet): ``loom config check`` and ``loom serve``'s start
+  report each line as a warning under the binding's key (`Runtime.check`).
 * ``forget(execution_id, metadata) -> None`` removes what the executor keeps of an ended attempt (its
   logs, its files) once the ``attempt_logs`` retention passed; it must be idempotent (a crash before the
   runtime records it asks again). Without it, the executor keeps nothing loom asks it to remove.

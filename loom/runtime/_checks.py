@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from ..config import Config
+from ..config._keys import key_path
 from ..config.check import ArmedSchedule, Finding, check_config, check_schedules
 from ..plugins.registry import Extensions
 from ..records.timers import TimerState
+from ..records.validation import describe_exception
 from ..store import Reader
 from ._base import RuntimeBase
 
@@ -28,6 +30,7 @@ async def findings(config: Config, extensions: Extensions, reader: Reader | None
     found = check_config(
         config, standing_handlers=extensions.standing_handlers(), plugin_kinds=tuple(extensions.work_kinds)
     )
+    found += _binding_findings(config, extensions)
     if reader is None:
         return found
     armed: list[ArmedSchedule] = []
@@ -62,4 +65,23 @@ async def findings(config: Config, extensions: Extensions, reader: Reader | None
         for t in invalid
         if t.recurrence is not None or t.interval_ms is not None
     ]
+    return found
+
+
+def _binding_findings(config: Config, extensions: Extensions) -> list[Finding]:
+    """What each binding's executor reports of its ``config`` through its optional ``check_config``
+    (`loom.records.executor`): a finding each, under the binding's key. A check that raises is a
+    finding too, naming the executor."""
+    found: list[Finding] = []
+    for scope, declared in sorted(config.scopes.items()):
+        for name, binding in sorted(declared.bindings.items()):
+            check = getattr(extensions.executors.get(binding.executor), "check_config", None)
+            if check is None:
+                continue
+            where = key_path("scopes", scope, "bindings", name, "config")
+            try:
+                said = [str(line) for line in check(binding.config)]
+            except Exception as exc:
+                said = [f"executor {binding.executor!r} could not check it: {describe_exception(exc)}"]
+            found += [Finding(key=where, message=line) for line in said]
     return found
