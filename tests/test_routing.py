@@ -41,7 +41,7 @@ from loom.plugins.handlers import correlate, work_id_for_key
 from loom.plugins.python_executor import PythonExecutor
 from loom.records.core_events import WORK_CREATED
 from loom.records.work import Checkpoint, CheckpointStatus, Completed, Deliver, Policy, Work, WorkState
-from loom.testing import T0_MS
+from loom.testing import T0_MS, FakeExecutor
 from loom.testing.internals import storage_of
 
 T0 = T0_MS
@@ -483,6 +483,62 @@ async def test_an_unsupported_control_is_unrouted_and_attaches_no_key(open_rt: O
         with pytest.raises(NotFound):
             await rt.work_for_key("pr/9")
         assert [d.subject for d in await rt.diagnostics(kind="unsupported_capability")] == [comment.id]
+
+
+async def test_a_fallback_to_drop_drops_only_for_a_running_attempt(open_rt: OpenRuntime) -> None:
+    """A route declared ``inject`` whose binding lacks inject falls back to ``drop`` (its effective
+    policy): that is a policy for Work with a running attempt, not a drop route. Catches a fallback that
+    turns the route into a drop route (seen: the first Event was dropped and made no Work; an Event
+    for the idle Work was dropped too) and a drop that records no effective policy or fallback reason."""
+    cfg = config(
+        {"name": "chat", "types": ["pr.*"], "create_work": True, "policy": "inject", "fallback": ["drop"],
+         "binding": "run"},
+        bindings={"run": {"executor": "fake"}},
+    )  # fmt: skip
+    fake = FakeExecutor()
+    async with open_rt(cfg, fake) as rt:
+        [first] = await publish(rt, ev("d-1", key="pr/1"))
+        assert (await checkpoint(rt, first)).status is CheckpointStatus.ROUTED
+        work = await rt.work_for_key("pr/1")
+        assert (await rt.work(work.id)).state is WorkState.RUNNING
+
+        [during] = await publish(rt, ev("d-2", key="pr/1"))
+        dropped = await checkpoint(rt, during)
+        assert dropped.status is CheckpointStatus.DROP
+        assert dropped.work_id == work.id
+        assert dropped.effective_policy is Policy.DROP
+        assert "does not pin inject" in (dropped.fallback_reason or "")
+
+        fake.finish(work.id, loom.Handoff())  # idle and ready again
+        await rt.wait_idle()
+        [after] = await publish(rt, ev("d-3", key="pr/1"))
+        queued = await checkpoint(rt, after)
+        assert queued.status is CheckpointStatus.ROUTED
+        assert queued.effective_policy is Policy.QUEUE
+        assert [
+            launch.request.trigger.id for launch in fake.launches_of(work.id) if launch.request.trigger
+        ] == [
+            first.id,
+            after.id,
+        ]
+
+
+async def test_a_fallback_from_inject_to_interrupt_records_its_reason(open_rt: OpenRuntime) -> None:
+    """Catches an effective policy taken by a fallback that its checkpoint records as if declared (no
+    fallback reason: seen)."""
+    cfg = config(
+        {"name": "chat", "types": ["pr.*"], "create_work": True, "policy": "inject",
+         "fallback": ["interrupt", "queue"], "binding": "run"},
+        bindings={"run": {"executor": "fake", "capabilities": ["interrupt"]}},
+    )  # fmt: skip
+    fake = FakeExecutor()
+    fake.capabilities = {"interrupt"}
+    async with open_rt(cfg, fake) as rt:
+        await publish(rt, ev("d-1", key="pr/1"))
+        [during] = await publish(rt, ev("d-2", key="pr/1"))
+        interrupting = await checkpoint(rt, during)
+        assert interrupting.effective_policy is Policy.INTERRUPT
+        assert "inject" in (interrupting.fallback_reason or "")
 
 
 # -- reopen and generations --------------------------------------------------------------------------------

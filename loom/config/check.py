@@ -72,7 +72,7 @@ def check_config(
             if (route.scope, route.index) in seen_routes:
                 continue
             seen_routes.add((route.scope, route.index))
-            if route.route.create_work and route.route.binding is None and route.policy.value != "drop":
+            if route.route.create_work and route.route.binding is None and route.route.policy.value != "drop":
                 findings.append(
                     Finding(
                         key=_route_key(route),
@@ -161,7 +161,7 @@ def check_schedules(
     fed: set[tuple[str, int]] = set()
     for timer in armed:
         route = _first_match(config, timer.scope, timer.type)
-        if route is None or route.policy.value == "drop":
+        if route is None or route.route.policy.value == "drop":
             what = "matches no route there" if route is None else f"is dropped by route {route.route.name!r}"
             findings.append(
                 Finding(

@@ -126,7 +126,7 @@ def decide_without_handler(
     """
     if route is None:
         return Unmatched(reason="no route matched"), None
-    if route.policy is Policy.DROP:
+    if route.route.policy is Policy.DROP:  # (declared: a drop a fallback chose drops for running Work)
         reason = route.route.reason or f"route {route.name!r} drops {event.type}"
         return Drop(reason=reason), route_ref(config, route)
     return None

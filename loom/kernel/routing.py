@@ -401,15 +401,14 @@ def _effective_policy(
     """
     if route is None:
         return Policy.QUEUE, None
-    if route.policy is Policy.DROP:
-        return Policy.DROP, route.fallback_reason
-    if route.policy is Policy.QUEUE:
-        return Policy.QUEUE, route.fallback_reason if running else None
+    if route.policy in (Policy.QUEUE, Policy.DROP):
+        # (a route declared drop never gets here: it drops without a handler, `decide_without_handler`)
+        return (route.policy, route.fallback_reason) if running else (Policy.QUEUE, None)
     if live is None:
         return Policy.QUEUE, None
     needed = Capability.INJECT if route.policy is Policy.INJECT else Capability.INTERRUPT
     if needed.value in live.capabilities:
-        return route.policy, None
+        return route.policy, route.fallback_reason
     reason = f"the running attempt's executor {live.executor!r} lacks the {needed} capability"
     if route.fallback in (Policy.QUEUE, Policy.DROP):
         return route.fallback, f"fallback to {route.fallback}: {reason}"
