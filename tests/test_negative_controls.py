@@ -61,11 +61,11 @@ def route_out_of_acceptance_order(monkeypatch: pytest.MonkeyPatch) -> None:
     earlier_unrouted_for = Tx.earlier_unrouted_for
 
     def unordered(
-        self: Tx, work_id: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
+        self: Tx, work_id: str, scope: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
     ) -> list[Event]:
         if sys._getframe(2).f_code.co_name == "_check_order":  # the order check route_in_tx makes
             return []
-        return earlier_unrouted_for(self, work_id, keys, before_seq, after_seq=after_seq)
+        return earlier_unrouted_for(self, work_id, scope, keys, before_seq, after_seq=after_seq)
 
     monkeypatch.setattr(Tx, "earlier_unrouted_for", unordered)
 

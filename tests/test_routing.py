@@ -395,6 +395,32 @@ async def test_key_attachment_pulls_earlier_unrouted_events_into_the_backlog_in_
         assert [(d.kind, d.subject) for d in await rt.diagnostics()] == [("start_failed", work.id)]
 
 
+async def test_key_attachment_leaves_an_unrouted_event_of_another_scope_alone(
+    open_rt: OpenRuntime, handlers: Handlers
+) -> None:
+    """An Event of another scope with the key never goes to the Work (an Event routes only within its
+    scope). Catches an attachment that pulls it into the Work's backlog (seen: checkpointed routed to
+    the Work, "joined the backlog"), while the same Event routed by itself is refused."""
+    main = {**MAIN, "config": {"keys_field": "also"}}
+    cfg = Config.from_dict({"scopes": {SCOPE: {"routes": [main]}, "other": {"routes": [SLOW]}}})
+    async with open_rt(cfg) as rt:
+        elsewhere = await rt.publish(ev("d-1", type="slow", key="pr/2", scope="other"))
+        with trio.fail_after(STALL_S):
+            await handlers.entered.wait()  # unrouted while its handler is blocked
+        opener = await rt.publish(ev("d-2", key="pr/1", payload={"also": ["pr/2"]}))
+        await until(rt, routed_to(rt, opener))
+        work = await rt.work_for_key("pr/1")
+        assert work.keys == ("pr/1", "pr/2")
+        assert work.pending_inputs == (opener.id,)
+        assert await rt.checkpoint(elsewhere.id) is None
+
+        handlers.release.set()
+        await rt.wait_idle()
+        refused = await checkpoint(rt, elsewhere)
+        assert refused.status is CheckpointStatus.UNROUTED
+        assert (await rt.work(work.id)).pending_inputs == (opener.id,)
+
+
 async def test_a_key_owned_by_another_work_aborts_every_effect(open_rt: OpenRuntime) -> None:
     async with open_rt(config({**MAIN, "config": {"keys_field": "also"}})) as rt:
         await publish(rt, ev("d-1", key="pr/1"), ev("d-2", key="pr/2"))

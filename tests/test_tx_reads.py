@@ -1507,14 +1507,14 @@ async def test_an_unrouted_event_below_a_later_routed_one_is_still_found(rt: Run
     later = EventIn(source="shop", delivery_id="d-8", type="other", scope="elsewhere")
 
     def accept_two_route_the_later(tx: Tx, now_ms: int) -> tuple[list[str], list[str], list[str]]:
-        before = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        before = [e.id for e in earlier_unrouted(tx, work_id, SCOPE, ["k"], tx.max_seq() + 1)]
         first = accept_in_tx(tx, now_ms, held, CausalLimits())
         second = accept_in_tx(tx, now_ms, later, CausalLimits())
         assert second.seq == first.seq + 1
         route_in_tx(tx, now_ms, unmatched(second.id), CausalLimits())
-        after = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        after = [e.id for e in earlier_unrouted(tx, work_id, SCOPE, ["k"], tx.max_seq() + 1)]
         route_in_tx(tx, now_ms, unmatched(first.id), CausalLimits())
-        routed = [e.id for e in earlier_unrouted(tx, work_id, ["k"], tx.max_seq() + 1)]
+        routed = [e.id for e in earlier_unrouted(tx, work_id, SCOPE, ["k"], tx.max_seq() + 1)]
         return before, [first.id, *after], routed
 
     before, [held_id, *after], routed = await storage_of(rt).submit(accept_two_route_the_later)
@@ -1555,15 +1555,15 @@ async def test_a_rolled_back_checkpoint_is_forgotten(rt: Runtime) -> None:
 
     def route_undo_search(tx: Tx, now_ms: int) -> tuple[str, list[str]]:
         event = accept_in_tx(tx, now_ms, offered, CausalLimits())
-        assert earlier_unrouted(tx, work_id, ["k"], event.seq + 1) == [event]
+        assert earlier_unrouted(tx, work_id, SCOPE, ["k"], event.seq + 1) == [event]
         try:
             with tx.savepoint():
                 route_in_tx(tx, now_ms, unmatched(event.id), CausalLimits())
-                assert earlier_unrouted(tx, work_id, ["k"], event.seq + 1) == []
+                assert earlier_unrouted(tx, work_id, SCOPE, ["k"], event.seq + 1) == []
                 raise LookupError("undo it")
         except LookupError:
             pass
-        return event.id, [e.id for e in earlier_unrouted(tx, work_id, ["k"], event.seq + 1)]
+        return event.id, [e.id for e in earlier_unrouted(tx, work_id, SCOPE, ["k"], event.seq + 1)]
 
     event_id, found = await storage_of(rt).submit(route_undo_search)
     assert found == [event_id], "an Event whose checkpoint was rolled back was taken as routed"

@@ -342,7 +342,7 @@ def _routed_up_to_the_winner(tx: Tx, work: Work, winner_id: str | None) -> None:
     winner = tx.event(winner_id) if winner_id else None
     if winner is None:
         return
-    behind = earlier_unrouted(tx, work.id, work.keys, winner.seq)
+    behind = earlier_unrouted(tx, work.id, work.scope, work.keys, winner.seq)
     if behind:
         raise RoutingBehind(
             f"cannot claim work {work.id}: its continuation waits until event {behind[0].id}, accepted "
@@ -448,7 +448,7 @@ def record_outcome_in_tx(
         and not _still_pending(tx, work, execution, outcome)
         and not kind.standing
     ):
-        unrouted = earlier_unrouted(tx, work.id, work.keys, tx.max_seq() + 1)
+        unrouted = earlier_unrouted(tx, work.id, work.scope, work.keys, tx.max_seq() + 1)
         if unrouted:
             raise CompletionBlocked(
                 f"work {work.id} cannot complete: accepted event {unrouted[0].id} resolving to it is not "

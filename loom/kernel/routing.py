@@ -211,7 +211,7 @@ def _own_budget_event(event: Event, work_id: str) -> bool:
 def _check_order(tx: Tx, event: Event, work_id: str, keys: Sequence[str]) -> None:
     """Per-Work acceptance order: no Event is routed to a Work while an earlier one resolving to it is
     unrouted (`OutOfOrder` names the earliest)."""
-    earlier = earlier_unrouted(tx, work_id, keys, event.seq)
+    earlier = earlier_unrouted(tx, work_id, event.scope, keys, event.seq)
     if earlier:
         raise OutOfOrder(
             f"event {event.id} (seq {event.seq}) cannot be routed to work {work_id} before earlier "
@@ -276,7 +276,7 @@ def _deliver(
         )
     for key in new_keys:
         tx.attach_key(key, work.id, event.seq, now_ms)
-    joined = earlier_unrouted(tx, work.id, new_keys, event.seq) if new_keys else []
+    joined = earlier_unrouted(tx, work.id, work.scope, new_keys, event.seq) if new_keys else []
     for earlier in joined:
         tx.insert_checkpoint(
             Checkpoint(

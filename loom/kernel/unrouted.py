@@ -64,12 +64,12 @@ def raise_watermark_in_tx(tx: Tx, now_ms: int) -> None:
         tx.kv_put(ROUTING_NAMESPACE, WATERMARK, {"seq": raised}, now_ms)
 
 
-def earlier_unrouted(tx: Tx, work_id: str, keys: Sequence[str], before_seq: int) -> list[Event]:
-    """Unrouted Events accepted before ``before_seq`` that resolve to ``work_id`` (by id or ``keys``),
-    in acceptance order: searched above the routing watermark only, or above what this transaction
-    knows routed past it (`Tx.routed_through`)."""
+def earlier_unrouted(tx: Tx, work_id: str, scope: str, keys: Sequence[str], before_seq: int) -> list[Event]:
+    """Unrouted Events accepted before ``before_seq`` that resolve to ``work_id`` (by id, or by ``keys``
+    in its ``scope``), in acceptance order: searched above the routing watermark only, or above what
+    this transaction knows routed past it (`Tx.routed_through`)."""
     after = tx.routed_through(routing_watermark(tx), before_seq - 1, RAISE_WINDOW)
-    return tx.earlier_unrouted_for(work_id, keys, before_seq, after_seq=after)
+    return tx.earlier_unrouted_for(work_id, scope, keys, before_seq, after_seq=after)
 
 
 def lower_watermark_in_tx(tx: Tx, now_ms: int, seq: int) -> None:

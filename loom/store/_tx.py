@@ -451,22 +451,23 @@ class Tx(
                 self._unrouted_at = None  # what stopped the search is routed now: it may read on
 
     def earlier_unrouted_for(
-        self, work_id: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
+        self, work_id: str, scope: str, keys: Sequence[str], before_seq: int, *, after_seq: int = 0
     ) -> list[Event]:
         """Unrouted Events between ``after_seq`` and ``before_seq`` (both excluded) that resolve to
-        ``work_id`` (explicitly or by ``keys``). ``after_seq``: the routing watermark, at or below which
-        every Event is routed, so the search reads the Work's Events not yet known routed, not its
-        whole history."""
+        ``work_id`` (explicitly, or by ``keys`` in its ``scope``: an Event of another scope never goes
+        to it). ``after_seq``: the routing watermark, at or below which every Event is routed, so the
+        search reads the Work's Events not yet known routed, not its whole history."""
         if after_seq + 1 >= before_seq:
             return []  # nothing was accepted between them: every Event before is known routed
         # one indexed probe per key and one for the explicit id
         unrouted = " AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.seq = e.seq)"
         found: dict[str, tuple[Any, ...]] = {}
-        probes = [("e.work_id = ?", work_id)] + [("e.key = ?", key) for key in dict.fromkeys(keys)]
-        for where, value in probes:
+        probes: list[tuple[str, tuple[str, ...]]] = [("e.work_id = ?", (work_id,))]
+        probes += [("e.key = ? AND e.scope = ?", (key, scope)) for key in dict.fromkeys(keys)]
+        for where, values in probes:
             for row in self._all(
                 f"SELECT {_sql.EVENT_COLUMNS} FROM events e WHERE {where} AND e.seq > ? AND e.seq < ?{unrouted}",
-                (value, after_seq, before_seq),
+                (*values, after_seq, before_seq),
             ):
                 found[row[0]] = row
         return sorted((_sql.event_from_row(r) for r in found.values()), key=lambda e: e.seq)
