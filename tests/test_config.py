@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import loom
 from loom import Capability, CausalLimits, Config, ConfigError, Policy
 from loom.config import (
     Binding,
@@ -22,6 +23,7 @@ from loom.config import (
     effective_routes,
     retry_delays,
 )
+from loom.plugins.registry import offered
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "loom.toml"
 
@@ -553,6 +555,33 @@ def test_executor_without_the_pinned_capability_is_refused_naming_the_route() ->
         f"{ROUTE}.policy",
         "route 'by-key' cannot inject: executor 'fake' (binding 'fake') does not advertise inject",
     )
+
+
+async def test_a_capability_advertised_without_its_method_is_not_offered() -> None:
+    """An executor that lists ``inject`` and ``interrupt`` in its capabilities but has neither method
+    does not offer them: an inject route through it is refused when the configuration loads. Catches a
+    check of the list alone (seen: the route loaded, and every dispatch was an ambiguous answer retried
+    until it gave up, the input left pending)."""
+
+    class Boastful:
+        capabilities = frozenset({"inject", "interrupt", "resume"})
+
+        async def launch(self, request: Any, toolbelt: Any) -> Any:
+            return loom.Completed()
+
+        async def resume(self, request: Any, toolbelt: Any) -> Any:
+            return loom.Completed()
+
+        @loom.hookimpl
+        def loom_executors(self) -> dict[str, Any]:
+            return {"fake": self}
+
+    assert offered(Boastful()) == {"resume"}
+    with pytest.raises(ConfigError) as info:
+        async with loom.open_runtime(":memory:", config=load(BASE), plugins=[Boastful()], actors=()):
+            pass
+    assert "cannot inject: executor 'fake' (binding 'fake') does not advertise inject" in str(info.value)
+    assert "with its inject method" in str(info.value)
 
 
 def test_binding_pinning_an_unadvertised_capability_is_refused() -> None:

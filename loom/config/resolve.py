@@ -16,6 +16,9 @@ from ..records.work import Policy
 from ._keys import key_path, known
 from .model import EffectiveBinding, EffectiveRoute, Route, ScopeConfig
 
+IMPLEMENTED_BY = {"inject": "inject", "interrupt": "interrupt", "resume": "resume", "adopt": "recover"}
+"""The method an executor implements each capability with (`loom.plugins.registry.offered`)."""
+
 Scopes = Mapping[str, ScopeConfig]
 
 
@@ -113,6 +116,7 @@ def _lacking(
     elif advertised is not None and capability not in advertised.get(binding.executor, frozenset()):
         reasons.append(
             f"executor {binding.executor!r} (binding {binding.name!r}) does not advertise {capability}"
+            f" (in its capabilities, with its {IMPLEMENTED_BY.get(capability, capability)} method)"
         )
     else:
         return False

@@ -13,6 +13,7 @@ import attrs
 import pluggy
 
 from ..config.model import WorkKindPolicy
+from ..config.resolve import IMPLEMENTED_BY
 from ..records.errors import ConfigError, InvalidRequest
 from ..records.executor import Executor
 from ..records.subscriptions import AliasFilter
@@ -72,11 +73,20 @@ class Extensions:
         return out
 
     def advertised(self) -> dict[str, frozenset[str]]:
-        """Executor name -> the capabilities it advertises now (read live: an executor may change them)."""
-        return {
-            name: frozenset(str(c) for c in getattr(executor, "capabilities", ()))
-            for name, executor in self.executors.items()
-        }
+        """Executor name -> the capabilities it advertises and implements now (`offered`; read live: an
+        executor may change them)."""
+        return {name: offered(executor) for name, executor in self.executors.items()}
+
+
+def offered(executor: object) -> frozenset[str]:
+    """The capabilities ``executor`` advertises (its ``capabilities``) and implements (has the method
+    for: `IMPLEMENTED_BY`): one advertised without its method is not offered, so a route or binding
+    that needs it is refused when the configuration loads, as for one not advertised."""
+    return frozenset(
+        name
+        for name in (str(c) for c in getattr(executor, "capabilities", ()))
+        if name not in IMPLEMENTED_BY or callable(getattr(executor, IMPLEMENTED_BY[name], None))
+    )
 
 
 class LiveCapabilities(Mapping[str, frozenset[str]]):
@@ -87,7 +97,7 @@ class LiveCapabilities(Mapping[str, frozenset[str]]):
         self._executors = executors
 
     def __getitem__(self, name: str) -> frozenset[str]:
-        return frozenset(str(c) for c in getattr(self._executors[name], "capabilities", ()))
+        return offered(self._executors[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._executors)
