@@ -61,6 +61,7 @@ from ._batch import (
     Resync,
     StorageFailure,
     StorageStats,
+    one_by_one,
 )
 from ._blocks import RunGuarded
 from ._carried import Carried
@@ -345,6 +346,11 @@ class StorageActor(Notices):
                 self.stats.guarded_reruns += 1
             except Conflict as conflict:
                 if attempt == CONFLICT_RETRIES:
+                    if len(batch) > 1:  # (each request alone, with its own retries)
+                        where = self.store.describe()
+                        return one_by_one(
+                            self._execute_until_settled, batch, now_ms, batch_no, self.stats, where
+                        ), False
                     raise StorageFailure(conflict.cause) from conflict.cause
                 self.stats.conflict_reruns += 1
                 time.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))

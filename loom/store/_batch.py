@@ -3,16 +3,21 @@ exceptions a batch raises inside the worker thread (`_actor`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import attrs
 import trio
 
+from ..records.errors import StorageError, StorageUnavailable
 from ._tx import Tx
 
+log = logging.getLogger("loom.storage")
+
 CONFLICT_RETRIES = 12
-"""How many times a batch that raced another node runs again before it fails as a storage error."""
+"""How many times a batch that raced another node runs again before its requests run one at a time
+(`one_by_one`), each as many times again before it fails as a storage error."""
 
 
 P = ParamSpec("P")
@@ -57,6 +62,8 @@ class StorageStats:
     conflict_reruns: int = 0
     """Batches that met a conflict (another node's write, a lock, a prepared statement the server
     lost) and ran again."""
+    split_batches: int = 0
+    """Batches that lost every run to other nodes and ran one request at a time (`one_by_one`)."""
 
 
 class StorageFailure(Exception):
@@ -77,3 +84,40 @@ class Conflict(Exception):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(str(cause))
         self.cause = cause
+
+
+def one_by_one(
+    run: Callable[[list[Request], int, int | None], tuple[list[Any], bool]],
+    batch: list[Request],
+    now_ms: int,
+    batch_no: int | None,
+    stats: StorageStats,
+    where: str,
+) -> list[Any]:
+    """Run a batch that kept racing other nodes (each run lost a deadlock, or a row, to one of them)
+    one request per transaction (``run``: one with its own retries; answers its notices): a small
+    transaction holds few locks, and other nodes' batches get through between them. A request that
+    still cannot commit fails alone, and the others' commits stand; one that loses the connection
+    fails with the rest (``where``: the store, for their errors)."""
+    stats.split_batches += 1
+    log.warning("a batch of %d requests lost every run to other nodes: one request at a time", len(batch))
+    notices: list[Any] = []
+    for index, request in enumerate(batch):
+        try:
+            notices += run([request], now_ms, batch_no)[0]
+        except StorageFailure as failure:
+            if not failure.lost:
+                _failed(request, StorageError(f"storage failed; this request was not committed: {failure}"))
+                continue
+            for left in batch[index:]:  # (the next batch reconnects)
+                how = "may or may not have" if failure.in_commit and left is request else "was not"
+                lost = f"the connection to {where} was lost; this request {how} committed"
+                _failed(left, StorageUnavailable(f"{lost} (the storage actor reconnects): {failure}"))
+            break
+    return notices
+
+
+def _failed(request: Request, error: StorageError) -> None:
+    request.ok = False
+    request.value = None
+    request.error = error

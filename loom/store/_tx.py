@@ -298,6 +298,10 @@ class Tx(
         now_ms: int,
     ) -> Work:
         """Insert a new Work, ready, with no key, input or attempt yet; return it as a read would."""
+        # on a shared database the acceptance-order lock comes first (its routing's checkpoint needs it):
+        # nodes racing to create one Work (its id follows from its key) queue on that lock, never each
+        # on the other's row while holding it (a deadlock, which failed whole batches under load)
+        self._ordered()
         self._conn.execute(
             "INSERT INTO works (id, scope, kind, state, revision, parent_id, predecessor_id, generation,"
             " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
