@@ -298,9 +298,8 @@ class Tx(
         now_ms: int,
     ) -> Work:
         """Insert a new Work, ready, with no key, input or attempt yet; return it as a read would."""
-        # on a shared database the acceptance-order lock comes first (its routing's checkpoint needs it):
-        # nodes racing to create one Work (its id follows from its key) queue on that lock, never each
-        # on the other's row while holding it (a deadlock, which failed whole batches under load)
+        # (shared: the order lock before the row, so nodes racing to create one Work queue on it rather
+        # than deadlock on each other's row; its routing's checkpoint takes it anyway)
         self._ordered()
         self._conn.execute(
             "INSERT INTO works (id, scope, kind, state, revision, parent_id, predecessor_id, generation,"
