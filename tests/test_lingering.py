@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import loom
-from loom.testing import FakeExecutor
+from loom.testing import FakeExecutor, RecoverAnswer
 
 CONFIG = loom.Config.from_dict({
     "scopes": {"ops": {
@@ -84,12 +84,13 @@ async def test_only_the_ended_attempts_of_its_own_store_and_executor_are_stopped
     made = await attempts(tmp_path / "loom.db")
     names = [made[n].id for n in ("done", "failed", "other", "running")] + ["ex_unknown", 7, "a\0b"]
     fake = Lingering(names=names)
+    fake.recover_answers[made["running"].work_id] = RecoverAnswer.ADOPT  # (it stays running, adopted)
     async with loom.open_runtime(
         tmp_path / "loom.db", config=CONFIG, plugins=[fake, FakeExecutor("other")]
     ) as rt:
         await rt.wait_idle()
         stopped = {execution_id: (metadata, config) for execution_id, metadata, config in fake.ended}
-        assert set(stopped) == {made["done"].id, made["failed"].id}
+        assert set(stopped) == {made["done"].id, made["failed"].id}, (stopped, made)
         assert stopped[made["done"].id] == (
             {"dir": "d", "work": made["done"].work_id, "attempt": 1},
             {"grace_s": 3},

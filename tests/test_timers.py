@@ -674,6 +674,36 @@ def _put_legacy_timer(tx: Tx, now_ms: int, timer_id: str, scope: str) -> None:
     tx.put_timer(attrs.evolve(armed, scope=scope), armed)
 
 
+async def _fire_ties(driver: RuntimeDriver, *, poll: bool) -> list[str]:
+    """Arm z, a, m, b due at one instant, then a again (a changed payload: a new arming); fire them all
+    (by the timer actor, or by `Runtime.poll`); the timers in the order their Events were accepted."""
+    rt = driver.runtime
+    for timer_id in ("z", "a", "m", "b"):
+        await rt.arm(tick(timer_id, T0 + MINUTE))
+    await rt.arm(tick("a", T0 + MINUTE, payload={"again": True}))
+    driver.clock.advance(MINUTE)
+    if poll:
+        await rt.poll(limit=2)  # (two passes: the order holds across them)
+        await rt.poll(limit=10)
+    else:
+        await quiet(driver)
+    return [str(e.payload["timer"]) for e in await deliveries(rt, "clock")]
+
+
+async def test_timers_due_at_one_instant_fire_in_the_order_they_were_armed(loom_store: str) -> None:
+    """Ties in due time fire in schedule order (docs/concepts.md, "Timer"). Catches a due order by id
+    (seen: z, a, m, b fired as a, b, m, z) and an arming again that keeps its first place."""
+    async with RuntimeDriver.open(loom_store) as driver:
+        assert await _fire_ties(driver, poll=False) == ["z", "m", "b", "a"]
+
+
+async def test_timers_due_at_one_instant_are_polled_in_the_order_they_were_armed(
+    loom_store: str, host_driven: None
+) -> None:
+    async with RuntimeDriver.open(loom_store) as driver:
+        assert await _fire_ties(driver, poll=True) == ["z", "m", "b", "a"]
+
+
 async def test_a_template_todays_rules_refuse_leaves_its_timer_invalid_and_accepts_nothing(
     loom_store: str, host_driven: None
 ) -> None:
@@ -736,18 +766,19 @@ async def test_due_is_bounded_and_rotates_through_overdue_timers_across_a_reopen
             assert len(requests) <= limit
             return [r.timer_id for r in requests]
 
-        assert await due(2) == ["a", "b"]
-        assert await due(2) == ["c", "d"]
-        assert await due(2) == ["e", "a"]
+        # due at one instant, they come in the order they were armed (e first), not by id
+        assert await due(2) == ["e", "d"]
+        assert await due(2) == ["c", "b"]
+        assert await due(2) == ["a", "e"]
         # each cursor move commits without waiting for the disk (a process kill keeps it, as the
         # clean reopen below does; only a power loss may take a move back)
         assert storage_of(driver.runtime).stats.relaxed_batches == 3
         await driver.reopen()  # the cursor is persisted
-        assert await due(1) == ["b"]
-        assert await due(3) == ["c", "d", "e"]
-        assert await due(10) == ["a", "b", "c", "d", "e"], "never a timer twice in one answer"
+        assert await due(1) == ["d"]
+        assert await due(3) == ["c", "b", "a"]
+        assert await due(10) == ["e", "d", "c", "b", "a"], "never a timer twice in one answer"
         assert (await driver.runtime.due(1))[0] == FireRequest(
-            timer_id="a", revision=1, fire_at_ms=T0 - MINUTE
+            timer_id="e", revision=1, fire_at_ms=T0 - MINUTE
         )
         for bad in (0, -1, 10_001):
             with pytest.raises(InvalidRequest, match="limit"):

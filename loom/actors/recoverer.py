@@ -74,7 +74,8 @@ class LeaseRecoverer:
             async with trio.open_nursery() as nursery:
                 self._s.activity.bind(nursery)
                 task_status.started(self)
-                await self.end_lingering(nursery)
+                self._s.activity.enter()  # (busy until it has looked: `wait_idle` waits for it)
+                nursery.start_soon(self.end_lingering, nursery)
                 while True:
                     self._passing = True
                     self._signal()
@@ -155,6 +156,12 @@ class LeaseRecoverer:
                 return recovered
 
     async def end_lingering(self, nursery: trio.Nursery) -> None:
+        try:
+            await self._end_lingering(nursery)
+        finally:
+            self._s.activity.leave()
+
+    async def _end_lingering(self, nursery: trio.Nursery) -> None:
         """Once, at the start: each executor that can (``lingering``, ``end_lingering``) names the attempts
         whose processes run here unwatched, left by a loom that died; those of this store's attempts
         that have ended (completed through the service's toolbelt just before the kill, cancelled,

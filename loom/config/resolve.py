@@ -16,8 +16,9 @@ from ..records.work import Policy
 from ._keys import key_path, known
 from .model import EffectiveBinding, EffectiveRoute, Route, ScopeConfig
 
-IMPLEMENTED_BY = {"inject": "inject", "interrupt": "interrupt", "resume": "resume", "adopt": "recover"}
-"""The method an executor implements each capability with (`loom.plugins.registry.offered`)."""
+IMPLEMENTED_BY = {"inject": "inject", "interrupt": "interrupt", "adopt": "recover"}
+"""The method an executor implements each capability with (`loom.plugins.registry.offered`); ``resume``
+needs none of its own (without ``resume``, ``launch`` continues the parked attempt)."""
 
 Scopes = Mapping[str, ScopeConfig]
 

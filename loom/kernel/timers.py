@@ -282,7 +282,7 @@ def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Tim
 def due_in_tx(tx: Tx, now_ms: int, limit: int) -> list[FireRequest]:
     """Up to ``limit`` due firing requests, fair across calls at a fixed clock.
 
-    Timers come in (fire_at, id) order, and a persisted round-robin cursor starts each call
+    Timers come in due order (fire_at, then the order they were armed), and a persisted round-robin cursor starts each call
     after the last timer the previous one returned (wrapping around), so one overdue
     recurrence or invalid timer cannot monopolise the answer.
     """
@@ -291,10 +291,17 @@ def due_in_tx(tx: Tx, now_ms: int, limit: int) -> list[FireRequest]:
             f"due: limit must be an integer from 1 to {MAX_DUE}, got {describe_value(limit)}"
         )
     entry = tx.kv_get(TIMERS_NAMESPACE, DUE_CURSOR)
-    cursor = (int(entry.value["fire_at_ms"]), str(entry.value["id"])) if entry else (-1, "")
+    cursor = (-1, 0, "")
+    if entry is not None:  # (a cursor kept before timers had an arming order has none: 0)
+        cursor = (
+            int(entry.value["fire_at_ms"]),
+            int(entry.value.get("armed_seq", 0)),
+            str(entry.value["id"]),
+        )
     rows = tx.due_timers(now_ms, cursor, limit, wrapped=False)
     if len(rows) < limit and entry is not None:
         rows += tx.due_timers(now_ms, cursor, limit - len(rows), wrapped=True)
     if rows:
-        tx.kv_put(TIMERS_NAMESPACE, DUE_CURSOR, {"fire_at_ms": rows[-1][2], "id": rows[-1][0]}, now_ms)
-    return [FireRequest(timer_id=i, revision=r, fire_at_ms=f) for i, r, f in rows]
+        last = {"fire_at_ms": rows[-1][2], "armed_seq": rows[-1][3], "id": rows[-1][0]}
+        tx.kv_put(TIMERS_NAMESPACE, DUE_CURSOR, last, now_ms)
+    return [FireRequest(timer_id=i, revision=r, fire_at_ms=f) for i, r, f, _ in rows]

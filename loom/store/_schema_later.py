@@ -125,4 +125,13 @@ LATER: tuple[str | Mapping[str, str], ...] = (
     DROP INDEX timers_due;
     CREATE INDEX timers_due ON timers (fire_at_ms, id, revision) WHERE state = 'armed';
     """,
+    # 19: timers due at one instant fire in the order they were armed: each arming takes the next number
+    # (``armed_seq``, one above the highest: its own index answers that), and the due index orders by it
+    # after the due time. Timers armed before keep 0, and their id order among themselves.
+    """
+    ALTER TABLE timers ADD COLUMN armed_seq INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX timers_armed_seq ON timers (armed_seq);
+    DROP INDEX timers_due;
+    CREATE INDEX timers_due ON timers (fire_at_ms, armed_seq, id, revision) WHERE state = 'armed';
+    """,
 )

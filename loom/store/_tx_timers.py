@@ -11,9 +11,12 @@ from ._tx_base import TxBase
 
 _REPLACE_TIMER = ", ".join(
     f"{column} = excluded.{column}"
-    for column in _sql.TIMER_COLUMNS.replace(" ", "").split(",")
+    for column in (*_sql.TIMER_COLUMNS.replace(" ", "").split(","), "armed_seq")
     if column != "id"
 )
+NEXT_ARMED_SEQ = "(SELECT coalesce(max(armed_seq), 0) + 1 FROM timers)"
+"""An arming's place among the timers due at one instant: after every timer armed before it (a timer
+armed again moves after them too; a recurring timer's next occurrence keeps its place)."""
 
 
 class TimersTx(TxBase):
@@ -46,8 +49,8 @@ class TimersTx(TxBase):
             raise IllegalTransition(f"timer {timer.id}: a new timer starts armed, not {timer.state}")
         self._timer_rows.pop(timer.id, None)
         self._conn.execute(
-            f"INSERT INTO timers ({_sql.TIMER_COLUMNS})"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO timers ({_sql.TIMER_COLUMNS}, armed_seq)"
+            f" VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {NEXT_ARMED_SEQ})"
             f" ON CONFLICT (id) DO UPDATE SET {_REPLACE_TIMER}",
             (
                 timer.id,
@@ -106,18 +109,19 @@ class TimersTx(TxBase):
         return [(r[0], r[1], r[2]) for r in rows]
 
     def due_timers(
-        self, now_ms: int, after: tuple[int, str], limit: int, *, wrapped: bool
-    ) -> list[tuple[str, int, int]]:
-        """Armed timers due at ``now_ms`` in (fire_at, id) order: those after ``after`` (or, once
-        ``wrapped``, those up to it). An indexed range: the cost follows ``limit``, not the table."""
+        self, now_ms: int, after: tuple[int, int, str], limit: int, *, wrapped: bool
+    ) -> list[tuple[str, int, int, int]]:
+        """(id, revision, fire_at, armed_seq) of armed timers due at ``now_ms``, in due order (due time,
+        then the order they were armed): those after ``after`` (or, once ``wrapped``, those up to it).
+        An indexed range: the cost follows ``limit``, not the table."""
         op = "<=" if wrapped else ">"
         rows = self._all(
-            f"SELECT id, revision, fire_at_ms FROM timers{self.dialect.due_hint}"
-            f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, id) {op} (?, ?)"
-            " ORDER BY fire_at_ms, id LIMIT ?",  # 'armed': the partial index's own predicate
-            (now_ms, after[0], after[1], limit),
+            f"SELECT id, revision, fire_at_ms, armed_seq FROM timers{self.dialect.due_hint}"
+            f" WHERE state = 'armed' AND fire_at_ms <= ? AND (fire_at_ms, armed_seq, id) {op} (?, ?, ?)"
+            " ORDER BY fire_at_ms, armed_seq, id LIMIT ?",  # 'armed': the partial index's own predicate
+            (now_ms, *after, limit),
         )
-        return [(r[0], r[1], r[2]) for r in rows]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def due_head(self, now_ms: int, limit: int) -> list[tuple[str, int, int]]:
         """(id, revision, fire_at) of up to ``limit`` armed timers due at ``now_ms``, earliest first. On a
@@ -129,7 +133,7 @@ class TimersTx(TxBase):
         the row's lock (which also answers `take_timer`)."""
         rows = self._all(
             f"SELECT {_sql.TIMER_COLUMNS} FROM timers{self.dialect.due_hint}"
-            " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, id"
+            " WHERE state = 'armed' AND fire_at_ms <= ? ORDER BY fire_at_ms, armed_seq, id"
             f" LIMIT ?{self.dialect.skip_locked}",
             (now_ms, limit),
         )
@@ -140,7 +144,7 @@ class TimersTx(TxBase):
         """(id, fire_at) of the ``limit`` earliest armed timers (an indexed range: the next deadlines)."""
         rows = self._all(
             f"SELECT id, fire_at_ms FROM timers{self.dialect.due_hint}"
-            " WHERE state = 'armed' ORDER BY fire_at_ms, id LIMIT ?",
+            " WHERE state = 'armed' ORDER BY fire_at_ms, armed_seq, id LIMIT ?",
             (limit,),
         )
         return [(r[0], r[1]) for r in rows]
