@@ -522,6 +522,13 @@ def test_plugin_answers_core_recurrence_contract() -> None:
     assert isinstance(occurrence, Occurrence)
     assert occurrence.delivery_id == f"hourly@{scheduled + 2 * HOUR}"
     assert occurrence.payload["skipped"] == 2
+    assert occurrence.payload["skipped_truncated"] is False
+    # a count past the bound says so (it read as an exact 1,000 for a day of minutes)
+    minutely = ScheduleSpec(schedule_id="m", cron="* * * * *").to_mapping()
+    long, _ = policies["cron"](_timer(scheduled, minutely), scheduled + DAY + MINUTE // 2, minutely)
+    assert isinstance(long, Occurrence)
+    assert (long.payload["skipped"], long.payload["skipped_truncated"]) == (MAX_COUNTED_SKIPS, True)
+    assert long.payload["skipped_last_ms"] == scheduled + DAY - MINUTE
     assert replacement == Replacement(
         fire_at_ms=scheduled + 3 * HOUR, delivery_id=f"hourly@{scheduled + 3 * HOUR}"
     )

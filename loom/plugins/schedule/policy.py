@@ -168,11 +168,15 @@ def _core_policy(plan_policy: PlanPolicy) -> RecurrencePolicy:
             replacement = Replacement(fire_at_ms=plan.next_ms, delivery_id=plan.next_occurrence_id)
         skipped = {
             "skipped": plan.skipped_count,
+            "skipped_truncated": plan.skipped_count_truncated,  # (then at least that many)
             "skipped_first_ms": plan.skipped_first_ms,
             "skipped_last_ms": plan.skipped_last_ms,
         }
         if plan.fire_ms is None or plan.occurrence_id is None:
-            reason = f"{plan.skipped_count} occurrence(s) older than the catch-up window were skipped"
+            many = (
+                f"at least {plan.skipped_count}" if plan.skipped_count_truncated else str(plan.skipped_count)
+            )
+            reason = f"{many} occurrence(s) older than the catch-up window were skipped"
             return Skip(reason=reason, skipped=plan.skipped_count), replacement
         payload = {"schedule": plan.schedule_id, "overlap": str(spec.get("overlap", Overlap.SKIP)), **skipped}
         return Occurrence(
