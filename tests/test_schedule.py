@@ -280,15 +280,25 @@ def test_an_on_time_firing_fires_its_occurrence_and_skips_nothing() -> None:
     assert plan.next_occurrence_id == f"hourly@{scheduled + HOUR}"
 
 
-def test_a_timer_armed_off_the_schedule_is_the_only_skip_before_the_occurrence_that_fires() -> None:
-    """The instant a timer was armed for counts as due even when it is not an occurrence (the spec
-    changed since), and the skipped range never starts after it ends: here the only skip is that
-    instant. Catches: a last-skipped instant taken from the occurrence before the one that fires even
-    when that lies before the armed instant (the skip summary would end before it begins)."""
+def test_a_timer_armed_off_the_schedule_fires_first_at_its_first_occurrence() -> None:
+    """A timer armed for an instant that is no occurrence (``POST /timers`` with any ``fire_at_ms``) is
+    for the schedule's first occurrence from then on. Catches the armed instant fired as if it were
+    one (seen: a ``* * * * *`` timer armed at 19:31:52.062 fired an Event for that instant) or
+    counted as a skipped occurrence."""
     armed = utc_ms("2024-05-01T10:30")  # hourly occurrences are on the hour
+    early = plan_firing(hourly(), armed, armed + MINUTE)
+    assert (early.fire_ms, early.skipped_count, early.next_ms) == (None, 0, utc_ms("2024-05-01T11:00"))
+    assert early.next_occurrence_id == f"hourly@{utc_ms('2024-05-01T11:00')}"
     plan = plan_firing(hourly(), armed, utc_ms("2024-05-01T11:00"))
     assert plan.fire_ms == utc_ms("2024-05-01T11:00")
-    assert (plan.skipped_count, plan.skipped_first_ms, plan.skipped_last_ms) == (1, armed, armed)
+    assert (plan.skipped_count, plan.skipped_first_ms, plan.skipped_last_ms) == (0, None, None)
+    late = plan_firing(hourly(), armed, utc_ms("2024-05-01T13:10"))
+    assert late.fire_ms == utc_ms("2024-05-01T13:00")
+    assert (late.skipped_count, late.skipped_first_ms, late.skipped_last_ms) == (
+        2,
+        utc_ms("2024-05-01T11:00"),
+        utc_ms("2024-05-01T12:00"),
+    )
 
 
 def test_clock_jump_forward_of_days_fires_once() -> None:

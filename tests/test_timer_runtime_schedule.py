@@ -57,6 +57,31 @@ async def occurrences(rt: Runtime) -> list[Event]:
     return [e for e in await rt.events(limit=10_000) if e.source == "cron"]
 
 
+async def test_a_cron_timer_armed_off_its_schedule_fires_first_at_its_first_occurrence(
+    loom_store: str,
+) -> None:
+    """A cron timer armed as it is (``rt.arm``, as ``POST /timers`` and ``loom timers arm --at`` do)
+    for an instant that is no occurrence: nothing fires then; its first Event is for the schedule's
+    first occurrence after it. Catches an Event for the armed instant (seen: ``c2@1796671912062``, at
+    19:31:52.062 for a ``* * * * *`` schedule)."""
+    async with RuntimeDriver.open(loom_store, start_ms=utc_ms("2026-01-01T00:10")) as driver:
+        rt = driver.runtime
+        spec = ScheduleSpec(schedule_id="c2", cron="* * * * *")
+        armed = utc_ms("2026-01-01T00:10") + 1_062
+        await rt.arm(TimerSpec(id="t-cron", fire_at_ms=armed, source="cron", type="job.due", scope=SCOPE,
+                               recurrence="cron", spec=spec.to_mapping()))  # fmt: skip
+        driver.clock.set(armed)
+        (waited,) = await ledger(driver, "t-cron", 1)
+        assert waited.result is FiringResult.SKIPPED
+        assert waited.next_fire_at_ms == utc_ms("2026-01-01T00:11")
+        assert await occurrences(rt) == []
+        driver.clock.set(utc_ms("2026-01-01T00:11"))
+        await ledger(driver, "t-cron", 2)
+        (first,) = await occurrences(rt)
+        assert first.delivery_id == occurrence_id("c2", utc_ms("2026-01-01T00:11"))
+        assert first.payload["occurrence_ms"] == utc_ms("2026-01-01T00:11")
+
+
 async def test_a_cron_schedule_fires_each_occurrence_with_its_deterministic_identity(loom_store: str) -> None:
     async with RuntimeDriver.open(loom_store, start_ms=utc_ms("2026-01-01T00:10")) as driver:
         rt = driver.runtime

@@ -73,8 +73,9 @@ class FiringPlan:
 def plan_firing(spec: ScheduleSpec, scheduled_ms: int, now_ms: int) -> FiringPlan:
     """Plan the firing of the timer armed for ``scheduled_ms`` (an occurrence) at ``now_ms``.
 
-    ``scheduled_ms`` counts as due even if it is not an occurrence of ``spec`` (the spec changed
-    since it was armed): it is what the timer was armed for.
+    A timer armed for an instant that is no occurrence of ``spec`` (armed as it is, `POST /timers`
+    with any ``fire_at_ms``) is for the schedule's first occurrence from that instant on: none fires
+    before it (the plan fires nothing and arms the timer again for it: ``next_ms``).
     """
     for name, value in (("scheduled_ms", scheduled_ms), ("now_ms", now_ms)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -83,6 +84,21 @@ def plan_firing(spec: ScheduleSpec, scheduled_ms: int, now_ms: int) -> FiringPla
         raise InvalidRequest(
             f"schedule {spec.schedule_id!r}: a timer armed for {scheduled_ms} cannot fire earlier, at {now_ms}"
         )
+    first = next(forward(spec, scheduled_ms - 1), None)
+    if first != scheduled_ms:
+        if first is None or first > now_ms:
+            return FiringPlan(
+                schedule_id=spec.schedule_id,
+                scheduled_ms=scheduled_ms,
+                now_ms=now_ms,
+                fire_ms=None,
+                skipped_count=0,
+                skipped_count_truncated=False,
+                skipped_first_ms=None,
+                skipped_last_ms=None,
+                next_ms=first,
+            )
+        scheduled_ms = first
     latest = previous_occurrence(spec, now_ms + 1)
     latest_due = latest if latest is not None and latest > scheduled_ms else scheduled_ms
     fire_ms = latest_due if latest_due >= now_ms - spec.catch_up_ms else None
@@ -172,6 +188,16 @@ def _core_policy(plan_policy: PlanPolicy) -> RecurrencePolicy:
             "skipped_first_ms": plan.skipped_first_ms,
             "skipped_last_ms": plan.skipped_last_ms,
         }
+        if plan.fire_ms is None and plan.skipped_count == 0:
+            reason = (
+                f"armed for {plan.scheduled_ms}, which is no occurrence of schedule {plan.schedule_id!r}"
+                + (
+                    f": it fires first at its first occurrence, {plan.next_ms}"
+                    if plan.next_ms
+                    else ", nor is any later"
+                )
+            )
+            return Skip(reason=reason, skipped=0), replacement
         if plan.fire_ms is None or plan.occurrence_id is None:
             many = (
                 f"at least {plan.skipped_count}" if plan.skipped_count_truncated else str(plan.skipped_count)
