@@ -183,5 +183,8 @@ def test_json_nested_too_deep_is_one_line(server: FakeServer, tmp_path: Path) ->
     )
     batch = tmp_path / "batch.jsonl"
     batch.write_text(deep + "\n")
-    one_line_error(loom_cli("send", "--batch", str(batch), "--url", server.url), "--batch line 1 is not JSON")
+    sent = loom_cli("send", "--batch", str(batch), "--url", server.url)
+    assert sent.exit_code == 1
+    assert sent.stdout.startswith("1: refused: line 1 is not valid JSON")
+    assert "Traceback" not in sent.output
     assert server.requests == []

@@ -238,13 +238,19 @@ def test_a_payload_naming_a_member_twice_is_refused(server: FakeServer, payload:
 
 def test_a_batch_line_naming_a_member_twice_is_refused(server: FakeServer) -> None:
     """Catches ``send --batch`` sending an Event whose ``delivery_id`` is given twice with the last one
-    (deduplicated under an id the sender never meant), where POST /events refuses it."""
+    (deduplicated under an id the sender never meant), where POST /events refuses it: that line is
+    refused, and the others are sent."""
     lines = (
         '{"type": "a.b", "delivery_id": "d-1"}\n{"type": "a.b", "delivery_id": "d-1", "delivery_id": "d-2"}\n'
     )
+    event = {"id": "ev_1", "seq": 1, "source": "s", "delivery_id": "d-1"}
+    server.answers["POST", "/events"] = (200, {"results": [{"status": 201, "event": event}]})
     result = loom_cli("send", "--batch", "-", "--url", server.url, input=lines)
-    one_line_error(result, "--batch line 2: the member 'delivery_id' appears more than once in one object")
-    assert server.requests == []
+    assert server.requests == [("POST", "/events", [{"type": "a.b", "delivery_id": "d-1"}])]
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[1] == (
+        "2: refused: line 2: the member 'delivery_id' appears more than once in one object: give it once"
+    )
 
 
 # -- loom watch when the server goes away -------------------------------------------------------------

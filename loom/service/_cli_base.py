@@ -44,20 +44,26 @@ def group(help: str) -> typer.Typer:
 
 
 class UserError(Exception):
-    """A failure the user can act on: the CLI prints its one line to stderr and exits non-zero."""
+    """A failure the user can act on: the CLI prints its one line to stderr and exits with ``status``
+    (1 unless a command says otherwise: ``loom work wait`` tells some failures apart by their status)."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
-def fail(message: str) -> typer.Exit:
+def fail(message: str, status: int = 1) -> typer.Exit:
     """Print ``message`` as one line (a server's refusal may quote text holding a newline or an escape
-    sequence: `printable` shows it escaped) and give the exit that ends the command with status 1."""
+    sequence: `printable` shows it escaped) and give the exit that ends the command with ``status``."""
     from ._render import printable
 
     typer.echo(f"loom: {printable(message)}", err=True)
-    return typer.Exit(1)
+    return typer.Exit(status)
 
 
 def user_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn every error a user can cause into one line on stderr and exit status 1."""
+    """Turn every error a user can cause into one line on stderr and exit status 1 (a `UserError`'s
+    own ``status``)."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -65,7 +71,9 @@ def user_errors(command: Callable[P, R]) -> Callable[P, R]:
 
         try:
             return command(*args, **kwargs)
-        except (UserError, LoomError) as exc:
+        except UserError as exc:
+            raise fail(str(exc), exc.status) from None
+        except LoomError as exc:
             raise fail(str(exc)) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None

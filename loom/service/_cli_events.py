@@ -136,37 +136,60 @@ def _said(answer: dict[str, Any], source: str, delivery_id: str) -> str:
 
 
 def _send_batch(api: Any, batch: str, as_json: bool) -> None:
-    from ._render import printable as p
-
+    """Send the Events of a file of JSON lines as one batch, and print each one's outcome in order:
+    accepted, a duplicate, or refused. Each is accepted or refused on its own, as ``POST /events``
+    answers a batch: a line that is not JSON (or names a member twice) is refused by its line number,
+    as the server refuses such a line of JSON lines, and the other lines are still sent. Exit status
+    1 when any was refused."""
     text = read_argument("@-" if batch == "-" else f"@{batch}", "--batch")
+    slots: list[dict[str, Any] | None] = []  # per Event in order: its refusal here, or None (sent)
     items: list[Any] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             items.append(loads(line))
+            slots.append(None)
         except RepeatedMember as exc:
-            raise UserError(f"--batch line {number}: {exc}") from None
-        except (ValueError, RecursionError) as exc:
-            raise UserError(f"--batch line {number} is not JSON: {exc}") from None
-    if not items:
+            slots.append(_refused(f"line {number}: {exc}"))
+        except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep to decode)
+            slots.append(_refused(f"line {number} is not valid JSON: {exc}"))
+    if not slots:
         raise UserError("--batch holds no Events")
-    answer = api.post("/events", items)
-    if as_json or not isinstance(answer, dict):
+    answer = api.post("/events", items) if items else {"results": []}
+    if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
         dump(answer)
         return
-    refused = 0
-    for number, result in enumerate(answer.get("results") or [], 1):
-        if "event" in result:
-            event = result["event"]
-            typer.echo(f"{number}: " + _said(event, event.get("source"), event.get("delivery_id")))
-        else:
-            refused += 1
-            error = result.get("error") or {}
-            field = f" ({p(error.get('field'))})" if error.get("field") else ""
-            typer.echo(f"{number}: refused{field}: {p(error.get('message'))}")
+    sent = iter(answer["results"])
+    results = [slot if slot is not None else next(sent, _refused("the server answered nothing for it"))
+               for slot in slots]  # fmt: skip
+    refused = sum(1 for result in results if "event" not in result)
+    if as_json:
+        duplicates = sum(1 for result in results if "event" in result and result.get("status") == 200)
+        counts = {"accepted": len(results) - refused - duplicates, "duplicates": duplicates}
+        dump({"results": results, **counts, "refused": refused})
+    else:
+        for number, result in enumerate(results, 1):
+            typer.echo(f"{number}: " + _outcome(result))
     if refused:
         raise typer.Exit(1)
+
+
+def _outcome(result: dict[str, Any]) -> str:
+    """One batch item's outcome: accepted (or a duplicate), or refused with the field and why."""
+    from ._render import printable as p
+
+    if "event" in result:
+        event = result["event"]
+        return _said(event, event.get("source"), event.get("delivery_id"))
+    error = result.get("error") or {}
+    field = f" ({p(error.get('field'))})" if error.get("field") else ""
+    return f"refused{field}: {p(error.get('message'))}"
+
+
+def _refused(message: str) -> dict[str, Any]:
+    """A batch item refused before it was sent, answered as the server answers a refused item."""
+    return {"status": 400, "error": {"error": "invalid_request", "field": None, "message": message}}
 
 
 def _events_table(items: list[Any]) -> str:

@@ -7,17 +7,26 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import typer
 
 from ._cli_base import AS_JSON, TOKEN_FILE, URL, UserError, dump, user_errors
 
+if TYPE_CHECKING:
+    from ._client import Client
+
 LONG_POLL_S = 30
 """How long one request of ``loom work wait`` waits on the server (the server allows up to 60)."""
 EXIT_UNSETTLED = 2
 """``loom work wait``'s exit status when the Work's outcome is not settled within ``--timeout``."""
+EXIT_NOT_FOUND = 3
+"""``loom work wait``'s exit status when no Work has the id, or none owns the key (yet)."""
+EXIT_UNREACHABLE = 4
+"""``loom work wait``'s exit status when the server cannot be reached, stops answering during the wait
+(it stopped, or was killed), does not answer in time or as HTTP, or answers 503 (its store
+unavailable). Every other user error is status 1, as for every loom command."""
 
 
 def _path(work_id: str, action: str) -> str:
@@ -46,6 +55,25 @@ def outcome_line(result: dict[str, Any]) -> str:
     return f"work {work} is {p(state)} after {attempts} attempt(s){error}{retry}"
 
 
+def _waiting_client(url: str, token: str | None) -> Client:
+    """A client for ``loom work wait`` whose failures carry their exit status: `EXIT_NOT_FOUND` for a
+    404, `EXIT_UNREACHABLE` for a server that cannot be reached or answered (or answers 503), 1 for
+    any other refusal. (Defined here, when the command runs: the client is not imported to parse a
+    command line.)"""
+    import urllib.error
+
+    from ._client import Client
+
+    class WaitingClient(Client):
+        def _failure(self, exc: Exception, method: str, path: str) -> UserError:
+            error = super()._failure(exc, method, path)
+            if not isinstance(exc, urllib.error.HTTPError) or exc.code == 503:
+                return UserError(str(error), EXIT_UNREACHABLE)
+            return UserError(str(error), EXIT_NOT_FOUND) if exc.code == 404 else error
+
+    return WaitingClient(url, timeout=LONG_POLL_S + 30, token=token)
+
+
 def add_work_commands(work_app: typer.Typer) -> None:
     @work_app.command("wait")
     @user_errors
@@ -61,8 +89,8 @@ def add_work_commands(work_app: typer.Typer) -> None:
     ) -> None:
         """Wait until a Work's outcome is settled (completed, failed, cancelled, or its retries spent) and
         print it: its value, or its last error. Exit status 0 when it completed, 1 when it did not, 2
-        when --timeout ran out first."""
-        from ._client import Client
+        when --timeout ran out first, 3 when no Work has the id or owns the key, 4 when the server
+        cannot be reached or stops answering during the wait."""
         from ._token import read_token_file
 
         if (work_id is None) == (key is None):
@@ -72,7 +100,7 @@ def add_work_commands(work_app: typer.Typer) -> None:
                 f"--timeout must be seconds, 0 or more (0: wait as long as it takes), got {timeout!r}"
             )
         token = read_token_file(token_file) if token_file is not None else None
-        api = Client(url, timeout=LONG_POLL_S + 30, token=token)
+        api = _waiting_client(url, token)
         if work_id is None:
             found = api.get(f"/work/by-key/{quote(key or '', safe='')}")
             work = found.get("work") if isinstance(found, dict) else None

@@ -249,7 +249,18 @@ def work_view(answer: Mapping[str, Any]) -> str:
                 error = f": {p(outcome['error'])}" if outcome and outcome.get("error") else ""
                 ended = f" -> {p(x['ended_at'])}" if x.get("ended_at") else ""
                 started = p(x.get("created_at", "-"))
-                lines.append(
-                    f"  {p(x.get('attempt'))}  {p(x.get('id'))}  {p(x.get('state'))}  {started}{ended}{error}"
-                )
+                state = p(attempt_state(x))
+                lines.append(f"  {p(x.get('attempt'))}  {p(x.get('id'))}  {state}  {started}{ended}{error}")
     return "\n".join(lines)
+
+
+def attempt_state(execution: Mapping[str, Any]) -> Any:
+    """How an attempt stands or ended: its state, except ``interrupted`` for one an interrupt stopped
+    (recorded ``cancelled`` with the outcome ``{"kind": "interrupted"}``), as its JSON ``outcome.kind``
+    and ``loom_attempts_ended_total{outcome="interrupted"}`` say; ``cancelled`` is left for an attempt
+    cancelled with its Work."""
+    outcome = execution.get("outcome")
+    if execution.get("state") == "cancelled" and isinstance(outcome, Mapping):
+        if outcome.get("kind") == "interrupted":
+            return "interrupted"
+    return execution.get("state")

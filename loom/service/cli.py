@@ -4,8 +4,10 @@ over its HTTP API (``send``, ``events``, ``work``, ``timers``, ``diagnostics``, 
 and ``vacuum`` on a SQLite file.
 
 A user error (an unreachable server, an unknown Work, a bad config or path) prints one line to stderr
-and exits with status 1; never a traceback. Only typer is imported to parse a command line: what a
-command needs is imported when it runs, so ``loom --help`` answers at once.
+and exits with status 1; never a traceback. (``loom work wait`` tells an unknown Work, 3, and an
+unreachable server, 4, from a Work that ended without completing, 1: docs/http-api.md "Results".)
+Only typer is imported to parse a command line: what a command needs is imported when it runs, so
+``loom --help`` answers at once.
 """
 
 from __future__ import annotations
