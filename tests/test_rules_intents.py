@@ -212,3 +212,41 @@ async def test_an_operator_interrupt_pins_the_attempts_epoch_and_a_stopping_atte
             await rt.interrupt(lease.work_id, request_id="op-2")
         assert await rt.events(limit=100) == events
         assert await rt.intents(lease.execution_id) == [intent]
+
+
+# -- an interrupt that is never confirmed takes its route's error fallback ---------------------------------
+
+
+@pytest.mark.parametrize("fallback", ["drop", "queue"])
+async def test_an_unconfirmed_interrupt_takes_its_routes_error_fallback_for_its_input(
+    loom_store: str, clock: ManualClock, fallback: str
+) -> None:
+    """An interrupt route's ``error_fallback`` (docs/configuration.md: "when a supported inject or
+    interrupt fails for good") applies to the interrupting Event's input: ``drop`` drops it, ``queue``
+    keeps it for the next attempt. Either way the attempt stays fenced and its Work held (its process
+    may still run). Catches a give-up that ignores the fallback (seen: the input stayed pending with
+    ``drop``)."""
+    route = {"name": "r", "types": ["r.*"], "create_work": True, "binding": "fake", "policy": "interrupt",
+             "error_fallback": fallback}  # fmt: skip
+    bindings = {"fake": {"executor": "fake", "capabilities": ["interrupt"]}}
+    cfg = Config.from_dict({"scopes": {SCOPE: {"bindings": bindings, "routes": [route]}}})
+    fake = FakeExecutor()
+    fake.capabilities.add("interrupt")
+    interruptible = BindingRef(name="fake", executor="fake", capabilities=frozenset({"interrupt"}))
+    async with open_runtime(
+        loom_store, clock=clock, config=cfg, plugins=[fake], actors=(), load_entry_points=False
+    ) as rt:
+        await publish(rt, 0)
+        work_id = work_id_for_key(SCOPE, "a")
+        lease = await rt.claim(work_id, owner="host", lease_ms=LEASE_MS, binding=interruptible)
+        event = await publish(rt, 1)
+        [intent] = await rt.intents(lease.execution_id)
+        assert (intent.kind, intent.event_id) == (IntentKind.INTERRUPT, event.id)
+        await ambiguous_until_the_last_try(rt, intent)
+        assert (await answer(rt, intent, DispatchResult.AMBIGUOUS)).status is IntentStatus.GAVE_UP
+        work = await rt.work(work_id)
+        assert work.held
+        kept = InputState.DROPPED if fallback == "drop" else InputState.PENDING
+        assert await input_state(rt, work_id, event.id) is kept
+        (diagnostic,) = await rt.diagnostics(kind="dispatch_gave_up")
+        assert ("dropped the input" in diagnostic.message) is (fallback == "drop")

@@ -120,22 +120,25 @@ def finish_dispatch_in_tx(tx: Tx, now_ms: int, intent_id: str, result: DispatchR
 def _give_up(tx: Tx, now_ms: int, intent: Intent) -> None:
     """Every dispatch stayed ambiguous: end the intent in its fallback, with a diagnostic.
 
-    An inject falls back to its route's error fallback: ``drop`` drops the input; otherwise (``queue``,
-    or none configured) the input stays pending for the next attempt. An interrupt cannot fall back:
-    its attempt stays fenced, and the Work is held with a reason an operator can act on.
+    The Event's input takes its route's error fallback: ``drop`` drops it; otherwise (``queue``, or
+    none configured) it stays pending for the next attempt. An interrupt's attempt stays fenced besides
+    (its process may still run: nothing may start beside it), and the Work is held with a reason an
+    operator can act on. (An operator's interrupt has no fallback, and its control Event is no input.)
     """
     tx.set_intent_status(intent, IntentStatus.GAVE_UP, now_ms)
     detail = {"intent": intent.id, "execution": intent.execution_id, "attempts": intent.attempts}
+    state = tx.input_state(intent.work_id, intent.event_id)
+    if state is None and intent.kind is IntentKind.INTERRUPT:
+        outcome = ""
+    elif state is not InputState.PENDING:
+        outcome = f"; the input is no longer pending ({state or 'not recorded'}): it is left as it is"
+    elif intent.error_fallback is Policy.DROP:
+        tx.drop_input(intent.work_id, intent.event_id)
+        outcome = "; the route's drop error fallback dropped the input"
+    else:
+        outcome = "; the input stays pending for the next attempt (queue)"
     if intent.kind is IntentKind.INJECT:
-        state = tx.input_state(intent.work_id, intent.event_id)
-        if state is not InputState.PENDING:
-            outcome = f"the input is no longer pending ({state or 'not recorded'}): it is left as it is"
-        elif intent.error_fallback is Policy.DROP:
-            tx.drop_input(intent.work_id, intent.event_id)
-            outcome = "the route's drop error fallback dropped the input"
-        else:
-            outcome = "the input stays pending for the next attempt (queue)"
-        message = f"inject of event {intent.event_id}: {intent.attempts} ambiguous dispatches; {outcome}"
+        message = f"inject of event {intent.event_id}: {intent.attempts} ambiguous dispatches{outcome}"
     else:
         reason = (
             f"the interrupt of attempt {intent.execution_id} was not confirmed after {intent.attempts} "
@@ -144,7 +147,7 @@ def _give_up(tx: Tx, now_ms: int, intent: Intent) -> None:
         work = tx.work(intent.work_id)
         if work is not None and not work.state.terminal:
             tx.update_work(work.id, now_ms, held=1, hold_reason=reason)
-        message = f"interrupt of {intent.execution_id}: {reason}"
+        message = f"interrupt of {intent.execution_id}: {reason}{outcome}"
     tx.add_diagnostic(DiagnosticKind.DISPATCH_GAVE_UP, intent.event_id, message, detail, now_ms)
 
 

@@ -169,7 +169,7 @@ class InputState(enum.StrEnum):
     PENDING = "pending"
     CONSUMED = "consumed"
     DROPPED = "dropped"
-    """Dropped by a route's ``drop`` error fallback after its injection stayed ambiguous."""
+    """Dropped by a route's ``drop`` error fallback after its inject or interrupt stayed ambiguous."""
 
 
 INPUT_LIFECYCLE = Lifecycle[InputState](
