@@ -133,6 +133,32 @@ async def _no_timer(rt: Runtime, lease: Lease) -> None:
         raise LookupError("no timer") from exc
 
 
+async def test_a_retry_names_what_the_failed_attempt_was_about_as_its_origin(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """``request.origin`` (docs/recovery.md): a retry's trigger is its ``core.retry.due`` Event, and its
+    origin the first attempt's trigger, through every retry; a first attempt has none, and a recovered
+    retry keeps it. Catches a served function that cannot find its order on a retry (seen: the
+    getting-started sample failed every retry with ``KeyError: 'items'``), and an origin that names the
+    previous retry's due Event."""
+    first = await started(rt)
+    assert first.request.origin is None
+    assert first.request.trigger is not None
+    order = first.request.trigger
+    lease = first
+    for _ in range(2):
+        await fail(rt, lease)
+        clock.set((await retry_timer(rt, lease)).fire_at_ms)
+        await rt.poll()
+        lease = await rt.claim(lease.work_id, owner="host", lease_ms=MINUTE)
+        assert lease.request.trigger is not None
+        assert lease.request.trigger.type == "core.retry.due"
+        assert lease.request.origin == order
+    clock.advance(MINUTE)  # its lease expires: a recovery hands the same request on
+    (recovered,) = await rt.recover_expired(owner="recoverer")
+    assert recovered.lease.request.origin == order
+
+
 async def test_the_due_event_carries_the_failed_triggers_ancestry(rt: Runtime, clock: ManualClock) -> None:
     """Catches: a retry Event accepted as a new root (a failing loop would escape the causal bounds
     that stop runaway chains)."""

@@ -24,10 +24,11 @@ async def price(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> dict[str, 
     """Price an order: the attempt completes with the total as its result, which ``loom work wait``,
     ``GET /work/{id}/result`` and ``Runtime.wait_for`` hand back. A bad order raises: the attempt fails
     with the reason, and its retry policy applies (``loom work get`` shows the error and the backoff)."""
-    assert request.trigger is not None
-    items = request.trigger.payload.get("items") or []
+    order = request.origin or request.trigger  # a retry's trigger is core.retry.due; origin, the order
+    assert order is not None
+    items = order.payload.get("items") or []
     if not items:
-        raise ValueError(f"order {request.trigger.key} has no items")
+        raise ValueError(f"order {order.key} has no items")
     total = sum(item["qty"] * item["price"] for item in items)
     await toolbelt.emit(
         loom.EventIn(
@@ -35,7 +36,7 @@ async def price(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> dict[str, 
             delivery_id=f"{request.execution_id}/priced",  # stable: a retried attempt emits it once
             type="order.priced",
             scope=request.scope,
-            payload={"order": request.trigger.key, "total": total},
+            payload={"order": order.key, "total": total},
         )
     )
     return {"items": len(items), "total": total}
@@ -44,5 +45,6 @@ async def price(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> dict[str, 
 @app.function("receipt")
 def receipt(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> str:
     """A plain function runs in a worker thread (it may block); its return value is the result."""
-    assert request.trigger is not None
-    return f"receipt for {request.trigger.payload.get('order')}: {request.trigger.payload.get('total')}"
+    priced = request.origin or request.trigger
+    assert priced is not None
+    return f"receipt for {priced.payload.get('order')}: {priced.payload.get('total')}"

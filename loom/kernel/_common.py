@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..records.core_events import CORE_SOURCE, RETRY_DUE
 from ..records.errors import NotFound
 from ..records.events import Event
 from ..records.ids import stable_id
@@ -39,3 +40,14 @@ def require_event(tx: Tx, event_id: str) -> Event:
 def barrier_in_tx(tx: Tx, now_ms: int) -> None:
     """A procedure that does nothing: its answer comes after every earlier commit's notices were
     handed out (a quiescence check's round trip)."""
+
+
+def origin_of(tx: Tx, trigger: Event | None) -> Event | None:
+    """`RunRequest.origin`: for an attempt a retry started (its trigger a ``core.retry.due`` Event), the
+    Event the failed attempt descended from, back through earlier retries (its trigger; after a wait,
+    the wake's bridge, whose payload names the winner). ``None`` for any other attempt, or once
+    compaction removed it."""
+    found = trigger
+    while found is not None and found.source == CORE_SOURCE and found.type == RETRY_DUE and found.parent_id:
+        found = tx.event(found.parent_id)
+    return found if found is not trigger else None

@@ -36,7 +36,7 @@ from ..records.work import (
     outcome_json,
 )
 from ..store import AdmissionFacts, Tx
-from ._common import require_work
+from ._common import origin_of, require_work
 from ._told import claimed_work, ended_work
 from .authority import Authority, authorize, authorize_recovery
 from .bindings import NO_BINDING as NO_BINDING
@@ -321,6 +321,7 @@ def claim_in_tx(tx: Tx, now_ms: int, req: ClaimRequest) -> Lease:
         binding=req.binding.name,
         config=req.binding.config,
         executor=req.binding.executor,
+        origin=origin_of(tx, trigger),
     )
     _started(tx, now_ms, request, ready_at_ms)
     return Lease(

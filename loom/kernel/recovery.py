@@ -29,7 +29,7 @@ from ..records.notices import LeaseRecovered, WorkChanged
 from ..records.validation import check_json_value
 from ..records.work import Execution, ExecutionState, Lease, Recovery, RunRequest, WorkState
 from ..store import Tx
-from ._common import require_event, require_work
+from ._common import origin_of, require_event, require_work
 from .authority import Authority, authorize, authorize_recovery, lease_token, same_token
 from .executions import consume_claimed_inputs_in_tx
 from .intents import stale_open_intents_in_tx
@@ -160,6 +160,7 @@ def recover_claim_in_tx(
         config=execution.binding_config or {},
         executor=execution.executor,
         resumed=resumed is not None,
+        origin=origin_of(tx, trigger),
     )
     lease = Lease(
         execution_id=execution.id,
@@ -209,6 +210,7 @@ def presented_lease_in_tx(tx: Tx, now_ms: int, execution_id: str, token: str) ->
         config=current.binding_config or {},
         executor=current.executor,
         resumed=resumed is not None,
+        origin=origin_of(tx, trigger),
     )
     return Lease(
         execution_id=current.id,

@@ -155,6 +155,7 @@ def _request_json(request: RunRequest) -> str:
         "binding": request.binding,
         "resumed": request.resumed,
         "trigger": _event_json(request.trigger) if request.trigger is not None else None,
+        "origin": _event_json(request.origin) if request.origin is not None else None,
         "inputs": [_event_json(event) for event in request.inputs],
     }
     return json.dumps(data, indent=2, sort_keys=True)

@@ -409,6 +409,9 @@ class RunRequest:
     """The executor that runs it (the binding's, pinned at the attempt's first claim)."""
     resumed: bool = False
     """The same attempt continues after a wait, at a higher epoch; ``trigger`` is the wait's winner."""
+    origin: Event | None = None
+    """For a retry (``trigger`` is ``core.retry.due``): the Event the failed attempt was about (its
+    trigger), back through earlier retries. ``None`` for any other attempt."""
 
 
 @attrs.frozen(kw_only=True)
