@@ -205,6 +205,18 @@ async def test_a_manual_retry_keeps_an_operators_hold(rt: Runtime) -> None:
     assert (work.held, work.hold_reason) == (True, "investigating")
 
 
+async def test_a_cancelled_work_keeps_no_hold_reason(rt: Runtime) -> None:
+    """A cancel ends every hold: the Work shows neither one nor its reason. Catches a cancelled Work
+    answered ``held: false`` beside the reason of the hold it no longer has (seen for an operator's
+    hold, and for a spent retry budget's)."""
+    lease = await started(rt)
+    await fail(rt, lease)
+    await rt.hold(lease.work_id, reason="investigating")
+    cancelled = await rt.cancel(lease.work_id)
+    assert (cancelled.state, cancelled.held, cancelled.hold_reason) == (WorkState.CANCELLED, False, None)
+    assert (await rt.work(lease.work_id)).hold_reason is None
+
+
 async def test_a_retry_refused_by_the_causal_limits_holds_the_work(
     loom_store: str, clock: ManualClock
 ) -> None:

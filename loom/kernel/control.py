@@ -113,7 +113,14 @@ def cancel_in_tx(tx: Tx, now_ms: int, work_id: str) -> Work:
         tx.notify(TimerCancelled(timer_id=timer.id))
     # its retry eligibility ends with it (the retry timer is among the timers cancelled above)
     tx.set_work_state(
-        work, WorkState.CANCELLED, now_ms, held=0, retry=None, retry_timer_id=None, budget_hold=None
+        work,
+        WorkState.CANCELLED,
+        now_ms,
+        held=0,
+        hold_reason=None,
+        retry=None,
+        retry_timer_id=None,
+        budget_hold=None,
     )
     tx.notify(WorkChanged(work_id=work.id))
     return require_work(tx, work_id)
