@@ -100,6 +100,23 @@ def test_app_registration_refuses_what_it_cannot_run() -> None:
     assert app.loom_executors() == {}  # no function, no python executor: a binding to it is refused
 
 
+def test_a_second_registration_under_one_name_is_refused() -> None:
+    """Catches a second ``@app.function("dup")`` (or executor, handler, gate) that replaces the first in
+    silence (seen: the first never ran, and nothing said so)."""
+    app = loom.App()
+
+    @app.function("dup")
+    async def first(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> str:
+        return "first"
+
+    with pytest.raises(InvalidRequest, match=r"App\.function\('dup'\): something is registered under 'dup'"):
+        app.function("dup")(first)
+    app.route_handler("h")(lambda event, scope, work, route: None)
+    with pytest.raises(InvalidRequest, match=r"App\.route_handler\('h'\)"):
+        app.route_handler("h")(lambda event, scope, work, route: None)
+    assert app.functions == ("dup",)
+
+
 def _module(tmp_path: Path, text: str) -> str:
     name = f"loom_test_app_{next(_names)}"
     (tmp_path / f"{name}.py").write_text(text)

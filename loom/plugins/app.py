@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import trio
@@ -66,6 +66,14 @@ def _adapt(function: Callable[..., Any]) -> Function:
         return _outcome_of(await trio.to_thread.run_sync(function, request, toolbelt))
 
     return run_in_thread
+
+
+def _unused(call: str, name: str, registered: Collection[str]) -> None:
+    """Two registrations under one name would leave one of them never run, in silence."""
+    if name in registered:
+        raise InvalidRequest(
+            f"{call}: something is registered under {name!r} already: give each its own name"
+        )
 
 
 def _name(kind: str, name: object) -> str:
@@ -114,6 +122,7 @@ class App:
                 raise InvalidRequest(
                     f"App.function({name!r}): {function!r} is not callable", field="function"
                 )
+            _unused(f"App.function({name!r})", name, self.functions)
             self._python.register(name, _adapt(function))
             return function
 
@@ -135,6 +144,7 @@ class App:
                     " (see loom.Executor)",
                     field="executor",
                 )
+            _unused(f"App.executor({name!r})", name, self._executors)
             self._executors[name] = instance
             return executor
 
@@ -170,6 +180,7 @@ class App:
         def register(item: T) -> T:
             if not callable(item):
                 raise InvalidRequest(f"App.{kind}({name!r}): {item!r} is not callable", field=kind)
+            _unused(f"App.{kind}({name!r})", name, table)
             table[name] = item
             return item
 
