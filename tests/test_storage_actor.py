@@ -738,6 +738,15 @@ def schema_at(version: int) -> sqlite3.Connection:
     return conn
 
 
+def undo_migration_19(conn: sqlite3.Connection) -> None:
+    """Take a database made at the current schema back to version 18's timers (no arming order), for
+    a test that fakes an older version: the migrations after it then run again on it."""
+    conn.execute("DROP INDEX timers_armed_seq")
+    conn.execute("DROP INDEX timers_due")
+    conn.execute("ALTER TABLE timers DROP COLUMN armed_seq")
+    conn.execute("CREATE INDEX timers_due ON timers (fire_at_ms, id, revision) WHERE state = 'armed'")
+
+
 async def test_routing_checkpoints_keep_every_field_when_they_are_keyed_by_sequence(tmp_path: Path) -> None:
     """Migration 17 copies the checkpoints table to key it by the Event's sequence. Catches: a copy that
     loses a row or a column (the commit order above all: a Work's history is read in it), and reads
@@ -762,6 +771,7 @@ async def test_routing_checkpoints_keep_every_field_when_they_are_keyed_by_seque
     ]
     conn = sqlite3.connect(path)
     with conn:
+        undo_migration_19(conn)
         conn.execute("CREATE TABLE saved AS SELECT * FROM checkpoints")
         conn.execute("DROP TABLE checkpoints")
         for statement in ddl:
@@ -803,6 +813,7 @@ async def test_armed_timers_stay_due_when_the_due_index_takes_their_revision(tmp
     ]
     conn = sqlite3.connect(path)
     with conn:
+        undo_migration_19(conn)
         conn.execute("DROP INDEX timers_due")
         conn.execute(old_index)
         conn.execute("UPDATE loom_schema SET version = 17")
@@ -814,7 +825,30 @@ async def test_armed_timers_stay_due_when_the_due_index_takes_their_revision(tmp
     indexed = [
         r["name"] for r in raw.query(path, "SELECT name FROM pragma_index_info('timers_due') ORDER BY seqno")
     ]
-    assert indexed == ["fire_at_ms", "id", "revision"]
+    assert indexed == ["fire_at_ms", "armed_seq", "id", "revision"]
+
+
+async def test_timers_armed_before_the_arming_order_keep_their_id_order_and_go_first(tmp_path: Path) -> None:
+    """Migration 19 numbers each arming (``armed_seq``). Catches a migration that fails on armed timers,
+    one that leaves them out of the due index, and a number given to a new arming that is not above
+    theirs (it would fire before timers armed long before it, due at the same instant)."""
+    path = str(tmp_path / "loom.db")
+    async with open_runtime(path, clock=ManualClock(start_ms=T0), actors=()) as rt:
+        for name in ("b", "a"):
+            await rt.arm(TimerSpec(id=name, fire_at_ms=T0 + 5, source="clock", type="tick", scope="s"))
+    conn = sqlite3.connect(path)
+    with conn:
+        undo_migration_19(conn)
+        conn.execute("UPDATE loom_schema SET version = 18")
+    conn.close()
+    async with open_runtime(path, clock=ManualClock(start_ms=T0 + 5), actors=()) as rt:
+        await rt.arm(TimerSpec(id="0-new", fire_at_ms=T0 + 5, source="clock", type="tick", scope="s"))
+        assert [r.timer_id for r in await rt.due(10)] == ["a", "b", "0-new"]
+    assert raw.query(path, "SELECT id, armed_seq FROM timers ORDER BY id") == [
+        {"id": "0-new", "armed_seq": 1},
+        {"id": "a", "armed_seq": 0},
+        {"id": "b", "armed_seq": 0},
+    ]
 
 
 @pytest.fixture
