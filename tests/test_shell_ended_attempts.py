@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import select
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -246,6 +246,32 @@ async def test_an_attempt_whose_command_ended_while_loom_was_down_leaves_no_proc
             pass
 
 
+@asynccontextmanager
+async def left_by_a_closed_loom(
+    tmp_path: Path, *, completed: bool
+) -> AsyncIterator[tuple[Callable[[], AbstractAsyncContextManager[loom.Runtime]], loom.Execution, list[int]]]:
+    """A runtime on a file ran ``SCRIPT`` and closed, its processes going on (``completed``: the
+    attempt was completed first, straight in the store, as the service's ``/complete`` does). Yields
+    how to open the store again, the attempt, and pidfds of its processes, killed at the end."""
+    clock = loom.ManualClock(start_ms=T0_MS)
+    db = tmp_path / "loom.db"
+    pids: list[int] = []
+    fds: list[int] = []
+    try:
+        async with open_shell_runtime(db, tmp_path, clock) as rt:
+            execution = await started(rt, pids)
+            fds = [os.pidfd_open(pid) for pid in pids]
+            if completed:
+                token = (Path(execution.metadata["dir"]) / "token").read_text()
+                lease = await rt.lease_for(execution.id, token)
+                await storage_of(rt).submit(
+                    complete_in_tx, Authority.of(lease), loom.Completed(), KindPolicy()
+                )
+        yield (lambda: open_shell_runtime(db, tmp_path, clock)), execution, fds
+    finally:
+        end(pids, fds)
+
+
 async def test_an_attempt_that_ended_just_before_its_loom_died_is_stopped_by_the_next_open(
     tmp_path: Path,
 ) -> None:
@@ -254,44 +280,23 @@ async def test_an_attempt_that_ended_just_before_its_loom_died_is_stopped_by_the
     closes before its next renewal, the process going on as after a kill -9). The next open of the
     store stops what runs of the ended attempt. Catches an open that looks only at attempts still
     running (seen: the three processes stayed alive past the deadline)."""
-    clock = loom.ManualClock(start_ms=T0_MS)
-    db = tmp_path / "loom.db"
-    pids: list[int] = []
-    fds: list[int] = []
-    try:
-        async with open_shell_runtime(db, tmp_path, clock) as rt:
-            execution = await started(rt, pids)
-            fds = [os.pidfd_open(pid) for pid in pids]
-            token = (Path(execution.metadata["dir"]) / "token").read_text()
-            lease = await rt.lease_for(execution.id, token)
-            await storage_of(rt).submit(complete_in_tx, Authority.of(lease), loom.Completed(), KindPolicy())
+    async with left_by_a_closed_loom(tmp_path, completed=True) as (reopen, execution, fds):
         assert all(alive(fd) for fd in fds), "a closed loom leaves its processes running (on_close)"
-        async with open_shell_runtime(db, tmp_path, clock) as rt:
+        async with reopen() as rt:
             with trio.fail_after(DEADLINE_S):
                 for fd in fds:
                     await trio.lowlevel.wait_readable(fd)
             (recorded,) = (await rt.history(execution.work_id)).executions
             assert recorded.state is loom.ExecutionState.COMPLETED
-    finally:
-        end(pids, fds)
 
 
 async def test_a_running_attempt_is_left_to_its_recovery_by_an_open(tmp_path: Path) -> None:
     """The other side: the attempt of a loom that closed (or died) is still running in the store, its
     processes going on; the next open leaves them to the recovery, which adopts them. Catches an open
     that stops every process no task of it watches (seen: the adopted attempt's processes ended)."""
-    clock = loom.ManualClock(start_ms=T0_MS)
-    db = tmp_path / "loom.db"
-    pids: list[int] = []
-    fds: list[int] = []
-    try:
-        async with open_shell_runtime(db, tmp_path, clock) as rt:
-            execution = await started(rt, pids)
-            fds = [os.pidfd_open(pid) for pid in pids]
-        async with open_shell_runtime(db, tmp_path, clock) as rt:
+    async with left_by_a_closed_loom(tmp_path, completed=False) as (reopen, execution, fds):
+        async with reopen() as rt:
             adopted = await until_adopted(rt, execution)
             await rt.wait_idle()
             assert adopted.state is loom.ExecutionState.RUNNING
             assert all(alive(fd) for fd in fds)
-    finally:
-        end(pids, fds)
