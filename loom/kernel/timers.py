@@ -282,9 +282,9 @@ def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Tim
 def due_in_tx(tx: Tx, now_ms: int, limit: int) -> list[FireRequest]:
     """Up to ``limit`` due firing requests, fair across calls at a fixed clock.
 
-    Timers come in due order (fire_at, then the order they were armed), and a persisted round-robin cursor starts each call
-    after the last timer the previous one returned (wrapping around), so one overdue
-    recurrence or invalid timer cannot monopolise the answer.
+    Timers come in due order (fire_at, then the order they were armed), and a persisted round-robin
+    cursor starts each call after the last timer the previous one returned (wrapping around), so one
+    overdue recurrence or invalid timer cannot monopolise the answer.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DUE:
         raise InvalidRequest(
