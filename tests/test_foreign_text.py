@@ -25,7 +25,7 @@ from loom import (
 )
 from loom.plugins.handlers import work_id_for_key
 from loom.plugins.python_executor import PythonExecutor
-from loom.records.validation import MAX_REASON_LEN, storable_text
+from loom.records.validation import MAX_REASON_LEN, check_json_value, storable_text
 from loom.testing import ManualClock
 
 SCOPE = "acme"
@@ -109,6 +109,13 @@ async def started(rt: Runtime) -> Lease:
     await rt.publish(EventIn(source="t", delivery_id="1", type="r.start", scope=SCOPE, key="k"))
     await rt.poll()
     return await rt.claim(work_id_for_key(SCOPE, "k"), owner="host")
+
+
+@pytest.mark.parametrize(("value", "said"), [(object(), "holds an object"), ({1, 2}, "holds a set")])
+def test_a_value_that_is_not_json_data_is_named_with_its_article(value: object, said: str) -> None:
+    """Catches "result holds a object" (seen: a function's result that is not JSON)."""
+    with pytest.raises(InvalidRequest, match=f"^result {said}, which is not JSON data$"):
+        check_json_value("result", value)
 
 
 async def test_a_reason_or_an_error_with_a_nul_is_refused_and_changes_nothing(rt: Runtime) -> None:

@@ -215,7 +215,12 @@ def check_json_value(field: str, value: Any, depth: int = 1) -> None:
             for i, item in enumerate(value):
                 check_json_value(f"{field}[{i}]" if len(field) < 200 else field, item, depth + 1)
         return
-    raise InvalidRequest(f"{field} holds a {type(value).__name__}, which is not JSON data", field=field)
+    raise InvalidRequest(f"{field} holds {_a(type(value).__name__)}, which is not JSON data", field=field)
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its article: "a set", "an object"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
