@@ -226,15 +226,17 @@ class Tx(
             self._kv[namespace, key] = _sql.kv_from_row(row)
 
     def kv_get(self, namespace: str, key: str, *, for_update: bool = False) -> KVEntry | None:
-        """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits).
-        On a database alone a repeated read is answered from the first until the entry is written, in
-        this transaction and after it (`Carried.kv`: every write of ``kv`` tells which entry)."""
+        """A KV entry; ``for_update`` locks it until this transaction ends (another node's writer waits),
+        after the order lock (`_ordered`), which every writer of order takes first. On a database alone a
+        repeated read is answered from the first until the entry is written (`Carried.kv`)."""
         entry_key = (namespace, key)
         if entry_key in self._kv:
             return self._kv[entry_key]  # type: ignore[no-any-return]
         kept = self._kept
         if kept is not None and entry_key in kept.kv and entry_key not in self._to_carry.kv_written:
             return kept.kv[entry_key]  # type: ignore[no-any-return]
+        if for_update:
+            self._ordered()
         row = self._one(_sql.KV_GET + (self.dialect.for_update if for_update else ""), (namespace, key))
         entry = _sql.kv_from_row(row) if row else None
         if self._caching:
@@ -298,9 +300,7 @@ class Tx(
         now_ms: int,
     ) -> Work:
         """Insert a new Work, ready, with no key, input or attempt yet; return it as a read would."""
-        # (shared: the order lock before the row, so nodes racing to create one Work queue on it rather
-        # than deadlock on each other's row; its routing's checkpoint takes it anyway)
-        self._ordered()
+        self._ordered()  # (shared: before the row, which racing nodes would otherwise deadlock on)
         self._conn.execute(
             "INSERT INTO works (id, scope, kind, state, revision, parent_id, predecessor_id, generation,"
             " created_at_ms, updated_at_ms) VALUES (?, ?, ?, 'ready', 1, ?, ?, ?, ?, ?)",
@@ -310,7 +310,6 @@ class Tx(
         self.touch(id)
         if self._caching:
             self._pending[id] = ((), None)  # (no input yet: `add_input` goes on from here)
-        # every other column takes its default (the schema's), as `work_from_row` would read them
         row = (id, scope, kind, WorkState.READY.value, 1, 0, None, parent_id, predecessor_id, generation)
         return _sql.work_from_row((*row, 0, 0, now_ms, 0, 0, None, None, now_ms), (), (), None, None)
 
