@@ -88,6 +88,38 @@ async def test_a_function_answers_a_value_or_an_outcome_and_an_exception_fails_t
         assert error in (result.error or "")
 
 
+@pytest.mark.parametrize(
+    "call",
+    ["toolbelt.emit(event)", "trio.from_thread.run(toolbelt.emit, event)"],
+    ids=["direct", "from_thread"],
+)
+async def test_a_plain_function_calls_the_toolbelt_from_its_thread(call: str) -> None:
+    """A plain ``def`` runs in a worker thread, where the toolbelt's methods are async. Catches a
+    ``toolbelt.emit(event)`` there that makes a coroutine nothing runs (seen: the attempt completed
+    and emitted nothing, a RuntimeWarning in the log), and a wrapper that breaks the documented
+    ``trio.from_thread.run(toolbelt.emit, event)``."""
+    app = loom.App()
+    namespace: dict[str, Any] = {"loom": loom, "trio": trio}
+    body = (
+        "    event = loom.EventIn(source='fn', delivery_id=request.execution_id, type='note.made',"
+        " scope='shop')\n"
+        f"    emitted = {call}\n"
+        "    return emitted.delivery_id\n"
+    )
+    exec(f"def run(request, toolbelt):\n{body}", namespace)
+    app.function("run")(namespace["run"])
+    async with open_runtime(
+        ":memory:", clock=ManualClock(start_ms=T0_MS), config=CONFIG, plugins=[app], load_entry_points=False
+    ) as rt:
+        accepted = await rt.publish(job(1))
+        checkpoint = await rt.wait_routed(accepted.id, timeout=30)
+        assert checkpoint is not None
+        assert checkpoint.work_id is not None
+        result = await rt.wait_for(checkpoint.work_id, timeout=30)
+        assert result.state is WorkState.COMPLETED, result.error
+        assert [e.delivery_id for e in await rt.events() if e.source == "fn"] == [result.value]
+
+
 def test_app_registration_refuses_what_it_cannot_run() -> None:
     """Catches an app that accepts an executor loom could not call, or a nameless function."""
     app = loom.App()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import trio
 
@@ -63,9 +63,33 @@ def _adapt(function: Callable[..., Any]) -> Function:
 
     @functools.wraps(function)
     async def run_in_thread(request: RunRequest, toolbelt: Toolbelt) -> Outcome:
-        return _outcome_of(await trio.to_thread.run_sync(function, request, toolbelt))
+        threaded = cast(Toolbelt, _FromThread(toolbelt))
+        return _outcome_of(await trio.to_thread.run_sync(function, request, threaded))
 
     return run_in_thread
+
+
+class _FromThread:
+    """The toolbelt as a plain ``def`` function sees it, in its worker thread. Each async method,
+    called there, runs in trio's thread and answers its result: ``toolbelt.emit(event)`` emits (the
+    toolbelt's own would answer a coroutine that never runs, emitting nothing). Called in trio's
+    thread, as ``trio.from_thread.run(toolbelt.emit, event)`` calls it, it answers the coroutine."""
+
+    def __init__(self, toolbelt: Toolbelt) -> None:
+        self._toolbelt = toolbelt
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._toolbelt, name)
+        if not inspect.iscoroutinefunction(value):
+            return value
+
+        @functools.wraps(value)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if trio.lowlevel.in_trio_run():
+                return value(*args, **kwargs)
+            return trio.from_thread.run(functools.partial(value, *args, **kwargs))
+
+        return call
 
 
 def _unused(call: str, name: str, registered: Collection[str]) -> None:
