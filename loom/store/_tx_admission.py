@@ -180,8 +180,11 @@ class AdmissionTx(TxBase):
 
     def lock_pool(self, pool: str) -> None:
         """Serialise claims and freed slots of one capacity pool until this transaction ends (a shared
-        database: two nodes must not both take a pool's last slot)."""
+        database: two nodes must not both take a pool's last slot). The acceptance-order lock comes
+        first: transactions that need both (most do) then take them in one order, and two pools' locks
+        are never waited for by two nodes at once (both deadlocked between nodes under load)."""
         if self.dialect.pool_lock is not None:
+            self._ordered()
             self._conn.execute(self.dialect.pool_lock, (f"pool:{pool}",))
 
     def pool_running(self, pool: str) -> int:
