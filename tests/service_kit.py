@@ -164,6 +164,10 @@ class Server:
         self.proc.send_signal(signum)
         return self._reap(timeout)
 
+    def wait(self, *, timeout: float = 20) -> int:
+        """Wait for it to exit (asked to stop already) and return its exit status."""
+        return self._reap(timeout)
+
     def _reap(self, timeout: float) -> int:
         try:
             return self.proc.wait(timeout=timeout)

@@ -365,11 +365,12 @@ def test_serve_hands_its_options_to_the_server(monkeypatch: pytest.MonkeyPatch, 
     result = loom_cli("serve", "--db", str(db), "--config", str(config), "--listen", "127.0.0.1:9000",
                       "--test-clock", "--log-level", "DEBUG", "--log-format", "json", "--allow-host", "loom.internal", "--allow-host",
                       "10.0.0.5", "--token-file", str(token), "--read-timeout", "12.5", "--app", "tasks:app",
-                      "--node", "node-1")  # fmt: skip
+                      "--node", "node-1", "--stop-grace", "3.5")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert calls == [{"db": str(db), "config_path": str(config), "listen": "127.0.0.1:9000",
                       "test_clock": True, "log_level": "debug", "log_format": "json", "allow_hosts": ("loom.internal", "10.0.0.5"),
-                      "token_file": str(token), "read_timeout": 12.5, "app": "tasks:app", "node": "node-1"}]  # fmt: skip
+                      "token_file": str(token), "read_timeout": 12.5, "app": "tasks:app", "node": "node-1",
+                      "stop_grace": 3.5}]  # fmt: skip
     url = "postgresql://loom@db.example:5433/loom"
     assert loom_cli("serve", "--db", url).exit_code == 0
     assert calls[-1]["db"] == url, "a URL reaches serve as it was given"

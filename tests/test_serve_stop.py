@@ -13,6 +13,9 @@ from pathlib import Path
 import trio
 from service_kit import start_server
 
+from loom import open_runtime
+from loom.records.work import ExecutionState
+
 APP = """
 import os
 import time
@@ -89,3 +92,38 @@ async def test_a_second_sigterm_stops_a_server_waiting_for_a_plain_function(tmp_
         (tmp_path / "go").touch()
         if server.proc.poll() is None:
             server.kill()
+
+
+async def test_a_first_sigterm_lets_a_running_function_return_and_commit(tmp_path: Path) -> None:
+    """Catches a stop that throws a running function's answer away (before the drain, the attempt
+    was left running, and the next start failed it: its Work spent a retry and waited out its
+    backoff) and one that waits for nothing."""
+    (tmp_path / "blocker.py").write_text(APP)
+    (tmp_path / "loom.toml").write_text(CONFIG)
+    server = await trio.to_thread.run_sync(
+        lambda: start_server(
+            tmp_path / "loom.db",
+            cwd=tmp_path,
+            env={"PYTHONDONTWRITEBYTECODE": "1"},
+            extra=["--stop-grace", "60"],
+        )
+    )
+    try:
+        event = {"source": "t", "delivery_id": "d1", "type": "job.x", "scope": "app", "key": "k/1"}
+        assert await trio.to_thread.run_sync(post, server.url, event) == 201
+        await appears(tmp_path / "started")
+        server.proc.send_signal(signal.SIGTERM)
+        await appears(server.log, "waiting up to 60 s for running functions to return")
+        assert server.proc.poll() is None, "the drain waits for the function"
+        (tmp_path / "go").touch()
+        status = await trio.to_thread.run_sync(lambda: server.wait(timeout=DEADLINE_S))
+        assert status == 0
+    finally:
+        (tmp_path / "go").touch()
+        if server.proc.poll() is None:
+            server.kill()
+    async with open_runtime(tmp_path / "loom.db", actors=(), load_entry_points=False) as rt:
+        history = await rt.history((await rt.work_for_key("k/1")).id)
+    assert [(e.state, (e.outcome or {}).get("value")) for e in history.executions] == [
+        (ExecutionState.COMPLETED, "done")
+    ]

@@ -4,6 +4,7 @@ and continues where it was after a restart."""
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -255,3 +256,16 @@ async def test_serve_raises_invalid_request_for_a_taken_address(tmp_path: Path) 
         with pytest.raises(loom.InvalidRequest) as refused:
             await serve(tmp_path / "y.db", None, f"127.0.0.1:{taken.getsockname()[1]}", log_level="warning")
     assert refused.value.field == "listen"
+
+
+@pytest.mark.parametrize("grace", [-1, math.nan, 3601, True, "8"])
+async def test_serve_refuses_a_stop_grace_that_is_no_seconds_before_it_opens_anything(
+    tmp_path: Path, grace: object
+) -> None:
+    """Catches a grace taken as it is (a negative or NaN one made the drain's deadline meaningless)."""
+    from loom.service.serve import serve
+
+    with pytest.raises(loom.InvalidRequest, match="stop_grace must be seconds from 0 to 3600") as refused:
+        await serve(tmp_path / "y.db", None, "127.0.0.1:0", log_level="warning", stop_grace=grace)  # type: ignore[arg-type]
+    assert refused.value.field == "stop_grace"
+    assert not (tmp_path / "y.db").exists()

@@ -197,6 +197,8 @@ class AttemptRunner:
         if metadata is None and not lease.request.resumed:
             # its claim marked it handed: until its executor has it, a clean close unmarks it
             self._s.unlaunched[lease.execution_id] = lease.epoch
+            if self._s.draining.on:
+                return  # claimed just before the drain: the next open launches it
         self._s.activity.spawn(self._run, lease, executor_name, executor, self._s.config(), metadata)
 
     def unlaunched(self, lease: Lease) -> None:
@@ -226,6 +228,7 @@ class AttemptRunner:
         toolbelt.on_park = observing.cancel  # a call gate parked it: its outcome is the wait
         # renewed until the outcome commits
         renewal = self._renewals.add(toolbelt, observing, partial(self._lost, lease, name, executor))
+        self._s.draining.enter(lease.execution_id, executor)  # until its outcome commits
         try:
             with observing:
                 if metadata is not None:
@@ -237,6 +240,7 @@ class AttemptRunner:
                 await self._commit(toolbelt, outcome, kind, recovered=metadata is not None)
         finally:
             self._renewals.end(renewal)
+            self._s.draining.leave(lease.execution_id)
         # ended without a close: launched, or its lease was lost before (it is another's to recover)
         self._launched(lease)
 

@@ -35,13 +35,14 @@ PASS_LIMIT = 64
 
 def admit_request(shared: Shared, *, limit: int = 1, skip: frozenset[str] = frozenset()) -> AdmitRequest:
     """What this runtime's admission passes (and the starts that commit with a route or a completion)
-    claim with: its owner and lease length, the executors it launches, whether start gates are asked."""
+    claim with: its owner and lease length, the executors it launches, whether start gates are asked.
+    A draining runtime (`Draining`) starts nothing: its requests' limit is 0."""
     extensions = shared.extensions
     return AdmitRequest(
         config=shared.config(),
         owner=shared.owner,
         lease_ms=shared.lease_ms,
-        limit=limit,
+        limit=0 if shared.draining.on else limit,
         token_seed=token_seed(),
         advertised=extensions.advertised(),
         executors=frozenset(extensions.executors),
@@ -68,7 +69,10 @@ class Starter:
         self._elsewhere.clear()
 
     def kick(self) -> None:
-        """Make a pass soon (coalesced with one that is running or due)."""
+        """Make a pass soon (coalesced with one that is running or due); none while the runtime drains
+        (what is ready stays queued for the next open)."""
+        if self._s.draining.on:
+            return
         self._again = True
         if not self._passing:
             self._passing = True
@@ -79,7 +83,7 @@ class Starter:
 
     async def _passes(self) -> None:
         try:
-            while self._again:
+            while self._again and not self._s.draining.on:
                 self._again = False
                 admission: Admission = await self._s.storage.submit(admit_in_tx, self.request())
                 self._elsewhere.update(admission.elsewhere)
@@ -105,6 +109,8 @@ class Starter:
                 except Conflict:
                     pass  # it ended meanwhile
                 return
+            if self._s.draining.on:
+                return  # it stays queued: the next open asks its gates again
             try:
                 lease = await storage.submit(start_in_tx, work.id, self.request(limit=1), binding)
             except Conflict:

@@ -308,7 +308,10 @@ def start_at_once_in_tx(
     capacity applies to it (a pool keeps its readiness order through the queue), its binding runs
     here and no start gate must be asked first. ``None``: the ready queue decides, as for any Work
     (a refusal for its budget holds it, as the pass would). ``index``: this start's place among those
-    one procedure makes with ``req`` (each lease token differs)."""
+    one procedure makes with ``req`` (each lease token differs); none with a ``limit`` below 1 (a
+    draining runtime's)."""
+    if req.limit < 1:
+        return None
     work = tx.kept_work(work_id)  # kept when this transaction just wrote it (a wake, a completion)
     if work is not None:
         if not _startable(work_id, work) or capacity_pool(req.config, work.scope) is not None:

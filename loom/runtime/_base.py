@@ -14,6 +14,7 @@ from ..actors.ingress import IngressActor
 from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
+from ..actors.shared import Draining
 from ..actors.timers import TimerActor
 from ..config import Config, ConfigHolder
 from ..plugins.registry import Extensions
@@ -54,6 +55,8 @@ class Parts:
     close unmarks them."""
     held: dict[str, Callable[[], None]] = attrs.Factory(dict)
     """The attempts the runtime's runners hold the lease of (`Shared.held`)."""
+    draining: Draining = attrs.Factory(Draining)
+    """The runtime's drain (`Shared.draining`, `Runtime.drain`)."""
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

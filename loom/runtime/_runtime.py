@@ -38,6 +38,8 @@ from ._watch import Watch
 ACTORS = ("router", "timers", "recovery", "subscriptions", "compaction")
 MAX_BATCH = 1000
 """The most Events one `Runtime.publish_many` accepts (and one ``POST /events`` carries)."""
+MAX_GRACE_S = 3600
+"""The longest drain before a stop (`Runtime.drain`)."""
 
 log = logging.getLogger("loom.runtime")
 
@@ -166,6 +168,32 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             if all(actor.idle for actor in self._actors()):
                 return
 
+    async def drain(self, grace_s: float) -> int:
+        """Prepare a clean stop: start nothing more here, and wait up to ``grace_s`` seconds for the
+        attempts this runtime runs whose executor cannot adopt them after a restart (a python
+        function: it dies with its process) to return and their outcomes to commit. Answers how many
+        still run at the end (0: none is lost to the stop). Leave the `open_runtime` block after it.
+
+        Without a drain, closing cancels such an attempt: the next open recovers it, cannot adopt it,
+        and fails it, so its Work spends a retry and waits out its backoff. During a drain Events are
+        still accepted, routed and queued, timers fire and waits wake; what would start waits for
+        the next open, and an attempt claimed just before is launched there (docs/operations.md
+        "Stopping"). An adoptable attempt (a shell command) is not waited for: it goes on, and the
+        next open adopts it."""
+        if (
+            isinstance(grace_s, bool)
+            or not isinstance(grace_s, int | float)
+            or not 0 <= grace_s <= MAX_GRACE_S
+        ):
+            raise InvalidRequest(
+                f"grace_s must be seconds from 0 to {MAX_GRACE_S}, got {grace_s!r}", field="grace_s"
+            )
+        draining = self._p.draining
+        draining.on = True
+        with trio.move_on_after(grace_s):
+            await draining.settled()
+        return draining.unadoptable()
+
     def _actors(self) -> list[Any]:
         p = self._p
         actors = (p.router, p.timers, p.recovery, p.subscriptions, p.compaction)
@@ -256,4 +284,5 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             lease_ms=p.lease_ms,
             unlaunched=p.unlaunched,
             held=p.held,
+            draining=p.draining,
         )

@@ -127,6 +127,12 @@ def serve(
         help="This server's node name on a shared PostgreSQL database (one live process per name):"
         " restarted under it, the server recovers its killed predecessor's attempts at once.",
     ),
+    stop_grace: float = typer.Option(
+        8.0,
+        "--stop-grace",
+        help="Seconds a stopping server waits for its running python functions to return, starting"
+        " nothing new meanwhile (0 to 3600). Keep it under your supervisor's kill timeout.",
+    ),
 ) -> None:
     """Run loom as a service: the HTTP API, operator controls and web view, on one SQLite file or on a
     PostgreSQL database shared with other nodes."""
@@ -160,6 +166,7 @@ def serve(
             read_timeout=read_timeout,
             app=app_spec,
             node=node,
+            stop_grace=stop_grace,
         )
     )
 

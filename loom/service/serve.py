@@ -36,6 +36,7 @@ from ..plugins.app import App
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
+from ..runtime._runtime import MAX_GRACE_S
 from ._access import Access, is_loopback
 from ._app import make_app
 from ._apps import app_and_config, find_config
@@ -51,6 +52,8 @@ GRACEFUL_SECONDS = 5.0
 READ_TIMEOUT_S = 30.0
 """How long a connection may send nothing while a request (its headers or its body) is due: a
 client that stalls is cut off, so stalled connections cannot use up the server's file descriptors."""
+STOP_GRACE_S = 8.0
+"""How long a stopping server waits for its running python functions to return (`Runtime.drain`)."""
 
 log = logging.getLogger("loom.service")
 
@@ -234,6 +237,7 @@ async def serve(
     read_timeout: float = READ_TIMEOUT_S,
     app: str | None = None,
     node: str | None = None,
+    stop_grace: float = STOP_GRACE_S,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run ``loom serve`` until SIGINT or SIGTERM: the runtime (every actor) on the SQLite file ``db``
@@ -256,7 +260,8 @@ async def serve(
     shared database: restarted under the same name, it recovers its killed incarnation's attempts at
     once (on a SQLite file a restart always does). Off loopback the token is
     required: without one `serve` refuses to start. A connection that sends nothing for
-    ``read_timeout`` seconds while a request is due is closed.
+    ``read_timeout`` seconds while a request is due is closed. Stopping, it waits up to
+    ``stop_grace`` seconds for its running python functions to return (`Runtime.drain`).
     """
     configure_logging(log_level, log_format)
     host, _ = parse_listen(listen)
@@ -267,6 +272,14 @@ async def serve(
     ):
         raise InvalidRequest(
             f"read_timeout must be seconds above 0, at most 3600, got {read_timeout!r}", field="read_timeout"
+        )
+    if (
+        isinstance(stop_grace, bool)
+        or not isinstance(stop_grace, int | float)
+        or not 0 <= stop_grace <= MAX_GRACE_S
+    ):
+        raise InvalidRequest(
+            f"stop_grace must be seconds from 0 to {MAX_GRACE_S}, got {stop_grace!r}", field="stop_grace"
         )
     token = read_token_file(token_file) if token_file is not None else None
     if token is None and not is_loopback(host):
@@ -289,6 +302,7 @@ async def serve(
             access,
             float(read_timeout),
             stop,
+            float(stop_grace),
             task_status,
             said=said,
             app=served,
@@ -327,6 +341,7 @@ async def _serve(
     access: Access,
     read_timeout: float,
     stop: trio.Event,
+    stop_grace: float,
     task_status: trio.TaskStatus[list[str]],
     *,
     said: str,
@@ -379,7 +394,22 @@ async def _serve(
                     log.warning("configuration: %s", finding)
                 log.info("listening on %s%s", ", ".join(urls), note)
                 task_status.started(urls)
+            # the listener has stopped; the runtime starts nothing more, and its python functions
+            # return and commit (else the next start fails them, and their Works retry)
+            await _drain(service.runtime, stop_grace)
         signals.cancel_scope.cancel()
+
+
+async def _drain(rt: Runtime, grace_s: float) -> None:
+    log.info("starting nothing more; waiting up to %g s for running functions to return", grace_s)
+    left = await rt.drain(grace_s)
+    if left:
+        log.warning(
+            "%d attempt(s) still running after %g s (--stop-grace): the next start fails them, and their"
+            " Works retry",
+            left,
+            grace_s,
+        )
 
 
 def _shown(db: str) -> str:
