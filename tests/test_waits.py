@@ -575,3 +575,24 @@ async def test_a_transactions_work_read_answers_what_the_readers_does(loom_drive
         assert r.keys == ("r", "a-later-too")
         assert r.current_execution_id is not None
         assert r.execution_state is ExecutionState.RUNNING
+
+
+async def test_a_wait_is_woken_by_an_event_a_drop_route_takes(loom_drivers: DriverFactory) -> None:
+    """Waiting Work evaluates its wait before any route's policy: a wait matches accepted Events by key
+    and type, whatever routing did with them (docs/configuration.md, `policy`). Catches a wake scan
+    that skips dropped Events (the wait would hang until its timeout), and a drop that queues."""
+    async with loom_drivers(config=config()) as driver:
+        rt = driver.runtime
+        work_id = await started(driver)
+        driver.fake.finish(work_id, Waiting(wait=WaitSpec(types=("d.reply",))))
+        await wait_state(driver, work_id, WaitState.ACTIVE)
+        reply = await rt.publish(ev("reply", "d.reply"))
+        await wait_routed(driver, reply)
+        assert (await rt.checkpoint(reply.id)).status is CheckpointStatus.DROP  # type: ignore[union-attr]
+        woken = await wait_state(driver, work_id, WaitState.WOKEN)
+        assert woken.winner_event_id == reply.id
+        await launches(driver, work_id, 2)
+        request = driver.fake.launches_of(work_id)[1].request
+        assert request.trigger is not None
+        assert request.trigger.id == reply.id
+        driver.fake.finish(work_id, Completed())
