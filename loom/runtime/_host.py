@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -78,9 +79,7 @@ class Host(RuntimeBase):
         execution: Execution = await self._submit(
             complete_in_tx, Authority.of(lease), outcome, kind, config.causal, config.budgets
         )
-        held = self._p.held.get(execution.id)
-        if held is not None:
-            held()  # a runner here launched it: it finds the lease gone now, and stops what still runs
+        self._ended_elsewhere(execution.id)
         return execution
 
     async def wait(
@@ -138,18 +137,34 @@ class Host(RuntimeBase):
         return lease
 
     def toolbelt(self, lease: Lease, *, lease_ms: int = DEFAULT_LEASE_MS) -> RuntimeToolbelt:
-        """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat)."""
+        """The fenced toolbelt of the attempt ``lease`` holds (emit, child Work, timers, heartbeat).
+        Its calls go through the call gates as an executor's do (docs/recovery.md "Gated calls"): a
+        refused call raises `CallRefused`; one a gate turns into a wait parks the attempt and raises
+        `CallParked`, and a runner here that launched it stops what still runs of it."""
         check_lease("lease", lease)
         check_int("lease_ms", lease_ms, 1, MAX_LEASE_MS)
         config = self._p.config()
-        return RuntimeToolbelt(
+        toolbelt = RuntimeToolbelt(
             self._p.storage,
             lease,
             limits=config.causal,
             generation=config.generation,
             lease_ms=lease_ms,
             policies=self._p.extensions.recurrence_policies,
+            gates=self._p.extensions.call_gates,
+            kind=kind_policy(config, lease.request.kind),
+            budgets=config.budgets,
         )
+        toolbelt.on_park = partial(self._ended_elsewhere, lease.execution_id)
+        return toolbelt
+
+    def _ended_elsewhere(self, execution_id: str) -> None:
+        """An attempt ended by another path than its runner's own commit (a completion or a wait
+        through a toolbelt a host built: the service's): a runner here that launched it finds its
+        lease gone now, and stops what still runs of it, not at its next renewal."""
+        held = self._p.held.get(execution_id)
+        if held is not None:
+            held()
 
     # -- operator controls ----------------------------------------------------------
 

@@ -46,6 +46,8 @@ from ._openapi import document
 from ._ops import Call, Op, Query, Service, bearer_token, read_json_body
 from ._tool_handlers import CLOCK_FIELDS, OUTCOMES
 from ._wire import (
+    CALL_PARKED,
+    CALL_REFUSED,
     CAUSAL,
     CONFLICT,
     JSON_VALUE_REF,
@@ -89,6 +91,8 @@ LIMIT = Query(
     schema={"minimum": 1, "maximum": 1000},
 )
 _TOOL_ERRORS = (NOT_FOUND, CONFLICT)
+_GATED = (CALL_REFUSED, CALL_PARKED)
+"""What the call gates may answer a gated toolbelt call (docs/recovery.md "Gated calls")."""
 KEYS = Field("keys", "strings", doc="correlation keys", schema={"items": KEY})
 CONSUMED = Field(
     "consumed_inputs", "strings", doc="ids of the input Events it consumed", schema={"items": TEXT}
@@ -201,15 +205,15 @@ OPS: tuple[Op, ...] = (
     Op(method="POST", path="/executions/{execution_id:path}/emit", handler=tools.tool_emit,
        answer=S.EVENT, summary="Emit a derived Event from the attempt", tag="toolbelt", auth=True, ok=(201, 200),
        body=(*EVENT_FIELDS, Field("cause_id", "string", nullable=True, doc="a cited cause", schema=LOOKUP)),
-       prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL)),
+       prefixes=("event.",), errors=(*_TOOL_ERRORS, CAUSAL, *_GATED)),
     Op(method="POST", path="/executions/{execution_id:path}/child", handler=tools.tool_child,
        answer=S.WORK, summary="Create child Work (idempotent by name)", tag="toolbelt", auth=True,
        body=(Field("name", "string", required=True, schema=TEXT), KEYS,
              Field("kind", "string", nullable=True, schema=TEXT)),
-       prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL)),
+       prefixes=("create_child: ",), errors=(*_TOOL_ERRORS, CAUSAL, *_GATED)),
     Op(method="POST", path="/executions/{execution_id:path}/timer", handler=tools.tool_timer,
        answer=S.TIMER, summary="Arm a timer derived from the attempt", tag="toolbelt", auth=True, body=TIMER_FIELDS,
-       body_schema=TIMER_RULES, prefixes=("timer.", "event."), errors=_TOOL_ERRORS),
+       body_schema=TIMER_RULES, prefixes=("timer.", "event."), errors=(*_TOOL_ERRORS, *_GATED)),
     Op(method="POST", path="/executions/{execution_id:path}/wait", handler=tools.tool_wait,
        answer=S.EXECUTION, summary="Park the attempt on a wait", tag="toolbelt", auth=True,
        body=(KEYS, Field("types", "strings", doc="type patterns like order.*", schema={"items": TEXT}),

@@ -18,6 +18,8 @@ from starlette.responses import Response
 
 from ..records.clock import iso_ms
 from ..records.errors import (
+    CallParked,
+    CallRefused,
     CausalRefused,
     Conflict,
     InvalidRequest,
@@ -57,6 +59,13 @@ FORBIDDEN = ErrorKind(403, "forbidden", "a browser page of another origin may no
 METHOD = ErrorKind(405, "method_not_allowed", "the path does not take this method (see Allow)")
 CONFLICT = ErrorKind(409, "conflict", "the object's state or revision refuses the change; reread it")
 CAUSAL = ErrorKind(409, "causal_refused", "the causal bounds refused a derived Event")
+CALL_REFUSED = ErrorKind(403, "call_refused", "a call gate refused the toolbelt call: nothing changed")
+CALL_PARKED = ErrorKind(
+    409,
+    "call_parked",
+    "a call gate turned the toolbelt call into a wait: the call did not run, and the attempt is parked"
+    " on the gate's wait (exit: its continuation makes the call again)",
+)
 TOO_LARGE = ErrorKind(413, "too_large", f"the body is larger than {MAX_BODY_BYTES} bytes")
 MEDIA_TYPE = ErrorKind(415, "unsupported_media_type", "a body must be sent as Content-Type: application/json")
 MISDIRECTED = ErrorKind(421, "misdirected_request", "the Host header names a host this server does not serve")
@@ -95,6 +104,10 @@ def classify(
         return STALE, None
     if isinstance(exc, CausalRefused):
         return CAUSAL, None
+    if isinstance(exc, CallRefused):
+        return CALL_REFUSED, None
+    if isinstance(exc, CallParked):
+        return CALL_PARKED, None
     if isinstance(exc, Conflict | NotAccepting | NotAdoptable):
         return CONFLICT, None
     if isinstance(exc, StorageError):
