@@ -215,7 +215,7 @@ class Config:
                     and not (route.work_kind in self.work_kinds or route.work_kind in work_kinds)
                 ):
                     raise ConfigError(
-                        f"unknown work kind {route.work_kind!r}{known([*self.work_kinds, *work_kinds])}",
+                        f"unknown work kind {route.work_kind!r}{known({*self.work_kinds, *work_kinds})}",
                         file=file,
                         key=f"{where}.work_kind",
                     )
@@ -223,7 +223,7 @@ class Config:
             for kind, policy in self.work_kinds.items():
                 if policy.trigger != DEFAULT_TRIGGER and policy.trigger not in triggers:
                     raise ConfigError(
-                        f"unknown trigger selection {policy.trigger!r}{known([DEFAULT_TRIGGER, *triggers])}",
+                        f"unknown trigger selection {policy.trigger!r}{known({DEFAULT_TRIGGER, *triggers})}",
                         file=file,
                         key=key_path("work_kinds", kind, "trigger"),
                     )

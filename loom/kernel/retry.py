@@ -221,7 +221,8 @@ def retry_in_tx(
 ) -> Event:
     """A manual ``core.retry.requested``: clear backoff or exhaustion, cancel the old retry timer, reset
     the budget, and make the request itself the next attempt's input. Repeating ``request_id`` returns
-    the first request; a Work with a live attempt, or a terminal one, is refused (`Conflict`)."""
+    the first request; a Work with a live attempt, a waiting one, or a terminal one, is refused
+    (`Conflict`)."""
     delivery_id = core_delivery_id("retry.requested", work_id, request_id)
     done = delivered(tx, CORE_SOURCE, delivery_id)
     if done is not None:
@@ -231,6 +232,12 @@ def retry_in_tx(
         raise Conflict(f"cannot retry work {work.id}: it is {work.state} (a retry needs a successor)")
     if work.current_execution_id is not None:
         raise Conflict(f"cannot retry work {work.id}: attempt {work.current_execution_id} is not over")
+    if work.state is WorkState.WAITING:
+        # its wait decides what comes next: a retry would queue behind it as context, and start nothing
+        raise Conflict(
+            f"cannot retry work {work.id}: it is waiting on wait {work.wait_id} (its wake starts the next"
+            " attempt; cancel the work to end it)"
+        )
     requested = accept_in_tx(
         tx,
         now_ms,

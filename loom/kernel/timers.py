@@ -269,7 +269,10 @@ def cancel_timer_in_tx(tx: Tx, now_ms: int, timer_id: str, revision: int) -> Tim
         raise NotFound(f"no timer with id {timer_id!r}")
     _refuse_control(timer_id, timer, "cancelled")
     if timer.revision != revision:
-        raise Conflict(f"timer {timer_id}: revision {revision} is stale (current {timer.revision})")
+        raise Conflict(
+            f"timer {timer_id}: revision {revision} is "
+            f"{'stale' if revision < timer.revision else 'not yet written'} (current {timer.revision})"
+        )
     if timer.state is not TimerState.ARMED:
         raise Conflict(f"timer {timer_id} is {timer.state}, not armed")
     tx.set_timer_state(timer, TimerState.CANCELLED, "cancelled", now_ms)

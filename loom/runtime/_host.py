@@ -209,7 +209,8 @@ class Host(RuntimeBase):
     ) -> Event:
         """Request the next attempt now: a ``core.retry.requested`` Event clears a backoff or a spent
         budget (and its hold), cancels the old retry timer, resets the failure budget and becomes the
-        next attempt's input. Refused while an attempt is live or once the Work is terminal (`Conflict`)."""
+        next attempt's input. Refused while an attempt is live, while the Work waits (its wake starts
+        the next attempt), or once the Work is terminal (`Conflict`)."""
         lookup("work_id", work_id)
         check_reason("reason", reason)
         if request_id is not None:

@@ -153,6 +153,7 @@ async def open_runtime(
         config if config is not None else Config(),
         executors=LiveCapabilities(extensions.executors),
         handlers=frozenset(extensions.handlers),
+        work_kinds=frozenset(extensions.work_kinds),
         triggers=frozenset(TRIGGER_SELECTORS),
         kinds=extensions.work_kinds,
         standing_handlers=extensions.standing_handlers(),

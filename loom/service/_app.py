@@ -122,6 +122,9 @@ VALUE_RULE = {  # a value belongs to a completed outcome only
 }
 
 OPS: tuple[Op, ...] = (
+    # a key may end as the results' paths do (kk/result): looked up by key before they take it for an id
+    Op(method="GET", path="/work/by-key/{key:path}", handler=handlers.work_by_key,
+       answer=S.WORK_VIEW, summary="The Work that owns a key, with its history", tag="work", errors=(NOT_FOUND,)),
     *results.OPS,  # before GET /work/{work_id:path}, which would take their paths for ids
     Op(method="GET", path="/healthz", handler=tools.healthz, answer=S.HEALTH, summary="Health: the store answers reads and writes",
        tag="service", public=True, errors=(UNAVAILABLE,)),
@@ -156,8 +159,6 @@ OPS: tuple[Op, ...] = (
         Query(name="after", kind="string", doc="only Work whose id sorts after this", schema=LOOKUP),
         LIMIT,
     )),
-    Op(method="GET", path="/work/by-key/{key:path}", handler=handlers.work_by_key,
-       answer=S.WORK_VIEW, summary="The Work that owns a key, with its history", tag="work", errors=(NOT_FOUND,)),
     Op(method="POST", path="/work/{work_id:path}/hold", handler=handlers.hold, answer=S.WORK, summary="Hold: no attempt starts",
        tag="controls", body=(attrs.evolve(REASON, required=True),), errors=(NOT_FOUND, CONFLICT)),
     Op(method="POST", path="/work/{work_id:path}/release", handler=handlers.release, answer=S.WORK, summary="Release a hold",
@@ -258,7 +259,15 @@ def _endpoint(service: Service, op: Op) -> Callable[[Request], Awaitable[Respons
             items = None
             if op.body is not None:
                 limit = max(service.max_body, MAX_BATCH_BYTES) if op.batch else service.max_body
-                raw = await read_json_body(request, limit, ndjson=op.batch)
+                try:
+                    raw = await read_json_body(request, limit, ndjson=op.batch)
+                except HTTPError as refused:
+                    if refused.kind is not TOO_LARGE or not op.batch:
+                        raise
+                    raise HTTPError(
+                        TOO_LARGE,
+                        f"{refused.message} (for a batch; {service.max_body} bytes for one Event)",
+                    ) from None
                 items = batch_items(raw, request.headers.get("content-type")) if op.batch else None
                 if items is None:
                     if len(raw) > service.max_body:

@@ -39,23 +39,26 @@ def is_ndjson(content_type: str | None) -> bool:
     return (content_type or "").partition(";")[0].strip().lower() in NDJSON_TYPES
 
 
-def batch_items(raw: bytes, content_type: str | None) -> list[Any] | None:
-    """The items of a batch body: each a decoded JSON value, or the `HTTPError` of a JSON line that
-    does not parse (that item alone is refused). ``None``: the body is one Event, not a batch."""
-    items: list[Any]
+def batch_items(raw: bytes, content_type: str | None) -> list[tuple[str, Any]] | None:
+    """The items of a batch body, each named as a refusal names it (``line N`` of JSON lines, blank
+    lines counted; ``item N`` of an array) with its decoded JSON value, or the `HTTPError` of a JSON
+    line that does not parse (that item alone is refused). ``None``: the body is one Event, not a
+    batch."""
+    items: list[tuple[str, Any]]
     if is_ndjson(content_type):
         items = []
         for number, line in enumerate(raw.split(b"\n"), 1):
             if not line.strip():
                 continue
             try:
-                items.append(parse_json(line))
+                items.append((f"line {number}", parse_json(line)))
             except HTTPError as exc:
-                items.append(HTTPError(BAD_REQUEST, f"line {number}: {exc.message}", field=exc.field))
+                items.append(("", HTTPError(BAD_REQUEST, f"line {number}: {exc.message}", field=exc.field)))
     elif raw.lstrip()[:1] == b"[":
-        items = parse_json(raw)
-        if not isinstance(items, list):  # pragma: no cover - a body starting with [ decodes to a list
+        array = parse_json(raw)
+        if not isinstance(array, list):  # pragma: no cover - a body starting with [ decodes to a list
             raise HTTPError(BAD_REQUEST, "the body must be an Event object or an array of them")
+        items = [(f"item {number}", value) for number, value in enumerate(array, 1)]
     else:
         return None
     if not items:
@@ -71,16 +74,16 @@ def _refusal(exc: BaseException) -> dict[str, Any]:
     return {"status": kind.status, "error": error_body(kind, message, field)}
 
 
-async def post_events(s: Service, items: list[Any]) -> Response:
+async def post_events(s: Service, items: list[tuple[str, Any]]) -> Response:
     """Accept a batch: ``200`` with ``results``, one per item in order (``{status, event}`` for an
     Event accepted (201) or a duplicate (200), ``{status, error}`` for a refusal), and the counts."""
     results: list[dict[str, Any] | None] = []
     events = []
-    for number, item in enumerate(items, 1):
+    for name, item in items:
         try:
             if isinstance(item, HTTPError):
                 raise item
-            events.append(event_in(parse_fields(item, EVENT_FIELDS, f"item {number}")))
+            events.append(event_in(parse_fields(item, EVENT_FIELDS, name)))
             results.append(None)
         except HTTPError as exc:
             results.append(_refusal(exc))

@@ -11,7 +11,7 @@ from ..records.core_events import CORE_PREFIX
 from ..records.errors import InvalidRequest, NotFound
 from ..records.events import EventIn
 from ..records.timers import TimerSpec
-from ..records.validation import MAX_SEQ
+from ..records.validation import MAX_SEQ, check_reason, check_text
 from ..runtime import Runtime
 from ._ops import Call, Service, page
 from ._wire import (
@@ -175,6 +175,10 @@ async def retry(s: Service, call: Call) -> Response:
 
 
 async def replay(s: Service, call: Call) -> Response:
+    reason = call.body.get("reason", "operator replay")
+    check_reason("reason", reason)  # bad input is named before the Event is looked at
+    if call.body.get("request_id") is not None:
+        check_text("request_id", call.body["request_id"])
     work = await s.rt.work(call.path("work_id"))
     event_id = call.body["event_id"]
     try:
@@ -190,9 +194,7 @@ async def replay(s: Service, call: Call) -> Response:
         or (checkpoint is not None and checkpoint.work_id == work.id)
     ):
         raise HTTPError(CONFLICT, f"event {event.id} is not an event of work {work.id}", field="event_id")
-    replayed = await s.rt.replay(
-        event.id, reason=call.body.get("reason", "operator replay"), request_id=call.body.get("request_id")
-    )
+    replayed = await s.rt.replay(event.id, reason=reason, request_id=call.body.get("request_id"))
     return json_response(replayed)
 
 

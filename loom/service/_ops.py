@@ -83,8 +83,9 @@ class Call:
     request: Request
     body: dict[str, Any]
     lease: Lease | None = None
-    items: list[Any] | None = None
-    """A batch's items as decoded JSON (``None``: the body is one object), for an `Op` with ``batch``."""
+    items: list[tuple[str, Any]] | None = None
+    """A batch's items, each named as a refusal names it (``line N``, ``item N``) with its decoded JSON
+    (``None``: the body is one object), for an `Op` with ``batch``."""
 
     def path(self, name: str) -> str:
         return str(self.request.path_params[name])

@@ -85,6 +85,10 @@ OUTCOMES = ("completed", "handoff", "failed")
 
 def _outcome(body: dict[str, Any]) -> Outcome:
     kind = body["outcome"]
+    if kind not in OUTCOMES:  # first: the other fields are judged by it
+        raise HTTPError(
+            BAD_REQUEST, f"outcome must be one of {', '.join(OUTCOMES)}, got {kind[:40]!r}", field="outcome"
+        )
     consumed = tuple(body.get("consumed_inputs", ()))
     usage = body.get("usage", {})
     failure_fields = [name for name in ("error", "retry_after_ms", "rate_limited") if name in body]
@@ -108,11 +112,7 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         )
     if kind == "completed":
         return Completed(consumed_inputs=consumed, usage=usage, value=body.get("value"))
-    if kind == "handoff":
-        return Handoff(consumed_inputs=consumed, usage=usage)
-    raise HTTPError(
-        BAD_REQUEST, f"outcome must be one of {', '.join(OUTCOMES)}, got {kind[:40]!r}", field="outcome"
-    )
+    return Handoff(consumed_inputs=consumed, usage=usage)
 
 
 async def tool_complete(s: Service, call: Call) -> Response:

@@ -1,0 +1,103 @@
+"""Requests an adversarial sweep of the API found answered wrongly: each is refused naming what is
+wrong, or answered as docs/http-api.md says, and a refusal changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from service_kit import api, order, refusal
+
+import loom
+from loom import Config, ConfigError, TimerSpec, WaitSpec, WorkState, open_runtime
+
+
+async def test_a_key_ending_as_a_results_path_is_looked_up_as_a_key(tmp_path: Path) -> None:
+    """Catches `GET /work/by-key/{key}` taken by `/work/{id}/result` (and `/attempts/{n}/logs`) for a
+    key that ends so: it answered 404 naming the id `by-key/kk`."""
+    async with api(tmp_path) as a:
+        for key in ("kk/result", "kk/attempts/1/logs"):
+            assert (await a.client.post("/events", json=order(key, key=key))).status_code == 201
+            await a.rt.wait_idle()
+            found = await a.client.get(f"/work/by-key/{key}")
+            assert found.status_code == 200, found.text
+            assert key in found.json()["work"]["keys"]
+
+
+async def test_a_completion_with_an_unknown_outcome_names_the_outcome(tmp_path: Path) -> None:
+    """Catches the other fields judged against an outcome that is none (it blamed ``error``)."""
+    async with api(tmp_path) as a:
+        assert (await a.client.post("/events", json=order(1))).status_code == 201
+        await a.rt.wait_idle()
+        lease = await a.rt.claim((await a.rt.work_for_key("order/1")).id, owner="host")
+        complete = f"/executions/{lease.execution_id}/complete"
+        for body in ({"outcome": "Failed", "error": "x"}, {"outcome": "", "value": 1}):
+            answer = await a.unchanged(
+                a.client.post(complete, json=body, headers={"Authorization": f"Bearer {lease.token}"})
+            )
+            assert (
+                "outcome must be one of completed, handoff, failed"
+                in refusal(answer, 400, "invalid_request", "outcome")["message"]
+            )
+
+
+async def test_a_retry_of_a_waiting_work_is_a_conflict(tmp_path: Path) -> None:
+    """Catches a retry answered 200 that starts nothing: its request queued behind the wait as
+    context, and more retries piled up."""
+    async with api(tmp_path) as a:
+        assert (await a.client.post("/events", json=order(1))).status_code == 201
+        await a.rt.wait_idle()
+        work = await a.rt.work_for_key("order/1")
+        lease = await a.rt.claim(work.id, owner="host")
+        await a.rt.wait(lease, WaitSpec(types=("approval.*",)))
+        assert (await a.rt.work(work.id)).state is WorkState.WAITING
+        answer = await a.unchanged(a.client.post(f"/work/{work.id}/retry", json={"reason": "try"}))
+        assert "is waiting on wait" in refusal(answer, 409, "conflict")["message"]
+
+
+async def test_a_refused_line_of_a_json_lines_batch_is_named_by_its_line(tmp_path: Path) -> None:
+    """Catches a refusal counting items (blank lines skipped) where the docs promise line numbers."""
+    async with api(tmp_path) as a:
+        body = (
+            b'{"source": "shop", "delivery_id": "a", "type": "order.placed", "scope": "shop"}\n\nnull\n[]\n'
+        )
+        answer = await a.client.post(
+            "/events", content=body, headers={"Content-Type": "application/x-ndjson"}
+        )
+        assert answer.status_code == 200, answer.text
+        results = answer.json()["results"]
+        assert [r["status"] for r in results] == [201, 400, 400]
+        assert results[1]["error"]["message"].startswith("line 3")
+        assert results[2]["error"]["message"].startswith("line 4")
+
+
+async def test_a_replay_names_a_bad_reason_before_it_looks_at_the_event(tmp_path: Path) -> None:
+    """Catches a malformed field answered as a conflict over another field (`409` naming event_id)."""
+    async with api(tmp_path) as a:
+        for n in (1, 2):
+            assert (await a.client.post("/events", json=order(n))).status_code == 201
+        await a.rt.wait_idle()
+        work = await a.rt.work_for_key("order/1")
+        other = await a.rt.event_by_delivery("shop", "o-2")
+        answer = await a.unchanged(
+            a.client.post(f"/work/{work.id}/replay", json={"event_id": other.id, "reason": "a\u0000b"})
+        )
+        refusal(answer, 400, "invalid_request", "reason")
+
+
+async def test_a_timer_cancel_at_a_revision_not_yet_written_says_so(tmp_path: Path) -> None:
+    async with open_runtime(tmp_path / "t.db", load_entry_points=False, actors=()) as rt:
+        timer = await rt.arm(
+            TimerSpec(id="t", fire_at_ms=rt.clock.now_ms() + 60_000, source="s", type="t.x", scope="s")
+        )
+        with pytest.raises(loom.Conflict, match=f"revision {timer.revision + 1} is not yet written"):
+            await rt.cancel_timer("t", revision=timer.revision + 1)
+
+
+async def test_a_route_naming_an_undeclared_work_kind_is_refused_at_the_open(tmp_path: Path) -> None:
+    """Catches a mistyped kind that made its Work run under the default policy in silence (the open,
+    `loom serve` and `loom config check` accepted it)."""
+    config = Config.from_toml('[[scopes.shop.routes]]\nname = "r"\ncreate_work = true\nwork_kind = "jbo"\n')
+    with pytest.raises(ConfigError, match=r"work_kind: unknown work kind 'jbo' \(known: schedule\)"):
+        async with open_runtime(tmp_path / "k.db", config=config, load_entry_points=False):
+            pass
