@@ -101,3 +101,29 @@ async def test_a_route_naming_an_undeclared_work_kind_is_refused_at_the_open(tmp
     with pytest.raises(ConfigError, match=r"work_kind: unknown work kind 'jbo' \(known: schedule\)"):
         async with open_runtime(tmp_path / "k.db", config=config, load_entry_points=False):
             pass
+
+
+async def test_a_refused_emit_or_publish_names_the_field_at_fault(tmp_path: Path) -> None:
+    """Catches refusals whose ``field`` was null although one field was at fault: an unknown cited
+    cause, an emit into another scope, a key owned by another Work than the one named."""
+    async with api(tmp_path) as a:
+        for n in (1, 2):
+            assert (await a.client.post("/events", json=order(n))).status_code == 201
+        await a.rt.wait_idle()
+        work = await a.rt.work_for_key("order/1")
+        lease = await a.rt.claim(work.id, owner="host")
+        emit = f"/executions/{lease.execution_id}/emit"
+        bearer = {"Authorization": f"Bearer {lease.token}"}
+        derived = {"source": "job", "delivery_id": "x", "type": "job.ran", "scope": "shop"}
+        for body, field in (
+            ({**derived, "cause_id": "ev_nope"}, "cause_id"),
+            ({**derived, "scope": "other"}, "scope"),
+        ):
+            refusal(
+                await a.unchanged(a.client.post(emit, json=body, headers=bearer)),
+                400,
+                "invalid_request",
+                field,
+            )
+        owned = order(3, key="order/2", work_id=work.id)
+        refusal(await a.unchanged(a.client.post("/events", json=owned)), 400, "invalid_request", "key")

@@ -199,10 +199,11 @@ def eligible_cause(tx: Tx, event: EventIn, cause_id: str) -> Event:
     """A cited cause must be an accepted Event in the emitting scope and source namespace."""
     cause = tx.event(cause_id)
     if cause is None:
-        raise InvalidRequest(f"cited cause {cause_id!r} is not an accepted event")
+        raise InvalidRequest(f"cited cause {cause_id!r} is not an accepted event", field="cause_id")
     if cause.scope != event.scope:
         raise InvalidRequest(
-            f"cited cause {cause_id!r} is in scope {cause.scope!r}, not the emitting scope {event.scope!r}"
+            f"cited cause {cause_id!r} is in scope {cause.scope!r}, not the emitting scope {event.scope!r}",
+            field="cause_id",
         )
     if cause.source != event.source or cause.key is None:
         raise InvalidRequest(
@@ -286,4 +287,6 @@ def check_explicit_target_in_tx(tx: Tx, event: EventIn) -> None:
     if event.key is not None:
         owner = tx.key_owner(event.key)
         if owner is not None and owner != work.id:
-            raise InvalidRequest(f"event.key {event.key!r} is owned by work {owner}, not by work {work.id}")
+            raise InvalidRequest(
+                f"event.key {event.key!r} is owned by work {owner}, not by work {work.id}", field="event.key"
+            )

@@ -36,7 +36,8 @@ def emit_in_tx(
     work = require_work(tx, execution.work_id)
     if event.scope != work.scope:
         raise InvalidRequest(
-            f"emit: event.scope {event.scope!r} is not the emitting work's scope {work.scope!r}"
+            f"emit: event.scope {event.scope!r} is not the emitting work's scope {work.scope!r}",
+            field="event.scope",
         )
     parent = _authority_parent(execution)
     return accept_derived_in_tx(
