@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from service_kit import api, order, refusal
+from service_kit import JSON, api, order, refusal
 
 import loom
 from loom import Config, ConfigError, TimerSpec, WaitSpec, WorkState, open_runtime
@@ -127,3 +127,12 @@ async def test_a_refused_emit_or_publish_names_the_field_at_fault(tmp_path: Path
             )
         owned = order(3, key="order/2", work_id=work.id)
         refusal(await a.unchanged(a.client.post("/events", json=owned)), 400, "invalid_request", "key")
+
+
+async def test_a_number_of_thousands_of_digits_is_refused_in_loom_s_words(tmp_path: Path) -> None:
+    """Catches Python's own advice (`sys.set_int_max_str_digits`) answered to a client."""
+    async with api(tmp_path) as a:
+        body = b'{"source": "s", "delivery_id": "d", "type": "t.x", "scope": "shop", "payload": {"n": '
+        answer = await a.unchanged(a.client.post("/events", content=body + b"1" * 5000 + b"}}", headers=JSON))
+        message = refusal(answer, 400, "invalid_request")["message"]
+        assert message == "the body holds a number of more than 4300 digits"

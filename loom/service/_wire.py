@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -268,6 +269,9 @@ def _repeated_member(data: Any) -> tuple[str, str]:
     raise AssertionError("no repeated member")
 
 
+_MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+
+
 def parse_json(raw: bytes) -> Any:
     """Decode a body as strict JSON (UTF-8; no NaN or Infinity; each member name once per object:
     JSON leaves the meaning of a repeated name open, so it is refused, never read as its last
@@ -289,6 +293,8 @@ def parse_json(raw: bytes) -> Any:
     except RecursionError:
         raise _bad(None, "the body is nested too deeply to be read") from None
     except ValueError as exc:
+        if "sys.set_int_max_str_digits" in str(exc):  # Python's own limit on decimal digits
+            raise _bad(None, f"the body holds a number of more than {_MAX_DIGITS} digits") from None
         raise _bad(None, f"the body is not valid JSON: {exc}") from None
     if repeats:
         name, where = _repeated_member(data)
