@@ -179,12 +179,12 @@ def test_json_nested_too_deep_is_one_line(server: FakeServer, tmp_path: Path) ->
     deep = "[" * 100_000
     one_line_error(
         loom_cli("send", "x.y", "--scope", "s", "--payload", deep, "--url", server.url),
-        "--payload must be a JSON object",
+        "--payload is nested too deeply",
     )
     batch = tmp_path / "batch.jsonl"
     batch.write_text(deep + "\n")
     sent = loom_cli("send", "--batch", str(batch), "--url", server.url)
     assert sent.exit_code == 1
-    assert sent.stdout.startswith("1: refused: line 1 is not valid JSON")
+    assert sent.stdout.startswith("1: refused: line 1 is nested too deeply")
     assert "Traceback" not in sent.output
     assert server.requests == []

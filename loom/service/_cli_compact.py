@@ -55,15 +55,16 @@ def compact(
 
 @user_errors
 def vacuum(
-    db: Path = typer.Option(..., "--db", help="The SQLite file (loom must not be running on it)."),
+    db: str = typer.Option(..., "--db", help="The SQLite file (loom must not be running on it)."),
 ) -> None:
     """Rewrite a SQLite file made by an earlier loom with incremental vacuum, so the space compaction
     frees goes back to the file system. Stop loom first; it needs free disk space about the size of
     the file. A file that is not a loom database is refused and left as it is."""
     from ..store import SQLiteStore
 
-    existing_loom_database(str(db))  # the store's open would make any other file a loom database
-    before, after = SQLiteStore(path=str(db)).vacuum()
+    # (text, not a Path: Path('') would be the working directory, not a --db that is empty)
+    existing_loom_database(db)  # the store's open would make any other file a loom database
+    before, after = SQLiteStore(path=db).vacuum()
     typer.echo(f"{db}: {before} bytes before, {after} after; compaction now gives freed space back")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from ._cli_base import UserError, existing_loom_database, group, user_errors
+from ._cli_base import EMPTY_DB, UserError, checked_config, existing_loom_database, group, user_errors
 
 config_app = group("Check a configuration before it runs.")
 
@@ -40,6 +40,7 @@ def config_check(
 
     if db is not None:
         _check_store(db)
+    checked_config(config)
     served, loaded, said = app_and_config(app_spec, find_config(config))
     typer.echo(f"checking {said}")
     findings = trio.run(_check, loaded if loaded is not None else Config(), served, db)
@@ -58,6 +59,8 @@ def _check_store(db: str) -> None:
     from ..records.errors import LoomError
     from ..store import SQLiteStore, as_store, check_location
 
+    if not db:
+        raise UserError(EMPTY_DB)
     try:
         check_location(db)
         store = as_store(db)

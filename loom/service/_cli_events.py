@@ -13,9 +13,12 @@ from ._cli_base import (
     ALL,
     AS_JSON,
     LIMIT,
+    MAX_BATCH_BYTES,
+    MAX_BODY_BYTES,
     TOKEN_FILE,
     URL,
     RepeatedMember,
+    Unreadable,
     UserError,
     client,
     dump,
@@ -23,7 +26,7 @@ from ._cli_base import (
     json_object,
     list_command,
     loads,
-    read_argument,
+    read_text,
     show,
     user_errors,
 )
@@ -64,9 +67,11 @@ def send(
         return
     if type is None or scope is None:
         raise UserError("send needs an Event TYPE and --scope (or --batch FILE)")
+    if delivery_id == "":  # (not a new one: a resend with it would not be deduplicated)
+        raise UserError("--delivery-id is empty: give the delivery's id, or leave it out for a new one")
     body: dict[str, Any] = {
         "source": source,
-        "delivery_id": delivery_id or uuid.uuid4().hex,
+        "delivery_id": delivery_id if delivery_id is not None else uuid.uuid4().hex,
         "type": type,
         "scope": scope,
         "payload": json_object(payload, "--payload"),
@@ -75,7 +80,7 @@ def send(
         body["key"] = key
     if work is not None:
         body["work_id"] = work
-    answer = api.post(f"/events?wait={ROUTE_WAIT_S}", body)
+    answer = api.post(f"/events?wait={ROUTE_WAIT_S}", body, max_bytes=MAX_BODY_BYTES, what="the Event")
     if as_json or not isinstance(answer, dict):
         dump(answer)
         return
@@ -141,10 +146,12 @@ def _send_batch(api: Any, batch: str, as_json: bool) -> None:
     answers a batch: a line that is not JSON (or names a member twice) is refused by its line number,
     as the server refuses such a line of JSON lines, and the other lines are still sent. Exit status
     1 when any was refused."""
-    text = read_argument("@-" if batch == "-" else f"@{batch}", "--batch")
+    text = read_text(batch, "--batch")
     slots: list[dict[str, Any] | None] = []  # per Event in order: its refusal here, or None (sent)
     items: list[Any] = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # lines end at "\n" alone, as the server reads JSON lines: `str.splitlines` would also end one at a
+    # U+2028, U+0085 or form feed inside a JSON string, cutting a valid Event in two
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -152,11 +159,14 @@ def _send_batch(api: Any, batch: str, as_json: bool) -> None:
             slots.append(None)
         except RepeatedMember as exc:
             slots.append(_refused(f"line {number}: {exc}"))
-        except (ValueError, RecursionError) as exc:  # (RecursionError: nested too deep to decode)
+        except Unreadable as exc:
+            slots.append(_refused(f"line {number} {exc}"))
+        except ValueError as exc:
             slots.append(_refused(f"line {number} is not valid JSON: {exc}"))
     if not slots:
         raise UserError("--batch holds no Events")
-    answer = api.post("/events", items) if items else {"results": []}
+    what = f"--batch ({len(items)} Event{'s' if len(items) != 1 else ''})"
+    answer = api.post("/events", items, max_bytes=MAX_BATCH_BYTES, what=what) if items else {"results": []}
     if not isinstance(answer, dict) or not isinstance(answer.get("results"), list):
         dump(answer)
         return

@@ -33,13 +33,24 @@ class Client:
         self._token = token
         """The server's operator token, sent as ``Authorization: Bearer`` (never printed)."""
         # a loom server is normally on this machine: do not send its requests through a proxy
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._opener = urllib.request.build_opener(
+            urllib.request.ProxyHandler({}), _HTTPHandler(), _HTTPSHandler()
+        )
 
     def get(self, path: str, params: Mapping[str, object | None] | None = None) -> Any:
         return self._request("GET", path + _query(params), None)
 
-    def post(self, path: str, body: Mapping[str, Any] | list[Any]) -> Any:
-        return self._request("POST", path, body)
+    def post(
+        self,
+        path: str,
+        body: Mapping[str, Any] | list[Any],
+        *,
+        max_bytes: int | None = None,
+        what: str = "the request",
+    ) -> Any:
+        """``body`` sent as JSON; one of more than ``max_bytes`` (the server's limit for it) is
+        refused before it is sent, as ``what``."""
+        return self._request("POST", path, body, max_bytes=max_bytes, what=what)
 
     def text(self, path: str) -> str:
         """A route that answers text (``/metrics``)."""
@@ -89,8 +100,21 @@ class Client:
         except (OSError, ValueError, http.client.HTTPException) as exc:
             raise self._failure(exc, method, path) from None
 
-    def _request(self, method: str, path: str, body: Mapping[str, Any] | list[Any] | None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | list[Any] | None,
+        *,
+        max_bytes: int | None = None,
+        what: str = "the request",
+    ) -> Any:
         data = json.dumps(body).encode("utf-8") if body is not None else None
+        if data is not None and max_bytes is not None and len(data) > max_bytes:
+            raise UserError(
+                f"{what} is too large to send: {len(data):,} bytes as JSON, over the server's limit of"
+                f" {_size(max_bytes)}"
+            )
         raw = self._open(method, path, data, accept="application/json", read=lambda r: r.read())
         if not raw:
             return None
@@ -100,6 +124,51 @@ class Client:
             raise UserError(
                 f"the server at {self.url} answered {method} {path} with something not JSON"
             ) from None
+
+
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection that reads the server's answer even when sending the request failed because
+    the server stopped reading it: a server that refuses a body too large (413) answers before the
+    body has arrived and closes the connection, and the client, still sending, meets a broken pipe
+    (or a reset). The answer says why; without one, the failure to send is raised as it was."""
+
+    _unsent: OSError | None = None
+
+    def send(self, data: Any) -> None:
+        if self._unsent is not None:
+            return  # the rest of a body the server no longer reads
+        try:
+            super().send(data)
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self._unsent = exc
+
+    def getresponse(self) -> http.client.HTTPResponse:
+        try:
+            return super().getresponse()
+        except (OSError, http.client.HTTPException):
+            if self._unsent is None:
+                raise
+            raise urllib.error.URLError(self._unsent) from None
+
+
+class _HTTPSConnection(_Connection, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_Connection, req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req)
+
+
+def _size(count: int) -> str:
+    """A number of bytes, in MiB when it is a whole number of them: ``16 MiB (16,777,216 bytes)``."""
+    mib = 1024 * 1024
+    return f"{count // mib} MiB ({count:,} bytes)" if count % mib == 0 else f"{count:,} bytes"
 
 
 def checked_url(url: str) -> str:

@@ -21,7 +21,7 @@ import typer
 
 from .. import __version__
 from . import _cli_compact, _cli_config, _cli_events, _cli_more, _cli_results, _cli_work
-from ._cli_base import CONTEXT, UserError, user_errors
+from ._cli_base import CONTEXT, UserError, checked_config, user_errors
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -63,11 +63,24 @@ class LogFormat(enum.StrEnum):
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """``host:port`` (``[::1]:8440`` for IPv6), or `UserError` saying what is expected."""
+    """``host:port`` (``[::1]:8440`` for IPv6), or `UserError` saying what is expected. A host in
+    brackets must be whole: ``[::1`` or ``::1]:8440`` is malformed, not a host to be checked."""
     host, sep, port = listen.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise UserError(f"--listen must be HOST:PORT such as 127.0.0.1:8440, got {listen!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if (
+        not sep
+        or not host
+        or "[" in host
+        or "]" in host
+        or not port.isascii()
+        or not port.isdigit()
+        or not 0 <= int(port) <= 65535
+    ):
+        raise UserError(
+            f"--listen must be HOST:PORT such as 127.0.0.1:8440 (an IPv6 host in brackets: [::1]:8440),"
+            f" got {listen!r}"
+        )
     return host, int(port)
 
 
@@ -142,6 +155,7 @@ def serve(
     from ..store import check_location
 
     parse_listen(listen)
+    checked_config(config)
     if config is not None and not config.is_file():
         raise UserError(f"{config}: no such configuration file")
     try:
