@@ -164,6 +164,7 @@ def _module(tmp_path: Path, text: str) -> str:
         ("import nothing_such_here\n", "app", "ModuleNotFoundError: No module named 'nothing_such_here' [(]"),
         ("raise RuntimeError('config missing')\n", "app", "RuntimeError: config missing [(]"),
         ("def broken(:\n", "app", "SyntaxError"),
+        ("import sys\nsys.exit(3)\n", "app", r"importing 'loom_test_app_\d+' called sys.exit\(3\)"),
     ],
 )
 def test_a_bad_app_is_refused_in_one_line_naming_what_is_wrong(
@@ -197,6 +198,8 @@ def test_the_configuration_is_found_in_the_documented_order(tmp_path: Path) -> N
     assert find_config(None, env={}, cwd=tmp_path).path is None
     with pytest.raises(InvalidRequest, match="no such configuration file"):
         find_config(None, env={"LOOM_CONFIG": str(local)}, cwd=tmp_path)
+    with pytest.raises(InvalidRequest, match="a directory, not a configuration file"):
+        find_config(None, env={"LOOM_CONFIG": str(tmp_path)}, cwd=tmp_path)
 
 
 def loom_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -56,8 +56,14 @@ def find_config(
 
 
 def _existing(path: Path, what: str) -> Path:
+    if path.is_dir():
+        raise InvalidRequest(f"{what} {path}: a directory, not a configuration file", field="config")
     if not path.is_file():
-        raise InvalidRequest(f"{what} {path}: no such configuration file", field="config")
+        missing = not path.exists()
+        raise InvalidRequest(
+            f"{what} {path}: {'no such configuration file' if missing else 'not a regular file'}",
+            field="config",
+        )
     return path
 
 
@@ -88,6 +94,10 @@ def load_app(spec: str, *, search: Sequence[Path] = (), what: str = "--app") -> 
     except Exception as exc:
         raise InvalidRequest(
             f"{what} {spec}: importing {module_name!r} failed: {_described(exc)}", field="app"
+        ) from None
+    except SystemExit as exc:  # (sys.exit at import: the app's own code, not a stop of loom's)
+        raise InvalidRequest(
+            f"{what} {spec}: importing {module_name!r} called sys.exit({exc.code!r})", field="app"
         ) from None
     found: object = module
     for part in attribute.split("."):
