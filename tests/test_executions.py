@@ -836,7 +836,7 @@ async def test_an_operator_interrupt_is_refused_unless_the_attempt_pinned_the_ca
             await rt.interrupt(work.id)
         lease = await rt.claim(work.id, owner="host")
         before = await rt.events(limit=100)
-        with pytest.raises(InvalidRequest, match="not pinned with the interrupt capability"):
+        with pytest.raises(Conflict, match="not pinned with the interrupt capability"):
             await rt.interrupt(work.id, request_id="op-1")
         assert await rt.events(limit=100) == before
         assert (await rt.execution(lease.execution_id)).state is ExecutionState.RUNNING

@@ -270,8 +270,8 @@ async def test_interrupt_retry_and_replay_refuse_what_does_not_apply(tmp_path: P
         await a.rt.claim(one, owner="host")
         body = refusal(
             await a.unchanged(a.client.post(f"/work/{one}/interrupt", json={"reason": "enough"})),
-            400,
-            "invalid_request",
+            409,
+            "conflict",
         )
         assert "interrupt capability" in body["message"]
         refusal(await a.unchanged(a.client.post(f"/work/{one}/retry", json={})), 409, "conflict")

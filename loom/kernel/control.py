@@ -154,8 +154,8 @@ def manual_interrupt_in_tx(
     live = tx.live_execution(work.id)
     if live is None or live.state is not ExecutionState.RUNNING:
         raise Conflict(f"cannot interrupt work {work.id}: it has no running attempt")
-    if Capability.INTERRUPT.value not in live.capabilities:
-        raise InvalidRequest(
+    if Capability.INTERRUPT.value not in live.capabilities:  # (its binding, not the request, refuses it)
+        raise Conflict(
             f"cannot interrupt work {work.id}: its attempt {live.id} was not pinned with the interrupt "
             f"capability (executor {live.executor!r})"
         )
