@@ -42,3 +42,41 @@ def test_an_interrupted_attempt_is_shown_as_interrupted(server: FakeServer) -> N
         ["3", "ex_3", "cancelled"],
         ["4", "ex_4", "completed"],
     ]
+
+
+FAILURES = [
+    ("failed", {"kind": "failed", "error": "boom"}, "failed"),
+    ("failed", {"kind": "failed", "error": "lost", "recovery": {"reason": "not adoptable"}}, "not_adoptable"),
+    ("failed", {"kind": "failed", "error": "late", "timeout_event_id": "ev_1"}, "timed_out"),
+]
+
+
+def test_a_failure_is_shown_as_what_ended_it(server: FakeServer) -> None:
+    """Catches ``loom work get`` showing an attempt that could not be adopted after its lease was lost,
+    or that reached its execution deadline, as a plain ``failed``, where the attempts-ended metric and
+    the console tell them apart."""
+    history = {"checkpoints": [], "executions": [
+        _attempt(n, state, outcome) for n, (state, outcome, _) in enumerate(FAILURES, 1)
+    ]}  # fmt: skip
+    server.answers["GET", "/work/wk_1"] = (200, {**WORK_VIEW, "history": history})
+    result = loom_cli("work", "get", "wk_1", "--url", server.url)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    shown = [line.split()[2] for line in lines[lines.index("attempts:") + 1 :]]
+    assert shown == [expected for _, _, expected in FAILURES]
+
+
+@pytest.mark.parametrize(("state", "outcome", "expected"), FAILURES)
+def test_the_cli_tells_an_end_as_the_attempts_ended_notice_does(
+    state: str, outcome: dict[str, object], expected: str
+) -> None:
+    """Catches the CLI's reading drifting from the store's (`ended_as`, which names the metric's
+    outcome label)."""
+    import json
+
+    from loom.records.work import ExecutionState
+    from loom.service._render import attempt_state
+    from loom.store._tx_executions import ended_as
+
+    assert attempt_state({"state": state, "outcome": outcome}) == expected
+    assert ended_as(ExecutionState(state), json.dumps(outcome)) == expected

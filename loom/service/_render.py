@@ -255,12 +255,18 @@ def work_view(answer: Mapping[str, Any]) -> str:
 
 
 def attempt_state(execution: Mapping[str, Any]) -> Any:
-    """How an attempt stands or ended: its state, except ``interrupted`` for one an interrupt stopped
-    (recorded ``cancelled`` with the outcome ``{"kind": "interrupted"}``), as its JSON ``outcome.kind``
-    and ``loom_attempts_ended_total{outcome="interrupted"}`` say; ``cancelled`` is left for an attempt
-    cancelled with its Work."""
+    """How an attempt stands or ended, as ``loom_attempts_ended_total``'s ``outcome`` tells it: its
+    state, except ``interrupted`` for one an interrupt stopped (recorded ``cancelled`` with the outcome
+    ``{"kind": "interrupted"}``; ``cancelled`` is left for an attempt cancelled with its Work),
+    ``not_adoptable`` for a failure its recovery recorded (its executor could not verify it after its
+    lease was lost) and ``timed_out`` for one failed at its execution deadline."""
     outcome = execution.get("outcome")
-    if execution.get("state") == "cancelled" and isinstance(outcome, Mapping):
-        if outcome.get("kind") == "interrupted":
+    state = execution.get("state")
+    if isinstance(outcome, Mapping):
+        if state == "cancelled" and outcome.get("kind") == "interrupted":
             return "interrupted"
-    return execution.get("state")
+        if state == "failed" and outcome.get("recovery"):
+            return "not_adoptable"
+        if state == "failed" and "timeout_event_id" in outcome:
+            return "timed_out"
+    return state
