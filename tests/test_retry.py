@@ -506,3 +506,44 @@ def test_the_retry_policy_pinned_at_a_claim_reads_back_as_the_kind(kind: KindPol
         kind.retry_backoff_ms,
         kind.fail_on_exhaustion,
     )
+
+
+async def test_a_failure_marked_final_arms_no_retry_and_holds_the_work_at_once(
+    rt: Runtime, clock: ManualClock
+) -> None:
+    """Catches `Failed(retryable=False)` spending the budget as any failure would (three attempts over
+    fifteen minutes for a failure that can only happen again), a hint honoured against it, and a hold
+    no requested retry lifts."""
+    lease = await started(rt)
+    await fail(rt, lease, retryable=False, retry_after_ms=MINUTE)
+    work = await rt.work(lease.work_id)
+    assert (work.state, work.retry, work.held) == (WorkState.READY, RetryState.EXHAUSTED, True)
+    assert work.hold_reason is not None
+    assert work.hold_reason.startswith("no automatic retry after a failure its executor marked final")
+    assert await rt.timers(state=TimerState.ARMED) == []
+    execution = await rt.execution(lease.execution_id)
+    assert execution.outcome is not None
+    assert execution.outcome["retryable"] is False
+    await rt.retry(lease.work_id, reason="the record is there now")
+    await rt.poll()
+    again = await rt.claim(lease.work_id, owner="host")
+    assert again.attempt == 2
+
+
+async def test_a_final_failure_fails_a_work_whose_kind_fails_on_exhaustion(
+    loom_store: str, clock: ManualClock
+) -> None:
+    cfg = config(retry_attempts=5, fail_on_exhaustion=True)
+    async with open_runtime(loom_store, clock=clock, config=cfg, actors=(), load_entry_points=False) as rt:
+        lease = await started(rt)
+        await fail(rt, lease, retryable=False)
+        work = await rt.work(lease.work_id)
+        assert (work.state, work.retry, work.failures) == (WorkState.FAILED, RetryState.EXHAUSTED, 1)
+
+
+@pytest.mark.parametrize("bad", [None, 0, "no"])
+async def test_a_retryable_flag_that_is_not_a_boolean_is_refused(rt: Runtime, bad: object) -> None:
+    lease = await started(rt)
+    with pytest.raises(InvalidRequest, match="retryable must be true or false"):
+        await fail(rt, lease, retryable=bad)
+    assert (await rt.execution(lease.execution_id)).state is ExecutionState.RUNNING

@@ -136,3 +136,25 @@ async def test_a_number_of_thousands_of_digits_is_refused_in_loom_s_words(tmp_pa
         answer = await a.unchanged(a.client.post("/events", content=body + b"1" * 5000 + b"}}", headers=JSON))
         message = refusal(answer, 400, "invalid_request")["message"]
         assert message == "the body holds a number of more than 4300 digits"
+
+
+async def test_a_shell_commands_final_failure_holds_its_work_and_belongs_to_a_failure(tmp_path: Path) -> None:
+    """Catches ``retryable`` dropped on its way from the toolbelt (the Work would back off and retry),
+    and taken on an outcome that is no failure."""
+    async with api(tmp_path) as a:
+        assert (await a.client.post("/events", json=order(1))).status_code == 201
+        await a.rt.wait_idle()
+        lease = await a.rt.claim((await a.rt.work_for_key("order/1")).id, owner="host")
+        complete = f"/executions/{lease.execution_id}/complete"
+        bearer = {"Authorization": f"Bearer {lease.token}"}
+        wrong = {"outcome": "completed", "retryable": False}
+        refusal(
+            await a.unchanged(a.client.post(complete, json=wrong, headers=bearer)),
+            400,
+            "invalid_request",
+            "retryable",
+        )
+        final = {"outcome": "failed", "error": "no such order", "retryable": False}
+        assert (await a.client.post(complete, json=final, headers=bearer)).status_code == 200
+        work = await a.rt.work(lease.work_id)
+        assert (work.held, work.retry) == (True, loom.RetryState.EXHAUSTED)

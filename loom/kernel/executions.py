@@ -483,6 +483,7 @@ def record_outcome_in_tx(
             error=outcome.error,
             hint_ms=outcome.retry_after_ms,
             rate_limited=outcome.rate_limited,
+            final=not outcome.retryable,
         )
     return work.id
 

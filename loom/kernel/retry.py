@@ -75,16 +75,18 @@ def apply_failure_in_tx(
     error: str,
     hint_ms: int | None = None,
     rate_limited: bool = False,
+    final: bool = False,
 ) -> None:
     """The attempt failed (its state is written): arm the retry timer, or hold (or fail) the Work when
     the budget is spent, under the retry policy pinned on the attempt at its claim. Standing Work arms
-    nothing."""
+    nothing. ``final``: its executor said it would fail again (`Failed.retryable`): no automatic retry,
+    and no hint is honoured; the Work is held (or fails) as with its budget spent."""
     kind = pinned_retry(execution.retry_policy)
     work = require_work(tx, work_id)
     if work.state.terminal:
         return
     if kind.standing:
-        hinted = hinted_delay_ms(hint_ms, rate_limited)
+        hinted = None if final else hinted_delay_ms(hint_ms, rate_limited)
         if hinted is None:
             then = "its next input starts the next attempt"
             _failed(tx, now_ms, work, execution, error, work.failures, None, then)
@@ -95,23 +97,26 @@ def apply_failure_in_tx(
             _back_off(tx, now_ms, work, execution, error, work.failures, hinted, then)
         return
     failures = work.failures + 1
-    delay = retry_delay_ms(kind, failures, hint_ms, rate_limited)
+    delay = None if final else retry_delay_ms(kind, failures, hint_ms, rate_limited)
     if delay is not None:
         left = kind.retry_attempts - failures
         then = f"retry {failures} of {kind.retry_attempts - 1} due at {{at}} ({left} failure{'s' if left != 1 else ''} left)"
         _back_off(tx, now_ms, work, execution, error, failures, delay, then)
         return
     summary = f"{failures} failed attempt{'s' if failures != 1 else ''} (the last: {error})"
+    if final:
+        summary = f"a failure its executor marked final, not to be retried ({error})"
     if kind.fail_on_exhaustion:
         tx.update_work(
             work.id, now_ms, failures=failures, retry=RetryState.EXHAUSTED.value, retry_timer_id=None
         )
         tx.set_work_state(require_work(tx, work.id), WorkState.FAILED, now_ms)
-        message = f"work {work.id} failed: its retry budget is spent after {summary}"
+        spent = "it is not retried" if final else "its retry budget is spent"
+        message = f"work {work.id} failed: {spent} after {summary}"
     else:
         message = (
-            f"retries exhausted after {summary}: request a retry to start the next attempt with a fresh "
-            "budget, or cancel the work"
+            f"{'no automatic retry' if final else 'retries exhausted'} after {summary}: request a retry to"
+            " start the next attempt with a fresh budget, or cancel the work"
         )
         tx.update_work(
             work.id,

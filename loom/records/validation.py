@@ -420,11 +420,12 @@ def validate_outcome(outcome: object, *, field: str = "outcome") -> Outcome:
         check_reason(f"{field}.error", outcome.error)
         if outcome.retry_after_ms is not None:
             check_int(f"{field}.retry_after_ms", outcome.retry_after_ms, 0, MAX_RETRY_AFTER_MS)
-        if not isinstance(outcome.rate_limited, bool):
-            raise InvalidRequest(
-                f"{field}.rate_limited must be true or false, got {_describe(outcome.rate_limited)}",
-                field=f"{field}.rate_limited",
-            )
+        for flag in ("rate_limited", "retryable"):
+            if not isinstance(getattr(outcome, flag), bool):
+                raise InvalidRequest(
+                    f"{field}.{flag} must be true or false, got {_describe(getattr(outcome, flag))}",
+                    field=f"{field}.{flag}",
+                )
     return outcome
 
 

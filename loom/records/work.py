@@ -467,12 +467,13 @@ class Handoff:
 
 @attrs.frozen(kw_only=True)
 class Failed:
-    """The attempt failed. ``retry_after_ms``: a known reset the next attempt should wait for (it waits
-    that long plus two minutes); ``rate_limited`` without it: wait 30 minutes."""
+    """The attempt failed. ``retry_after_ms``: wait for a known reset (plus two minutes); ``rate_limited``
+    without it: 30 minutes; ``retryable=False``: no automatic retry (held as when the budget is spent)."""
 
     error: str
     retry_after_ms: int | None = None
     rate_limited: bool = False
+    retryable: bool = True
     consumed_inputs: tuple[str, ...] = ()
     usage: Mapping[str, float] = attrs.field(factory=dict, hash=False)
 
@@ -490,6 +491,8 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
         data["error"] = outcome.error
         data["retry_after_ms"] = outcome.retry_after_ms
         data["rate_limited"] = outcome.rate_limited
+        if not outcome.retryable:
+            data["retryable"] = False
     if isinstance(outcome, Waiting):
         data["artifacts"] = list(outcome.artifacts)
     if isinstance(outcome, Completed) and outcome.value is not None:

@@ -114,7 +114,9 @@ USAGE = Field(
 OUTCOME_RULES = {  # error is required by a failed outcome, and it and the retry hints belong to one only
     "if": {"properties": {"outcome": {"const": "failed"}}},
     "then": {"required": ["error"]},
-    "else": {"properties": {"error": False, "retry_after_ms": False, "rate_limited": False}},
+    "else": {
+        "properties": {"error": False, "retry_after_ms": False, "rate_limited": False, "retryable": False}
+    },
 }
 VALUE_RULE = {  # a value belongs to a completed outcome only
     "if": {"required": ["value"]},
@@ -235,6 +237,8 @@ OPS: tuple[Op, ...] = (
              Field("error", "string", doc="why it failed (a failed outcome only)", schema=REASON_TEXT),
              Field("retry_after_ms", "integer", nullable=True, schema={"minimum": 0, "maximum": MAX_RETRY_AFTER_MS}),
              Field("rate_limited", "boolean"),
+             Field("retryable", "boolean", doc="false: it would fail again; no automatic retry (a failed"
+                   " outcome only)"),
              Field("value", "json", doc="the result (a completed outcome only), any JSON value up"
                    " to 1 MiB", schema=JSON_VALUE_REF)),
        body_schema={"allOf": [OUTCOME_RULES, VALUE_RULE]}, prefixes=("outcome.",), errors=_TOOL_ERRORS),

@@ -91,7 +91,9 @@ def _outcome(body: dict[str, Any]) -> Outcome:
         )
     consumed = tuple(body.get("consumed_inputs", ()))
     usage = body.get("usage", {})
-    failure_fields = [name for name in ("error", "retry_after_ms", "rate_limited") if name in body]
+    failure_fields = [
+        name for name in ("error", "retry_after_ms", "rate_limited", "retryable") if name in body
+    ]
     if "value" in body and kind != "completed":
         raise HTTPError(BAD_REQUEST, f"value belongs to a completed outcome, not {kind!r}", field="value")
     if kind == "failed":
@@ -101,6 +103,7 @@ def _outcome(body: dict[str, Any]) -> Outcome:
             error=body["error"],
             retry_after_ms=body.get("retry_after_ms"),
             rate_limited=body.get("rate_limited", False),
+            retryable=body.get("retryable", True),
             consumed_inputs=consumed,
             usage=usage,
         )
