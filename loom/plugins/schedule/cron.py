@@ -83,6 +83,8 @@ ALIASES: Mapping[str, str] = {
 _NONDETERMINISTIC_RE = re.compile(r"[rh](\(.*\))?(/\d+)?")
 _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
+_LAST_WALL = datetime.max.replace(microsecond=0)
+"""The last local time a `datetime` holds, 9999-12-31 23:59:59."""
 
 DayTest = Callable[[date], bool]
 
@@ -225,6 +227,16 @@ def _is_nearest_to(n: int, day: date) -> bool:
 
 
 def _term_walls(text: str, test: DayTest | None, start: datetime, *, reverse: bool) -> Iterator[datetime]:
+    if reverse and start > _LAST_WALL:
+        # croniter neither starts past the last second of the year 9999 nor finds that second
+        # looking back from it: find it looking forward from the second before, and start there.
+        start = _LAST_WALL
+        try:
+            last: datetime | None = croniter(text, start - _SECOND).get_next(datetime)
+        except (OverflowError, ValueError):
+            last = None
+        if last == _LAST_WALL and (test is None or test(_LAST_WALL.date())):
+            yield _LAST_WALL
     it = croniter(text, start, max_years_between_matches=_SEARCH_YEARS)
     step = it.get_prev if reverse else it.get_next
     found = start

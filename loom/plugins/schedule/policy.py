@@ -20,7 +20,7 @@ from ...records.ids import stable_id
 from ...records.timers import Occurrence, RecurrencePolicy, Replacement, Skip, Timer, TimerSpec
 from ...records.work import Decision, Deliver, Drop, Unmatched, Work
 from .._manager import hookimpl
-from .instants import forward, next_occurrence, occurrence_id, occurrences, previous_occurrence
+from .instants import check_instant, forward, next_occurrence, occurrence_id, occurrences, previous_occurrence
 from .spec import Overlap, ScheduleSpec, spec_from_mapping, to_overlap
 
 MAX_COUNTED_SKIPS = 1000
@@ -78,8 +78,7 @@ def plan_firing(spec: ScheduleSpec, scheduled_ms: int, now_ms: int) -> FiringPla
     before it (the plan fires nothing and arms the timer again for it: ``next_ms``).
     """
     for name, value in (("scheduled_ms", scheduled_ms), ("now_ms", now_ms)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidRequest(f"plan_firing: {name} must be integer milliseconds, got {value!r}")
+        check_instant("plan_firing", name, value)
     if now_ms < scheduled_ms:
         raise InvalidRequest(
             f"schedule {spec.schedule_id!r}: a timer armed for {scheduled_ms} cannot fire earlier, at {now_ms}"

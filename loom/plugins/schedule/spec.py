@@ -19,6 +19,7 @@ from ...records.errors import InvalidRequest
 from ...records.validation import MAX_ID_LEN, check_text
 from .calendar import Calendar
 from .cron import SecondsField, parse_cron
+from .cron_fields import YEAR, spell
 from .instants import HOUR_MS, DstFold, DstGap, forward, to_ms
 
 DEFAULT_CATCH_UP_MS = 6 * HOUR_MS
@@ -128,16 +129,26 @@ class ScheduleSpec:
         # Whether the schedule ever occurs is judged from the schedule itself: search from where its
         # first occurrence can be (the start of the first year a cron expression names), over its
         # whole span, in its time zone and DST policy.
-        start = parse_cron(self.cron, self.seconds).search_start() if self.cron else datetime(1970, 1, 1)
-        try:
-            first_wall = next(self.walls(start, reverse=False))
-            # Any instant a day before the first wall's date comes before it, whatever the zone's offset.
-            next(forward(self, to_ms(datetime.combine(first_wall.date(), datetime.min.time(), UTC) - _DAY)))
-        except StopIteration:
+        expression = parse_cron(self.cron, self.seconds) if self.cron else None
+        start = expression.search_start() if expression else datetime(1970, 1, 1)
+        first_wall = next(self.walls(start, reverse=False), None)
+        if first_wall is None:  # no local time at all: the time zone and DST play no part
+            years = expression.years if expression else None
+            why = (
+                f"the years it allows ({spell(YEAR, years)}) hold no date it names"
+                if years
+                else "no date it names exists"
+            )
+            raise InvalidRequest(
+                f"ScheduleSpec.{self.kind}: schedule {self.schedule_id!r} never occurs: {why}"
+            )
+        # Any instant a day before the first wall's date comes before it, whatever the zone's offset.
+        day_before = to_ms(datetime.combine(first_wall.date(), datetime.min.time(), UTC) - _DAY)
+        if next(forward(self, day_before), None) is None:
             raise InvalidRequest(
                 f"ScheduleSpec.{self.kind}: schedule {self.schedule_id!r} never occurs "
                 f"(in time zone {self.timezone}, with dst_gap {self.dst_gap})"
-            ) from None
+            )
 
     @property
     def kind(self) -> str:
