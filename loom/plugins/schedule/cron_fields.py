@@ -132,18 +132,9 @@ def cron_reading(field: Field, item: str) -> frozenset[int]:
                 f"ends differs between tools); write {high}-{low}, or {low}-{YEAR_MAX},{YEAR_MIN}-{high}"
             )
     values = _walk(field, low, high, step)
-    reading = frozenset(v % 7 for v in values) if field is WEEKDAY else frozenset(values)
-    if step > field.high and field is not YEAR:
-        # APScheduler and Quartz refuse such a step as a mistake; croniter takes the first value
-        # alone. A step up to the field's last value is accepted, as Quartz accepts it (APScheduler
-        # refuses the largest in the day-of-month, month and day-of-week fields too). Quartz does
-        # not bound a step of years, and neither does loom.
-        raise Refusal(
-            f"{item!r}: the step {step} is larger than the {field.name} range {field.low}-{field.high}"
-            f" (it would name the first value alone); write {spell(field, reading)} for that value, or a"
-            f" step from 1 to {field.high}"
-        )
-    return reading
+    # (a step past the field's last value names its first value alone, as croniter reads it: refusing
+    # it, as APScheduler and Quartz do, would break the schedules armed with it before)
+    return frozenset(v % 7 for v in values) if field is WEEKDAY else frozenset(values)
 
 
 def croniter_reading(field: Field, item: str) -> frozenset[int] | None:
