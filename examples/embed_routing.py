@@ -32,19 +32,20 @@ async def main() -> None:
     executor = PythonExecutor()
 
     @executor.function("handle_order")
-    async def handle_order(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> loom.Completed:
+    async def handle_order(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> loom.Outcome:
         kinds = [event.type for event in request.inputs]
         print(f"  attempt {request.attempt} of {request.work_id} got {kinds}")
-        if "order.paid" in kinds:
-            await toolbelt.emit(
-                loom.EventIn(
-                    source="shop",
-                    delivery_id=f"{request.work_id}/ship",
-                    type="shipment.requested",
-                    scope="shop",
-                )
+        if "order.paid" not in kinds:
+            return loom.Handoff()  # the Work waits, idle, for its order's next event
+        await toolbelt.emit(
+            loom.EventIn(
+                source="shop",
+                delivery_id=f"{request.work_id}/ship",
+                type="shipment.requested",
+                scope="shop",
             )
-        return loom.Completed()
+        )
+        return loom.Completed()  # paid and shipped: the order's Work is done
 
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "shop.db")
@@ -60,14 +61,16 @@ async def main() -> None:
                             key=f"order/{order}",
                         )
                     )
-            await rt.wait_idle()
             for order in ("o-1", "o-2"):
                 work = await rt.work_for_key(f"order/{order}")
+                result = await rt.wait_for(work.id, timeout=30)  # woken by the commit that settles it
                 history = await rt.history(work.id)
+                routed = [c for c in history.checkpoints if c.status is loom.CheckpointStatus.ROUTED]
                 print(
-                    f"{order}: {work.state}, {len(history.executions)} attempt(s), "
-                    f"{len(history.checkpoints)} routed event(s)"
+                    f"{order}: {result.state}, {len(history.executions)} attempt(s), {len(routed)} routed event(s)"
                 )
+            shipments = await rt.events(type="shipment.requested")
+            print(f"emitted: {len(shipments)} shipment.requested event(s)")
 
 
 if __name__ == "__main__":

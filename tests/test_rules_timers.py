@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import attrs
 import pytest
 
 from loom import EventIn, FireRequest, FiringResult, ManualClock, Runtime, TimerSpec, TimerState, open_runtime
@@ -99,15 +100,19 @@ async def test_an_interval_timer_rearmed_with_its_delivery_id_after_it_fired_kee
 ) -> None:
     """A recurring timer's occurrence is named by its delivery identity: re-arming the timer with the
     same explicit ``delivery_id`` after it fired must neither fire an occurrence twice nor lose the
-    timer. The occurrence already accepted is skipped (the ledger names its Event) and the timer fires
-    its next one. Catches: a firing that takes the earlier revision's Event for a foreign identity and
-    retires the timer as invalid (a recurring timer silently never fires again)."""
+    timer. Unchanged, the re-arm is a no-op (its next tick stays); changed (a new template), the new
+    revision starts at the given tick, whose occurrence, already accepted, is skipped (the ledger
+    names its Event), and it fires its next one. Catches: a firing that takes the earlier revision's
+    Event for a foreign identity and retires the timer as invalid (a recurring timer silently never
+    fires again)."""
     at = clock.now_ms()
     spec = tick("t", at, interval_ms=MINUTE, delivery_id="d")
     await rt.arm(spec)
     first = await rt.fire(FireRequest(timer_id="t", revision=1, fire_at_ms=at))
     assert first.result is FiringResult.ACCEPTED
-    rearmed = await rt.arm(spec)
+    unchanged = await rt.arm(spec)
+    assert (unchanged.revision, unchanged.fire_at_ms) == (1, at + MINUTE)
+    rearmed = await rt.arm(attrs.evolve(spec, payload={"v": 2}))
     assert (rearmed.revision, rearmed.state, rearmed.fire_at_ms) == (2, TimerState.ARMED, at)
     again = await rt.fire(FireRequest(timer_id="t", revision=2, fire_at_ms=at))
     assert (again.result, again.event_id, again.next_fire_at_ms) == (FiringResult.SKIPPED, None, at + MINUTE)

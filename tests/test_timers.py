@@ -354,7 +354,7 @@ async def test_revisioned_cancellation_and_rearming(loom_store: str) -> None:
         armed = await rt.arm(tick("t", at))
         assert await rt.arm(tick("t", at)) == armed, "arming the same definition again is a no-op"
 
-        with pytest.raises(Conflict, match="revision 2 is stale"):
+        with pytest.raises(Conflict, match="revision 2 is not yet written"):
             await rt.cancel_timer("t", revision=2)
         with pytest.raises(NotFound):
             await rt.cancel_timer("missing", revision=1)
@@ -1019,3 +1019,30 @@ async def test_fire_and_rearm_are_atomic_across_a_crash(
             f"every@{first_at}",
             f"every@{first_at + MINUTE}",
         ]
+
+
+async def test_an_interval_timer_armed_again_unchanged_after_it_fired_keeps_its_ticks(
+    loom_store: str,
+) -> None:
+    """A program arms its interval timer at each start: the same definition again is a no-op, as for
+    a schedule. Catches the re-arm taken as a new definition because the stored next tick moved on:
+    revision 2 fired the last tick again (``skipped`` counting ticks already delivered)."""
+    async with RuntimeDriver.open(loom_store) as driver:
+        rt = driver.runtime
+        every = tick("iv", T0, interval_ms=MINUTE)
+        armed = await rt.arm(every)
+        await ledger(driver, "iv", 1)
+        for n in (2, 3):
+            driver.clock.advance(MINUTE)
+            await ledger(driver, "iv", n)
+        again = await rt.arm(every)
+        assert (again.revision, again.fire_at_ms) == (armed.revision, T0 + 3 * MINUTE)
+        await quiet(driver)
+        assert [e.delivery_id for e in await deliveries(rt, "clock")] == [
+            f"iv@{T0 + n * MINUTE}" for n in range(3)
+        ]
+        # a tick on the same grid still ahead, or another interval, is a change: a new revision
+        later = await rt.arm(tick("iv", T0 + 5 * MINUTE, interval_ms=MINUTE))
+        assert (later.revision, later.fire_at_ms) == (armed.revision + 1, T0 + 5 * MINUTE)
+        other = await rt.arm(tick("iv", T0, interval_ms=2 * MINUTE))
+        assert (other.revision, other.fire_at_ms) == (armed.revision + 2, T0)

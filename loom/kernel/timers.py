@@ -173,7 +173,9 @@ def arm_in_tx(
     """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
     already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
     requests go stale. A recurrence timer's definition is its spec and template, not the first time it
-    was armed for: armed again after an outage, it keeps the occurrences it missed for its catch-up.
+    was armed for: armed again after an outage, it keeps the occurrences it missed for its catch-up. An
+    interval timer's is its interval, template and grid: armed again for a tick it has reached, it
+    keeps its next tick.
 
     Only the runtime arms its own control timers (``control=True``, under a reserved id prefix):
     otherwise replacing one is a `Conflict`, and a new timer under a reserved prefix an `InvalidRequest`.
@@ -222,8 +224,11 @@ def arm_in_tx(
             created_at_ms=existing.created_at_ms,
             updated_at_ms=existing.updated_at_ms,
             # a recurrence's next occurrence follows from its spec and the time it is armed at: the same
-            # schedule armed again (a program arming its schedules at each start) keeps its occurrences
-            fire_at_ms=existing.fire_at_ms if fresh.recurrence is not None else fresh.fire_at_ms,
+            # schedule armed again (a program arming its schedules at each start) keeps its occurrences;
+            # so does an interval timer armed again for a tick its sequence has reached
+            fire_at_ms=existing.fire_at_ms
+            if fresh.recurrence is not None or _same_ticks(existing, fresh)
+            else fresh.fire_at_ms,
         )
         if existing.state is TimerState.ARMED and existing == same:
             return existing
@@ -246,6 +251,18 @@ def arm_in_tx(
     tx.put_timer(fresh, existing)
     tx.notify(TimerArmed(timer_id=fresh.id, revision=fresh.revision, fire_at_ms=fresh.fire_at_ms))
     return fresh
+
+
+def _same_ticks(existing: Timer, fresh: Timer) -> bool:
+    """Whether ``fresh`` is ``existing``'s interval armed again for a tick it has reached or passed (its
+    first tick, armed again at each start): the same ticks, not a new timer that fires the last again."""
+    interval = fresh.interval_ms
+    return (
+        interval is not None
+        and existing.interval_ms == interval
+        and fresh.fire_at_ms <= existing.fire_at_ms
+        and (existing.fire_at_ms - fresh.fire_at_ms) % interval == 0
+    )
 
 
 def _check_unused(tx: Tx, fresh: Timer) -> None:
