@@ -5,12 +5,14 @@ Without it, closing cancels a running function, and the next open fails its atte
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
 import trio.testing
 
-from loom import Completed, Config, EventIn, InvalidRequest, ManualClock, RunRequest, open_runtime
+from loom import Completed, Config, EventIn, InvalidRequest, ManualClock, RunRequest, Runtime, open_runtime
 from loom.plugins.python_executor import PythonExecutor
 from loom.records.executor import Toolbelt
 from loom.records.work import ExecutionState, Outcome, WorkState
@@ -63,6 +65,21 @@ class Function:
             await self._counted[1].wait()
 
 
+@asynccontextmanager
+async def running(
+    store: str, clock: ManualClock, function: Function, *, started: bool = True
+) -> AsyncIterator[Runtime]:
+    """A runtime on ``store`` whose executor runs ``function``; with ``started``, order 1's attempt is
+    running in it."""
+    async with open_runtime(
+        store, clock=clock, config=CONFIG, plugins=[function.executor()], load_entry_points=False
+    ) as rt:
+        if started:
+            await rt.publish(order(1))
+            await function.started.wait()
+        yield rt
+
+
 def order(n: int, delivery: str = "a") -> EventIn:
     return EventIn(
         source="shop", delivery_id=f"{n}-{delivery}", type="order.placed", scope="shop", key=f"order/{n}"
@@ -76,11 +93,7 @@ async def test_a_drain_lets_a_running_function_commit_and_starts_nothing_new(
     its Work spends a retry: the control below), a drain that still starts a new Work or chains the
     next attempt into the running one's completion, and one that loses what waited for the next open."""
     first = Function()
-    async with open_runtime(
-        durable_store, clock=clock, config=CONFIG, plugins=[first.executor()], load_entry_points=False
-    ) as rt:
-        await rt.publish(order(1))
-        await first.started.wait()
+    async with running(durable_store, clock, first) as rt:
         left: list[int] = []
         async with trio.open_nursery() as nursery:
 
@@ -100,9 +113,7 @@ async def test_a_drain_lets_a_running_function_commit_and_starts_nothing_new(
         assert (two.attempts, two.state) == (0, WorkState.READY)
         assert len(first.calls) == 1
     after = Function(go=True)
-    async with open_runtime(
-        durable_store, clock=clock, config=CONFIG, plugins=[after.executor()], load_entry_points=False
-    ) as rt:
+    async with running(durable_store, clock, after, started=False) as rt:
         await after.called(2)
         await rt.wait_idle()
         assert sorted(after.calls) == sorted([(one.id, (queued.id,)), (two.id, (new.id,))])
@@ -118,16 +129,10 @@ async def test_without_a_drain_a_stop_fails_the_running_function(
     """The control: the same stop without `Runtime.drain` fails the running function's attempt (a
     Work of a kind with retries would spend one)."""
     first = Function()
-    async with open_runtime(
-        durable_store, clock=clock, config=CONFIG, plugins=[first.executor()], load_entry_points=False
-    ) as rt:
-        await rt.publish(order(1))
-        await first.started.wait()
+    async with running(durable_store, clock, first) as rt:
         work_id = (await rt.work_for_key("order/1")).id
     after = Function(go=True)
-    async with open_runtime(
-        durable_store, clock=clock, config=CONFIG, plugins=[after.executor()], load_entry_points=False
-    ) as rt:
+    async with running(durable_store, clock, after, started=False) as rt:
         await rt.wait_idle()
         history = await rt.history(work_id)
         assert [execution.state for execution in history.executions] == [ExecutionState.FAILED]
@@ -138,11 +143,7 @@ async def test_a_drain_that_runs_out_of_grace_answers_what_still_runs(
 ) -> None:
     """Catches a drain that waits past its grace, or answers 0 with a function still running."""
     first = Function()
-    async with open_runtime(
-        durable_store, clock=clock, config=CONFIG, plugins=[first.executor()], load_entry_points=False
-    ) as rt:
-        await rt.publish(order(1))
-        await first.started.wait()
+    async with running(durable_store, clock, first) as rt:
         assert await rt.drain(0) == 1
         first.go.set()
 

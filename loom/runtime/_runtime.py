@@ -41,6 +41,14 @@ MAX_BATCH = 1000
 MAX_GRACE_S = 3600
 """The longest drain before a stop (`Runtime.drain`)."""
 
+
+def check_grace(field: str, value: object) -> float:
+    """A drain's grace: seconds from 0 to `MAX_GRACE_S` (`InvalidRequest` naming ``field`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_GRACE_S:
+        raise InvalidRequest(f"{field} must be seconds from 0 to {MAX_GRACE_S}, got {value!r}", field=field)
+    return float(value)
+
+
 log = logging.getLogger("loom.runtime")
 
 
@@ -180,14 +188,7 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
         the next open, and an attempt claimed just before is launched there (docs/operations.md
         "Stopping"). An adoptable attempt (a shell command) is not waited for: it goes on, and the
         next open adopts it."""
-        if (
-            isinstance(grace_s, bool)
-            or not isinstance(grace_s, int | float)
-            or not 0 <= grace_s <= MAX_GRACE_S
-        ):
-            raise InvalidRequest(
-                f"grace_s must be seconds from 0 to {MAX_GRACE_S}, got {grace_s!r}", field="grace_s"
-            )
+        check_grace("grace_s", grace_s)
         draining = self._p.draining
         draining.on = True
         with trio.move_on_after(grace_s):

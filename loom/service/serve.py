@@ -36,7 +36,7 @@ from ..plugins.app import App
 from ..records.clock import ManualClock, SystemClock
 from ..records.errors import InvalidRequest, LoomError, StorageError
 from ..runtime import ACTORS, Runtime, open_runtime
-from ..runtime._runtime import MAX_GRACE_S
+from ..runtime._runtime import check_grace
 from ._access import Access, is_loopback
 from ._app import make_app
 from ._apps import app_and_config, find_config
@@ -273,14 +273,7 @@ async def serve(
         raise InvalidRequest(
             f"read_timeout must be seconds above 0, at most 3600, got {read_timeout!r}", field="read_timeout"
         )
-    if (
-        isinstance(stop_grace, bool)
-        or not isinstance(stop_grace, int | float)
-        or not 0 <= stop_grace <= MAX_GRACE_S
-    ):
-        raise InvalidRequest(
-            f"stop_grace must be seconds from 0 to {MAX_GRACE_S}, got {stop_grace!r}", field="stop_grace"
-        )
+    check_grace("stop_grace", stop_grace)
     token = read_token_file(token_file) if token_file is not None else None
     if token is None and not is_loopback(host):
         raise InvalidRequest(
