@@ -40,7 +40,6 @@ process sees them through its environment, beside ``LOOM_URL``, ``LOOM_EXECUTION
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
@@ -203,7 +202,8 @@ class ShellExecutor:
 
     # -- launch ---------------------------------------------------------------------------------------
 
-    async def launch(self, request: RunRequest, toolbelt: Toolbelt) -> Outcome:
+    async def launch(self, request: RunRequest, toolbelt: Toolbelt, earlier: tuple[str, ...] = ()) -> Outcome:
+        """Run the command in a directory of its own (``earlier``: those a recovery found unused)."""
         try:
             config = read_config(request.config)
         except InvalidRequest as exc:
@@ -217,7 +217,7 @@ class ShellExecutor:
         env = {**os.environ, **config.env, **environment(directory, request, token, url)}
         # the directory is recorded before anything starts there: a loom killed from here on leaves an
         # attempt its recovery finds (the process, by its claim on the directory, or nothing started)
-        await toolbelt.pin({"dir": str(directory), "boot_id": boot_id()})
+        await toolbelt.pin({"dir": str(directory), "boot_id": boot_id(), "earlier": list(earlier)})
         try:
             pid = _spawn(directory, config, env)
         except (OSError, ValueError) as exc:  # (ValueError: what the OS cannot take, such as a NUL)
@@ -233,6 +233,7 @@ class ShellExecutor:
                         "start_time": process_start_time(pid),
                         "boot_id": boot_id(),
                         "dir": str(directory),
+                        "earlier": list(earlier),
                     }
                 )
             except BaseException:
@@ -334,11 +335,13 @@ class ShellExecutor:
             return
         await (_wait_exit(pidfd) if pidfd is not None else running.exited.wait())
 
-    async def _relaunch(self, request: RunRequest, toolbelt: Toolbelt, why: str) -> Outcome:
+    async def _relaunch(
+        self, request: RunRequest, toolbelt: Toolbelt, why: str, metadata: Mapping[str, Any]
+    ) -> Outcome:
         """Run an attempt whose command never started, now, under the recoverer's lease."""
         await toolbelt.adopt()
         log.info("execution %s: %s; it runs now", request.execution_id, why)
-        return await self.launch(request, toolbelt)
+        return await self.launch(request, toolbelt, _directories(metadata))
 
     # -- logs -----------------------------------------------------------------------------------------
 
@@ -369,7 +372,7 @@ class ShellExecutor:
         directory = metadata.get("dir")
         if not metadata:
             # nothing pinned: the directory is pinned before anything is spawned, so nothing started
-            return await self._relaunch(request, toolbelt, "its loom stopped before it started anything")
+            return await self._relaunch(request, toolbelt, "its loom stopped before it started anything", {})
         if not isinstance(directory, str) or Path(directory).parent != self._root():
             raise NotAdoptable(
                 f"the shell executor pinned no directory of its own ({self._root()}) for this attempt"
@@ -382,7 +385,8 @@ class ShellExecutor:
                 raise NotAdoptable(f"shell executor: {exc}") from None
             claim = await trio.to_thread.run_sync(take_over, Path(directory))
             if claim is None:
-                return await self._relaunch(request, toolbelt, "its loom stopped before its command started")
+                why = "its loom stopped before its command started"
+                return await self._relaunch(request, toolbelt, why, metadata)
             pid, start_time, boot = claim.get("pid"), claim.get("start_time"), claim.get("boot_id")
             if not isinstance(pid, int) or not isinstance(start_time, int):
                 raise NotAdoptable(f"the claim on {directory} names no process")
@@ -461,19 +465,26 @@ class ShellExecutor:
 
     async def forget(self, execution_id: str, metadata: Mapping[str, Any]) -> None:
         """Remove what this executor keeps of an ended attempt (once its ``attempt_logs`` retention
-        passed): each directory it made for the attempt under its ``state_dir`` (one per launch), with
-        its request, inbox, logs and status. Idempotent; nothing outside ``state_dir`` is touched, nor
-        the directory of an attempt running here."""
+        passed): the directories the attempt pinned (one per launch) under ``state_dir``, with its
+        request, inbox, logs and status. Only those: another store's attempt may have the same id in a
+        directory of its own. Idempotent; nothing else is touched, nor an attempt running here."""
         if execution_id not in self._running:
-            await trio.to_thread.run_sync(self._forget, execution_id)
+            await trio.to_thread.run_sync(self._forget, execution_id, _directories(metadata))
 
-    def _forget(self, execution_id: str) -> None:
+    def _forget(self, execution_id: str, directories: tuple[str, ...]) -> None:
         root = self._root()
-        if not root.is_dir():
-            return
-        for directory in root.glob(f"{glob.escape(execution_id)}-*"):
-            if directory.is_dir() and not directory.is_symlink() and directory.parent == root:
-                shutil.rmtree(directory, ignore_errors=True)
+        for name in directories:
+            directory = Path(name)
+            if directory.parent == root and directory.name.startswith(f"{execution_id}-"):
+                if directory.is_dir() and not directory.is_symlink():
+                    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _directories(metadata: Mapping[str, Any]) -> tuple[str, ...]:
+    """The directories an attempt's launches pinned: its last (``dir``) and the ``earlier`` ones."""
+    earlier = metadata.get("earlier")
+    found = [metadata.get("dir"), *(earlier if isinstance(earlier, list) else ())]
+    return tuple(name for name in found if isinstance(name, str))
 
 
 def default_executor() -> ShellExecutor:
