@@ -39,6 +39,7 @@ if _TYPE_CHECKING:
     from .records.errors import StaleAuthority as StaleAuthority
     from .records.errors import StorageClosed as StorageClosed
     from .records.errors import StorageError as StorageError
+    from .records.errors import StorageLost as StorageLost
     from .records.errors import StorageUnavailable as StorageUnavailable
     from .records.errors import WaitTimedOut as WaitTimedOut
     from .records.events import CausalRejection as CausalRejection
@@ -129,6 +130,7 @@ _WHERE: dict[str, str] = {
     "StaleAuthority": ".records.errors",
     "StorageClosed": ".records.errors",
     "StorageError": ".records.errors",
+    "StorageLost": ".records.errors",
     "StorageUnavailable": ".records.errors",
     "WaitTimedOut": ".records.errors",
     "CausalRejection": ".records.events",

@@ -20,6 +20,7 @@ import loom
 from loom.plugins.shell import default_executor
 from loom.service.serve import serve
 from loom.store import SQLiteStore
+from loom.testing import T0_MS
 
 PAGE = 4096
 
@@ -251,3 +252,44 @@ async def test_serve_raises_the_storage_failure_that_stopped_it(
             with pytest.raises(loom.StorageError, match="disk is full"):
                 await serve(tmp_path / "loom.db", _config(tmp_path, flag), "127.0.0.1:0", log_level="error",
                             task_status=started)  # type: ignore[arg-type]  # fmt: skip
+
+
+async def test_a_read_that_finds_the_file_corrupt_stops_its_writes(tmp_path: Path) -> None:
+    """A damaged page only reads touch: `POST /events` was answered 201 while `/healthz` said the file
+    was corrupt, so acknowledged Events went into a file that fails its integrity check. Catches a
+    writer that learns of the damage only from its own statements."""
+    _corrupt(tmp_path / "service.db", "diagnostics", index=False)
+    async with api(tmp_path, actors=False) as a:
+        assert (await a.client.post("/events", json=order(1))).status_code == 201  # untouched pages
+        body = refusal(await a.client.get("/diagnostics"), 503, "unavailable")
+        assert "malformed" in body["message"]
+        body = refusal(await a.client.post("/events", json=order(2)), 503, "unavailable")
+        assert "is corrupt" in body["message"]
+        assert "restore it from a backup" in body["message"]
+
+
+async def test_a_timer_that_meets_a_deleted_file_stops_the_runtime(tmp_path: Path) -> None:
+    """Catches a background actor that treats a file gone for good as a passing failure: the timer
+    actor looked again every second, and compaction at each sweep, and `loom serve` never exited
+    (docs/operations.md "When the disk fails")."""
+    db = tmp_path / "loom.db"
+    clock = loom.ManualClock(start_ms=T0_MS)
+
+    async def run() -> None:
+        async with loom.open_runtime(db, clock=clock, load_entry_points=False, actors=("timers",)) as rt:
+            spec = loom.TimerSpec(id="t", fire_at_ms=T0_MS + 1000, source="c", type="c.tick", scope="s")
+            await rt.arm(spec)
+            os.unlink(db)
+            clock.advance(1000)
+            await trio.sleep_forever()  # until the timer actor stops the runtime
+
+    # (the deadline is a watchdog: a runtime that goes on ends the test with TooSlowError, not a hang)
+    with trio.fail_after(20), pytest.raises(BaseException) as stopped:  # noqa: PT011  # a group, or not
+        await run()
+    found = stopped.value
+    if isinstance(found, BaseExceptionGroup):
+        match, _ = found.split(loom.StorageLost)
+        assert match is not None, repr(found)
+        found = match.exceptions[0]
+    assert isinstance(found, loom.StorageLost), repr(found)
+    assert "was deleted while loom had it open" in str(found)

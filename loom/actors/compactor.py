@@ -31,7 +31,7 @@ from ..kernel.compaction import (
 )
 from ..records.clock import Clock
 from ..records.compaction import CompactionReport
-from ..records.errors import StorageClosed, StorageError, StorageUnavailable
+from ..records.errors import StorageClosed, StorageError, StorageLost, StorageUnavailable
 from ..records.events import DiagnosticKind
 from ..store import StorageActor
 from .supervision import contained, describe
@@ -168,8 +168,10 @@ class Compactor:
                     limit=config.compaction.batch,
                     sole=not self._storage.shared,
                 )
-            except (StorageClosed, StorageUnavailable):
-                raise  # stopping, or a lost connection: the actor starts again from its cursors
+            except (StorageClosed, StorageUnavailable, StorageLost):
+                # stopping, or a lost connection (the actor starts again from its cursors), or a file
+                # gone or corrupt for good (the runtime stops)
+                raise
             except StorageError as exc:
                 log.error("compaction: a pass failed (%s); trying again at the next sweep", exc)
             except Exception as exc:

@@ -23,7 +23,7 @@ from ..config import CausalLimits
 from ..kernel.chains import fire_then_route_in_tx
 from ..kernel.firing import FirePass, fire_due_in_tx, next_due_in_tx
 from ..records.clock import Clock
-from ..records.errors import StorageClosed, StorageError, StorageUnavailable
+from ..records.errors import StorageClosed, StorageError, StorageLost, StorageUnavailable
 from ..records.notices import Lagged, StoreChanged, TimerArmed
 from ..records.timers import RecurrencePolicy
 from ..records.work import Lease
@@ -170,8 +170,10 @@ class TimerActor:
                         routing.planner,
                         routing.admit,
                     )
-            except (StorageClosed, StorageUnavailable):
-                raise  # stopping, or a lost connection: the actor starts again from the store
+            except (StorageClosed, StorageUnavailable, StorageLost):
+                # stopping, or a lost connection (the actor starts again from the store), or a file
+                # gone or corrupt for good (the runtime stops)
+                raise
             except StorageError as exc:
                 # the batch failed as a whole and committed nothing: every due timer is still armed
                 self.next_due_ms = self._clock.now_ms() + self._retry_ms

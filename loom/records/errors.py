@@ -118,6 +118,11 @@ class StorageClosed(StorageError):
     """The storage actor is not running (stopped, or crashed at a fault point)."""
 
 
+class StorageLost(StorageError):
+    """The store takes no more writes, for good: its file was deleted, replaced or found corrupt while
+    loom ran. A background actor that meets it stops the runtime; restore the file from a backup."""
+
+
 class NodeInUse(LoomError, RuntimeError):
     """Another running loom holds this node name on the shared database: only one process may run
     under a node name (it recovers its previous incarnations' attempts at once, which must be dead)."""

@@ -290,7 +290,7 @@ class StorageActor(Notices):
                         f"(the storage actor reconnects): {failure.cause}"
                     )
                 else:
-                    request.error = StorageError(
+                    request.error = failure.kind(
                         f"storage failed; {others} were not committed: {failure.cause}"
                     )
                 request.error.__cause__ = failure.cause

@@ -10,7 +10,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import attrs
 import trio
 
-from ..records.errors import StorageError, StorageUnavailable
+from ..records.errors import StorageError, StorageLost, StorageUnavailable
+from ._sqlite import FileGone
 from ._tx import Tx
 
 log = logging.getLogger("loom.storage")
@@ -72,6 +73,11 @@ class StorageFailure(Exception):
         self.cause = cause
         self.lost = lost
         self.in_commit = in_commit
+
+    @property
+    def kind(self) -> type[StorageError]:
+        """What its callers are answered: `StorageLost` once the file is gone or corrupt for good."""
+        return StorageLost if isinstance(self.cause, FileGone) else StorageError
 
 
 class Resync(BaseException):

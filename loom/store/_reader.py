@@ -35,6 +35,7 @@ from . import _sql
 from ._actor import StorageActor
 from ._browse import BrowseReads
 from ._dialect import SQLITE
+from ._sqlite import note_corrupt
 from ._thread import WorkerThread
 from ._tx import Tx
 from ._tx_budgets import LEDGER_COLUMNS, ledger_from_row
@@ -141,6 +142,7 @@ class Reader(BrowseReads):
                     raise StorageClosed("the store is closed: reads end with the runtime") from None
                 raise  # a fault in loom's own query
             except sqlite3.Error as exc:
+                note_corrupt(self._path, exc)
                 raise StorageError(f"reading {self._path or 'the store'} failed: {exc}") from exc
 
     def _in_thread(self, run: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection) -> T:

@@ -293,6 +293,8 @@ class _FileLock:
         self.path = path
         self.fd = fd
         self.users = 0
+        self.corrupt: str | None = None
+        """Why the file is corrupt, once a read found it so (`note_corrupt`): its writers write no more."""
         self.opened = 0
         """When the last writer on the file was opened here (`_OPENS`): a writer alone on it sees
         whether another was opened since."""
@@ -315,6 +317,24 @@ class _FileLock:
             if self.users == 0:
                 del _HELD[self.path]
                 os.close(self.fd)  # closing the only descriptor drops the lock
+
+
+def note_corrupt(path: str | None, exc: BaseException) -> None:
+    """A read of the file at ``path`` failed on damage (``exc``): this process's writers on it write
+    nothing more to it, as when a write meets the damage (`WriterConnection`)."""
+    if path is None or getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _CORRUPT:
+        return
+    with _HELD_GUARD:
+        lock = _HELD.get(os.path.realpath(path) + ".lock")
+        if lock is not None and lock.corrupt is None:
+            lock.corrupt = _corrupt_text(path, exc)
+
+
+def _corrupt_text(path: str, exc: BaseException) -> str:
+    return (
+        f"the database file {path} is corrupt ({exc}): loom writes nothing more to it; restore it from"
+        " a backup (docs/operations.md)"
+    )
 
 
 _HELD: dict[str, _FileLock] = {}
@@ -353,6 +373,13 @@ def _lock_file(db_path: str, path: str) -> int:
 # -- the writer connection ----------------------------------------------------------------------------
 
 _CORRUPT = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+class FileGone(sqlite3.OperationalError):
+    """The write connection's file was deleted, replaced or found corrupt: it writes nothing more
+    (the storage actor answers it as `StorageLost`)."""
+
+
 _BEGIN = SQLITE.begin
 
 
@@ -403,8 +430,11 @@ class WriterConnection(sqlite3.Connection):
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         if self._failure is not None and not sql.startswith("ROLLBACK"):  # undoing is always allowed
-            raise sqlite3.OperationalError(self._failure)
+            raise FileGone(self._failure)
         if sql == _BEGIN:
+            if self._lock is not None and self._lock.corrupt is not None:  # a read found the damage
+                self._failure = self._lock.corrupt
+                raise FileGone(self._failure)
             self._check_file()
         try:
             cursor = super().execute(sql, parameters)
@@ -419,7 +449,7 @@ class WriterConnection(sqlite3.Connection):
 
     def executemany(self, sql: str, parameters: Any, /) -> sqlite3.Cursor:
         if self._failure is not None:
-            raise sqlite3.OperationalError(self._failure)
+            raise FileGone(self._failure)
         try:
             return super().executemany(sql, parameters)
         except sqlite3.DatabaseError as exc:
@@ -436,10 +466,7 @@ class WriterConnection(sqlite3.Connection):
 
     def _note(self, exc: sqlite3.DatabaseError) -> None:
         if getattr(exc, "sqlite_errorcode", 0) & 0xFF in _CORRUPT:
-            self._failure = (
-                f"the database file {self._path or ':memory:'} is corrupt ({exc}): loom writes nothing more"
-                " to it; restore it from a backup (docs/operations.md)"
-            )
+            self._failure = _corrupt_text(self._path or ":memory:", exc)
 
     def _check_file(self) -> None:
         if self._path is None:
@@ -455,4 +482,4 @@ class WriterConnection(sqlite3.Connection):
                 f"the database file {self._path} {lost} while loom had it open: loom writes nothing more"
                 " to what is left of it; restart loom (docs/operations.md)"
             )
-            raise sqlite3.OperationalError(self._failure)
+            raise FileGone(self._failure)
