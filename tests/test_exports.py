@@ -34,6 +34,7 @@ EXPECTED = {
     "StaleAuthority",
     "StorageClosed",
     "StorageError",
+    "StorageLost",
     "StorageUnavailable",
     "WaitTimedOut",
     "App",
