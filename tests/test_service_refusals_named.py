@@ -158,3 +158,37 @@ async def test_a_shell_commands_final_failure_holds_its_work_and_belongs_to_a_fa
         assert (await a.client.post(complete, json=final, headers=bearer)).status_code == 200
         work = await a.rt.work(lease.work_id)
         assert (work.held, work.retry) == (True, loom.RetryState.EXHAUSTED)
+
+
+async def test_a_page_of_events_ends_once_its_payloads_reach_the_page_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches a page that holds `limit` Events whatever their size (1,000 of 1 MiB: about 1 GB in
+    the server's memory), one whose cursor skips or repeats an Event, and chunked reads that lose
+    the order."""
+    from loom.service import _handlers
+
+    monkeypatch.setattr(_handlers, "PAGE_BYTES", 1000, raising=False)
+    monkeypatch.setattr(_handlers, "EVENTS_CHUNK", 2, raising=False)
+    async with api(tmp_path, actors=False) as a:
+        for n in range(7):
+            body = order(n, payload={"blob": "x" * 390})  # about 400 bytes of payload each
+            assert (await a.client.post("/events", json=body)).status_code == 201
+        seen: list[int] = []
+        pages: list[int] = []
+        after = 0
+        while True:
+            answer = await a.client.get("/events", params={"after": str(after), "limit": "100"})
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            pages.append(len(body["events"]))
+            seen += [event["seq"] for event in body["events"]]
+            if body["next_after"] is None:
+                break
+            assert body["next_after"] == seen[-1]
+            after = body["next_after"]
+        assert pages == [3, 3, 1], "a page ends at the Event that takes it to 1,000 bytes"
+        assert seen == sorted(seen)
+        assert len(set(seen)) == 7
+        small = await a.client.get("/events", params={"limit": "2"})
+        assert [len(small.json()["events"]), small.json()["next_after"]] == [2, seen[1]]

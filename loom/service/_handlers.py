@@ -9,7 +9,7 @@ from starlette.responses import Response
 from ..kernel.timers import MAX_INTERVAL_MS, MAX_TIMER_ID_LEN
 from ..records.core_events import CORE_PREFIX
 from ..records.errors import InvalidRequest, NotFound
-from ..records.events import EventIn
+from ..records.events import Event, EventIn
 from ..records.timers import TimerSpec
 from ..records.validation import MAX_SEQ, check_reason, check_text
 from ..runtime import Runtime
@@ -27,6 +27,7 @@ from ._wire import (
     TIME,
     Field,
     HTTPError,
+    json_bytes,
     json_response,
     query_int,
     query_limit,
@@ -72,18 +73,35 @@ async def post_event(s: Service, call: Call) -> Response:
     return json_response(event, 200 if event.duplicate else 201)
 
 
+PAGE_BYTES = 8 * 1024 * 1024
+"""A page of ``GET /events`` ends once its payloads reach this many bytes (Events of up to 1 MiB each
+would make a page of 1,000 about 1 GB, all held in the server's memory)."""
+EVENTS_CHUNK = 50
+"""Events read at a time while a page fills: with the largest payloads, what one read holds."""
+
+
 async def list_events(s: Service, call: Call) -> Response:
+    """A page of at most ``limit`` Events, fewer once their payloads reach `PAGE_BYTES`;
+    ``next_after`` is the last one's sequence while more follow."""
     limit = query_limit(call.query)
-    events, next_after = page(
-        await s.rt.events(
-            after_seq=query_int(call.query, "after", 0, 0, MAX_SEQ),
-            limit=limit + 1,
-            type=query_text(call.query, "type"),
-        ),
-        limit,
-        lambda e: e.seq,
-    )
-    return json_response({"events": events, "next_after": next_after})
+    after = query_int(call.query, "after", 0, 0, MAX_SEQ)
+    kind = query_text(call.query, "type")
+    events: list[Event] = []
+    size = 0
+    while True:
+        want = min(EVENTS_CHUNK, limit - len(events))
+        chunk = await s.rt.events(after_seq=events[-1].seq if events else after, limit=want + 1, type=kind)
+        taken = 0
+        for event in chunk[:want]:
+            events.append(event)
+            taken += 1
+            size += len(json_bytes(event.payload))
+            if size >= PAGE_BYTES:
+                break
+        more = taken < len(chunk)  # it stopped before the chunk's last Event: more follow
+        if not more or size >= PAGE_BYTES or len(events) == limit:
+            break
+    return json_response({"events": events, "next_after": events[-1].seq if more and events else None})
 
 
 async def get_event(s: Service, call: Call) -> Response:
