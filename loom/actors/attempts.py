@@ -60,8 +60,9 @@ class _Renewal:
         observing: trio.CancelScope,
         lost: Callable[[], Awaitable[object]] | None,
     ) -> None:
-        self.toolbelt = toolbelt
-        self.observing = observing
+        self.toolbelt: RuntimeToolbelt | None = toolbelt
+        """``None`` once ended (as are ``observing``, ``lost`` and ``check``)."""
+        self.observing: trio.CancelScope | None = observing
         self.lost = lost
         """Called when the lease is lost, before the launch's observation is cancelled."""
         self.returned = False
@@ -108,12 +109,15 @@ class Renewals:
         return renewal
 
     def end(self, renewal: _Renewal) -> None:
-        if renewal.ended:
+        if renewal.ended or renewal.toolbelt is None:
             return
         renewal.ended = True
         execution_id = renewal.toolbelt.lease.execution_id
         if self._s.held.get(execution_id) is renewal.check:
             del self._s.held[execution_id]
+        # what it holds goes now, not when its turn comes: its request's inputs may be large, and
+        # its check refers back to it (a cycle only the collector would break)
+        renewal.check = renewal.lost = renewal.toolbelt = renewal.observing = None
         if not renewal.queued:
             return  # being renewed now: it does not go back
         self._ended += 1
@@ -125,6 +129,7 @@ class Renewals:
             self._ended = 0
 
     def _push(self, renewal: _Renewal) -> None:
+        assert renewal.toolbelt is not None  # (not ended)
         lease = renewal.toolbelt.lease
         due = lease.expires_at_ms - self._s.lease_ms * 2 // 3
         if not self._heap or due < self._heap[0][0]:
@@ -167,16 +172,19 @@ class Renewals:
         """Renew one lease (``again``: and queue its next renewal); losing it stops the launch (this
         runner stops observing the attempt and commits nothing), once ``renewal.lost`` has seen to what
         the attempt left running."""
+        toolbelt, observing, lost = renewal.toolbelt, renewal.observing, renewal.lost
+        if toolbelt is None or observing is None:
+            return  # ended
         try:
-            await renewal.toolbelt.heartbeat()
+            await toolbelt.heartbeat()
         except StaleAuthority as exc:
             if renewal.ended:
                 return  # its outcome committed meanwhile, or another renewal found it lost
-            log.info("execution %s lost its lease: %s", renewal.toolbelt.lease.execution_id, exc)
+            log.info("execution %s lost its lease: %s", toolbelt.lease.execution_id, exc)
             self.end(renewal)
-            if renewal.lost is not None and not renewal.returned:
-                await renewal.lost()
-            renewal.observing.cancel()
+            if lost is not None and not renewal.returned:
+                await lost()
+            observing.cancel()
             return
         if again and not renewal.ended:
             self._push(renewal)

@@ -50,9 +50,10 @@ class TxBase:
     ) -> None:
         self._conn = conn
         self.dialect = dialect
-        self._guard: Unguarded | None = None if guarded else Unguarded(self)
-        """``None``: each `savepoint` is a real one. Else the batch runs without savepoints (see
-        `Unguarded`), and this stands in for every one."""
+        self._guarded = guarded
+        """Each `savepoint` is a real one; else the batch runs without savepoints (see `Unguarded`,
+        made for each block: one kept here would be a cycle, and a transaction's notices and records
+        would wait for the collector to go)."""
         self.notices: list[Notice] = []
         self.touched: dict[str, bool] = {}
         """Works whose state, inputs or attempts this transaction changed, in the order first touched
@@ -179,8 +180,15 @@ class TxBase:
         attempts it inserted or read and the Works it knows answer later transactions (`Carried`, which
         bounds them); what it knew no longer of a Work or an attempt whose row it wrote is forgotten."""
         kept = self._kept
-        if kept is None:
-            return
+        if kept is not None:
+            self._carry(kept)
+        # what it kept for its own reads goes now: some of it refers back to it (a record made on
+        # demand from what it knows), a cycle that would keep the whole batch until the collector ran
+        self._reads.clear()
+        self._held.clear()
+        self._to_carry.of_works.clear()
+
+    def _carry(self, kept: Carried) -> None:
         if len(kept.owners) > KEPT:
             kept.owners.clear()
         kept.owners.update((key, owner) for key, owner in self._key_owners.items() if owner is not None)
@@ -197,7 +205,7 @@ class TxBase:
         """Run a block atomically inside the transaction: an exception undoes only its effects
         (and its notices), then propagates. In a transaction that runs unguarded, the exception stops
         the whole transaction instead (`RunGuarded`), which runs again guarded."""
-        return Savepoint(self) if self._guard is None else self._guard
+        return Savepoint(self) if self._guarded else Unguarded(self)
 
     def is_storage_failure(self, exc: BaseException) -> bool:
         """The store failed (I/O, a full disk, a lost connection) or another writer raced this batch:
