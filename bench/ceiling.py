@@ -34,6 +34,7 @@ See bench/README.md (`ceiling.py`).
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import sqlite3
 import sys
@@ -67,12 +68,25 @@ class Recorder:
         self.statements: list[Statement] = []
         self.window: tuple[int, int] | None = None
         self._start = 0
+        self.garbage = 0
+        """Objects the cyclic collector freed in the window: only a reference cycle leaves an object to
+        it (anything else is freed when its last reference goes), so on a hot path each is a cycle
+        made per item, and every collection it causes walks the whole heap in the end."""
+        self._counting = False
 
     def begin(self) -> None:
         self._start = len(self.statements)
+        gc.collect()  # (what the set-up left is not counted)
+        self.garbage, self._counting = 0, True
 
     def end(self) -> None:
         self.window = (self._start, len(self.statements))
+        gc.collect()  # (what the window left, until now)
+        self._counting = False
+
+    def _collected(self, phase: str, info: dict[str, Any]) -> None:
+        if self._counting and phase == "stop":
+            self.garbage += info["collected"]
 
     def install(self) -> Callable[[], None]:
         execute, executemany = _sqlite.WriterConnection.execute, _sqlite.WriterConnection.executemany
@@ -94,10 +108,12 @@ class Recorder:
 
         _sqlite.WriterConnection.execute = recorded(execute, False)  # type: ignore[method-assign]
         _sqlite.WriterConnection.executemany = recorded(executemany, True)  # type: ignore[method-assign]
+        gc.callbacks.append(self._collected)
 
         def uninstall() -> None:
             _sqlite.WriterConnection.execute = execute  # type: ignore[method-assign]
             _sqlite.WriterConnection.executemany = executemany  # type: ignore[method-assign]
+            gc.callbacks.remove(self._collected)
 
         return uninstall
 
@@ -274,8 +290,9 @@ async def due_jobs(location: str, rec: Recorder, n: int) -> float:
 Workload = Callable[[str, Recorder, int], Awaitable[float]]
 
 
-def measure(tmp: Path, name: str, path: Workload, n: int) -> tuple[float, float, int]:
-    """loom's rate on ``path``, the replay's rate of the same statements, and the statements timed."""
+def measure(tmp: Path, name: str, path: Workload, n: int) -> tuple[float, float, int, int]:
+    """loom's rate on ``path``, the replay's rate of the same statements, the statements timed, and the
+    objects the cyclic collector freed in the timed part (`Recorder.garbage`)."""
     rec = Recorder()
     uninstall = rec.install()
     try:
@@ -286,7 +303,7 @@ def measure(tmp: Path, name: str, path: Workload, n: int) -> tuple[float, float,
     seconds, diverged = replay(rec.statements, rec.window, tmp / f"{name}-replay.db")
     assert diverged == 0, f"{name}: {diverged} statements that failed in the run succeeded in the replay"
     first, last = rec.window
-    return rate, n / seconds, last - first
+    return rate, n / seconds, last - first, rec.garbage
 
 
 def parser_of(description: str) -> argparse.ArgumentParser:
@@ -323,11 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         raw_batched = timers.raw_fires(str(tmp / "raw-batch.db"), args.timers, timers.RAW_BATCH, "FULL")
         rates: dict[str, tuple[float, float]] = {}
         for name, path, n, unit in paths(args):
-            loom_rate, sql_rate, count = measure(tmp, name, path, n)
+            loom_rate, sql_rate, count, garbage = measure(tmp, name, path, n)
             rates[name] = (loom_rate, sql_rate)
             print(
                 f"{name}: loom {loom_rate:,.0f} {unit}/s; its statements replayed alone {sql_rate:,.0f} {unit}/s"
-                f" ({count / n:.1f} statements per item); loom/replay {loom_rate / sql_rate:.2f}"
+                f" ({count / n:.1f} statements per item); loom/replay {loom_rate / sql_rate:.2f};"
+                f" {garbage / n:.2f} objects per item freed by the cyclic collector"
             )
         accept = rates["acceptance"][0]
         for name in ("route-100", "wakes", "recovery"):
