@@ -9,6 +9,7 @@ import itertools
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,45 @@ async def test_a_plain_function_calls_the_toolbelt_from_its_thread(call: str) ->
         result = await rt.wait_for(checkpoint.work_id, timeout=30)
         assert result.state is WorkState.COMPLETED, result.error
         assert [e.delivery_id for e in await rt.events() if e.source == "fn"] == [result.value]
+
+
+async def test_a_plain_function_whose_attempt_was_cancelled_is_told_its_calls_are_stale() -> None:
+    """docs/plugins.md: after the lease is lost every toolbelt call raises `StaleAuthority`. Catches the
+    call from a worker thread that raised ``trio.Cancelled`` instead (the call ran in the attempt's
+    task, whose observation the cancel stopped): a BaseException no ``except Exception`` of the
+    function catches, nor ``except StaleAuthority``."""
+    app = loom.App()
+    started, go, called = threading.Event(), threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    @app.function("run")
+    def run(request: loom.RunRequest, toolbelt: loom.Toolbelt) -> str:
+        started.set()
+        assert go.wait(30)
+        try:
+            toolbelt.emit(EventIn(source="fn", delivery_id="late", type="note.made", scope="shop"))
+            seen.append("emitted")
+        except loom.StaleAuthority as exc:
+            seen.append(f"stale: {exc}")
+        except BaseException as exc:  # (what the function met instead)
+            seen.append(f"raised {exc!r}")
+        called.set()
+        return "late"
+
+    async with open_runtime(
+        ":memory:", clock=ManualClock(start_ms=T0_MS), config=CONFIG, plugins=[app], load_entry_points=False
+    ) as rt:
+        accepted = await rt.publish(job(1))
+        checkpoint = await rt.wait_routed(accepted.id, timeout=30)
+        assert checkpoint is not None
+        assert checkpoint.work_id is not None
+        assert await trio.to_thread.run_sync(started.wait, 30)
+        assert (await rt.cancel(checkpoint.work_id)).state is WorkState.CANCELLED
+        go.set()
+        assert await trio.to_thread.run_sync(called.wait, 30)
+        assert len(seen) == 1, seen
+        assert seen[0].startswith("stale: toolbelt.emit: this attempt was stopped"), seen
+        assert [e for e in await rt.events() if e.source == "fn"] == []
 
 
 def test_app_registration_refuses_what_it_cannot_run() -> None:

@@ -76,11 +76,11 @@ class _Renewal:
 
 
 class Renewals:
-    """The leases of the attempts one runner holds, renewed two thirds of the way through each, from
-    one task that sleeps on the clock until the earliest is due (a task and a clock sleep per attempt
-    cost more than most attempts take). Each renewal runs in a task of its own, so a slow store
-    delays no other; a lost lease cancels the attempt's observing scope. An attempt that ends is
-    dropped when its turn comes (or when ended ones outnumber the rest)."""
+    """The leases of the attempts one runner holds, each renewed a third of the way through (two thirds
+    of it still to run), from one task that sleeps on the clock until the earliest is due (a task and a
+    clock sleep per attempt cost more than most attempts take). Each renewal runs in a task of its
+    own, so a slow store delays no other; a lost lease cancels the attempt's observing scope. An
+    attempt that ends is dropped when its turn comes (or when ended ones outnumber the rest)."""
 
     COMPACT_AT = 1024
     """Ended entries past which the heap is rebuilt without them (when they are most of it)."""

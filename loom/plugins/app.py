@@ -33,7 +33,7 @@ from typing import Any, TypeVar, cast
 import trio
 
 from ..config import Config
-from ..records.errors import InvalidRequest
+from ..records.errors import InvalidRequest, StaleAuthority
 from ..records.executor import Toolbelt
 from ..records.waits import Waiting
 from ..records.work import Completed, Failed, Handoff, Outcome, RunRequest
@@ -87,7 +87,16 @@ class _FromThread:
         def call(*args: Any, **kwargs: Any) -> Any:
             if trio.lowlevel.in_trio_run():
                 return value(*args, **kwargs)
-            return trio.from_thread.run(functools.partial(value, *args, **kwargs))
+            try:
+                return trio.from_thread.run(functools.partial(value, *args, **kwargs))
+            except trio.Cancelled:
+                # the call runs in the attempt's task, whose observation stopped: the attempt was
+                # cancelled, parked, lost its lease or its runtime is closing. Its function is told
+                # as the fence would tell it (a Cancelled is no exception it could catch as one)
+                raise StaleAuthority(
+                    f"toolbelt.{name}: this attempt was stopped (cancelled, parked, its lease lost, or"
+                    " its runtime closing): it can no longer act"
+                ) from None
 
         return call
 
