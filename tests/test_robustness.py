@@ -384,8 +384,15 @@ async def test_a_fired_one_shot_armed_again_fires_with_its_own_event(loom_driver
         driver.clock.advance(1_000)
         await driver.settle()
         (first,) = await rt.firings("once")
-        again = await rt.arm(spec)
-        assert again.revision == 2
+        same = await rt.arm(spec)  # a program arming its timers at each start: it fired already
+        assert (same.revision, same.state) == (1, loom.TimerState.FIRED)
+        driver.clock.advance(1_000)
+        await driver.settle()
+        assert await rt.firings("once") == [first], "armed again unchanged, it does not fire twice"
+        again = await rt.arm(
+            loom.TimerSpec(id="once", fire_at_ms=T0_MS + 3_000, source="t", type="t.t", scope=SCOPE)
+        )
+        assert again.revision == 2, "a changed definition arms its next revision"
         driver.clock.advance(1_000)
         await driver.settle()
         firings = await rt.firings("once")
@@ -398,6 +405,15 @@ async def test_a_fired_one_shot_armed_again_fires_with_its_own_event(loom_driver
         with pytest.raises(loom.Conflict, match="already accepted"):
             await rt.arm(loom.TimerSpec(id="once", fire_at_ms=T0_MS + 9_000, source="t", type="t.t",
                                         scope=SCOPE, delivery_id="once"))  # fmt: skip
+        # a request repeated after a lost answer, with its own delivery identity: answered, not refused
+        named = loom.TimerSpec(id="named", fire_at_ms=T0_MS + 3_500, source="t", type="t.t", scope=SCOPE,
+                               delivery_id="named-1")  # fmt: skip
+        await rt.arm(named)
+        driver.clock.advance(1_000)
+        await driver.settle()
+        repeated = await rt.arm(named)
+        assert (repeated.revision, repeated.state) == (1, loom.TimerState.FIRED)
+        assert len(await rt.firings("named")) == 1
 
 
 # -- semantics ----------------------------------------------------------------------------------------------

@@ -170,9 +170,10 @@ def arm_in_tx(
     policies: Mapping[str, RecurrencePolicy] | None = None,
     control: bool = False,
 ) -> Timer:
-    """Arm (or re-arm) a timer. Arming the same definition again is a no-op; a changed one (or one that
-    already fired, was cancelled or disabled) recreates the timer under a new revision, so older firing
-    requests go stale. A recurrence timer's definition is its spec and template, not the first time it
+    """Arm (or re-arm) a timer. Arming the same definition again is a no-op (a one-shot timer that fired
+    included: its occurrence was delivered); a changed one (or one that was cancelled, disabled, or
+    is recurring and retired) recreates the timer under a new revision, so older firing requests go
+    stale. A recurrence timer's definition is its spec and template, not the first time it
     was armed for: armed again after an outage, it keeps the occurrences it missed for its catch-up. An
     interval timer's is its interval, template and grid: armed again for a tick it has reached, it
     keeps its next tick.
@@ -231,6 +232,15 @@ def arm_in_tx(
             else fresh.fire_at_ms,
         )
         if existing.state is TimerState.ARMED and existing == same:
+            return existing
+        if (
+            existing.state is TimerState.FIRED
+            and fresh.recurrence is None
+            and fresh.interval_ms is None
+            and attrs.evolve(existing, state=TimerState.ARMED, reason=None) == same
+        ):
+            # its one occurrence was delivered: the same definition armed again (a program arming its
+            # timers at each start, a request repeated after a lost answer) does not fire it twice
             return existing
         revision = existing.revision + 1
         delivery_id = spec.delivery_id or f"{spec.id}@r{revision}"
