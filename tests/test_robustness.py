@@ -526,6 +526,40 @@ async def test_an_unrouted_event_can_be_replayed_once_in_order(loom_drivers: Any
         assert [c.event_id for c in history.checkpoints] == [lost.id], "routed once"
 
 
+async def test_an_unrouted_event_holds_no_later_one_back_and_its_replay_reaches_the_work_after_them(
+    loom_drivers: Any,
+) -> None:
+    """docs/concepts.md "Work": an Event stopped ``unrouted`` holds no later Event back, and its replay
+    reaches the Work after what was handed there meanwhile. Catches a key stalled behind an Event that
+    waits for an operator (every later Event unrouted too), and a replay that is lost or routed twice."""
+    broken = {"on": True}
+
+    def flaky(event: loom.Event, scope: str, work: Work | None, route: Any) -> Any:
+        if broken["on"] and event.payload.get("bad"):
+            raise RuntimeError("a bad deploy")
+        return correlate(event, scope, work, route)
+
+    config = routes({"name": "flaky", "types": ["f.*"], "handler": "scenario", "create_work": True,
+                     "config": {"fn": "flaky"}})  # fmt: skip
+    async with loom_drivers(config=config) as driver:
+        rt = driver.runtime
+        driver.handlers.table["flaky"] = flaky
+        bad = await rt.publish(ev("bad", "f.x", key="f", payload={"bad": True}))
+        good = await rt.publish(ev("good", "f.x", key="f"))
+        stopped, routed = await wait_routed(driver, bad, good)
+        assert (stopped.status, routed.status) == (CheckpointStatus.UNROUTED, CheckpointStatus.ROUTED)
+        work = await rt.work_for_key("f")
+        lease = await rt.claim(work.id, owner="host")
+        assert [e.id for e in lease.request.inputs] == [good.id]
+        await rt.complete(lease, loom.Handoff())
+        broken["on"] = False
+        await rt.replay(bad.id)
+        (replayed,) = await wait_routed(driver, bad)
+        assert (replayed.status, replayed.work_id) == (CheckpointStatus.ROUTED, work.id)
+        lease = await rt.claim(work.id, owner="host")
+        assert [e.id for e in lease.request.inputs] == [bad.id]
+
+
 # -- operations ---------------------------------------------------------------------------------------------
 
 

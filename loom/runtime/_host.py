@@ -224,9 +224,10 @@ class Host(RuntimeBase):
         self, event_id: str, *, reason: str = "operator replay", request_id: str | None = None
     ) -> Event:
         """Route again an Event that stayed ``unrouted`` (a handler error, a key owned elsewhere, a failed
-        apply), once, in acceptance order, under the configuration in force now. Returns the
-        ``core.replay.requested`` control Event that records the request; repeating ``request_id``
-        returns it again. Any other checkpoint is final: `Conflict`."""
+        apply), once, under the configuration in force now: it reaches its Work after the Events routed
+        there meanwhile (an ``unrouted`` Event holds none back). Returns the ``core.replay.requested``
+        control Event that records the request; repeating ``request_id`` returns it again. Any other
+        checkpoint is final: `Conflict`."""
         lookup("event_id", event_id)
         check_reason("reason", reason)
         if request_id is not None:
