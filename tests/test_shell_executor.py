@@ -106,6 +106,25 @@ async def test_a_failure_keeps_the_end_of_any_stderr_as_a_storable_error(tmp_pat
     assert outcome.error.endswith("x a\\u0000b the end")
 
 
+@pytest.mark.timeout(60)
+async def test_a_command_that_leaves_fifos_for_its_files_fails_and_blocks_nothing(tmp_path: Path) -> None:
+    """The command owns its directory: it may replace its stderr, its acknowledgements or its inbox
+    with a FIFO nothing writes to. Catches an executor that opens them as files: the open never returns,
+    and with it the event loop (seen: `loom serve` answered nothing, ignored SIGTERM, and hung again
+    at each restart, its recovery reading the same file)."""
+    executor = ShellExecutor(state_dir=tmp_path)
+    fifos = 'for f in stderr ack inbox.jsonl; do rm -f "$LOOM_DIR/$f"; mkfifo "$LOOM_DIR/$f"; done'
+    req = request(sh(f"echo gone >&2; {fifos}; exit 3"))
+    toolbelt = Toolbelt(req)
+    with trio.fail_after(DEADLINE_S):  # (a blocked open would hold the loop: the test's timeout ends it)
+        outcome = await executor.launch(req, toolbelt)
+        assert isinstance(outcome, loom.Failed)
+        assert outcome.error == "exit status 3", "a FIFO is no stderr to quote"
+        assert toolbelt.pinned is not None
+        logs = await executor.logs(req.execution_id, toolbelt.pinned, tail=100)
+        assert logs == {"stdout": "", "stderr": ""}
+
+
 async def test_exit_zero_completes(tmp_path: Path) -> None:
     executor = ShellExecutor(state_dir=tmp_path)
     req = request(sh("exit 0"))

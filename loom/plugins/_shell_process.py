@@ -45,17 +45,46 @@ def boot_id() -> str:
         return ""
 
 
+READ_LIMIT = 16 * 1024 * 1024
+"""The most of a file of an attempt's directory read at once (its acknowledgements, its inbox)."""
+
+_OPEN_OWN = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def read_own(path: Path, limit: int, *, tail: bool = False) -> tuple[bytes, int] | None:
+    """Up to ``limit`` bytes of the regular file at ``path`` (its first, or with ``tail`` its last) and
+    its size; ``None`` when it is no regular file or cannot be read. The attempt's command may replace
+    any file of its directory: a FIFO would block the open (and the event loop with it) for ever, a
+    link would read elsewhere, a file of gigabytes would fill the memory."""
+    try:
+        fd = os.open(path, _OPEN_OWN)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
+        if tail and size > limit:
+            os.lseek(fd, size - limit, os.SEEK_SET)
+        chunks: list[bytes] = []
+        while limit > 0 and (chunk := os.read(fd, min(limit, 1 << 20))):
+            chunks.append(chunk)
+            limit -= len(chunk)
+        return b"".join(chunks), size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def tail_text(path: Path, limit: int = TAIL_BYTES, *, strip: bool = False) -> str:
     """The last ``limit`` bytes of a file as text (``...`` first when it holds more); ``""`` when it
-    cannot be read."""
-    try:
-        with path.open("rb") as file:
-            file.seek(0, os.SEEK_END)
-            size = file.tell()
-            file.seek(max(size - limit, 0))
-            data = file.read()
-    except OSError:
+    cannot be read, or is no regular file (`read_own`)."""
+    found = read_own(path, limit, tail=True)
+    if found is None:
         return ""
+    data, size = found
     text = data.decode("utf-8", errors="replace")
     text = text.strip() if strip else text
     return ("..." + text) if size > limit else text
@@ -66,18 +95,37 @@ def _tail(path: Path) -> str:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        return [line.strip() for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
-    except OSError:
+    found = read_own(path, READ_LIMIT)
+    if found is None:
         return []
+    return [line.strip() for line in found[0].decode("utf-8", errors="replace").splitlines()]
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON value a small file of an attempt's directory holds; ``None`` if none."""
+    found = read_own(path, 1 << 16)
+    try:
+        return None if found is None else json.loads(found[0].decode("utf-8"))
+    except ValueError:
+        return None
 
 
 def _read_status(path: Path) -> dict[str, Any] | None:
-    try:
-        status = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    status = _read_json(path)
     return status if isinstance(status, dict) and isinstance(status.get("exit"), int) else None
+
+
+def append_own(path: Path, text: str) -> None:
+    """Append ``text`` to a file of an attempt's directory; one that is no regular file (a FIFO with no
+    reader, a link) refuses it (`OSError`) rather than block or write elsewhere."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is no regular file")
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def _outcome(directory: Path, status: dict[str, Any] | None, acked: list[str], interrupted: bool) -> Outcome:
@@ -146,7 +194,7 @@ def private_dir(path: Path, *, create: bool = True) -> None:
 def write_private(path: Path, text: str, *, replace: bool = False) -> None:
     """Write ``path`` readable by this user only (0600); ``replace``: atomically over an old one."""
     target = path.with_name(path.name + ".partial") if replace else path
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
     fd = os.open(target, flags if replace else flags | os.O_EXCL, 0o600)
     try:
         os.fchmod(fd, 0o600)  # a partial file left by a crash keeps its old mode through O_TRUNC
@@ -241,10 +289,7 @@ def take_over(folder: Path) -> dict[str, Any] | None:
     try:
         os.link(partial, claim)
     except FileExistsError:
-        try:
-            found = json.loads(claim.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+        found = _read_json(claim)
         if isinstance(found, dict) and found.get("abandoned") is True:
             return None  # an earlier recovery took it: still nothing ran there
         return found if isinstance(found, dict) else {}

@@ -71,6 +71,7 @@ from ._shell_process import (
     _read_status,
     _wait_exit,
     _write_new,
+    append_own,
     boot_id,
     end_left_group,
     end_processes,
@@ -291,8 +292,7 @@ class ShellExecutor:
             return
         if event.id not in running.written:
             line = json.dumps({"id": event.id, "event": _event_json(event)}, sort_keys=True) + "\n"
-            with (running.directory / "inbox.jsonl").open("a", encoding="utf-8") as inbox:
-                inbox.write(line)
+            append_own(running.directory / "inbox.jsonl", line)
             running.written.add(event.id)
         with trio.move_on_after(running.config.ack_timeout_s):
             while True:
