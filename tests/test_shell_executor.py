@@ -21,7 +21,14 @@ import pytest
 import trio
 
 import loom
-from loom.plugins.shell import ShellExecutor, _spawn, boot_id, environment, process_start_time, read_config
+from loom.plugins.shell import (
+    ShellExecutor,
+    _spawn,
+    boot_id,
+    environment,
+    process_start_time,
+    read_config,
+)
 from loom.testing import T0_MS
 
 POLL_S = 0.01
@@ -123,6 +130,47 @@ async def test_a_command_that_leaves_fifos_for_its_files_fails_and_blocks_nothin
         assert toolbelt.pinned is not None
         logs = await executor.logs(req.execution_id, toolbelt.pinned, tail=100)
         assert logs == {"stdout": "", "stderr": ""}
+
+
+def running(pid: int) -> bool:
+    """The process ``pid`` runs (a zombie no longer does: an orphan's reaper may be slow to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+SPAWNS = """
+import os, subprocess, sys
+grouped = subprocess.Popen(["sleep", "600"], process_group=0)   # a group of its own (as `timeout` takes)
+daemon = subprocess.Popen(["sleep", "600"], start_new_session=True)   # a session of its own (setsid)
+open(os.environ["OUT"], "w").write(f"{grouped.pid} {daemon.pid}")
+"""
+
+
+async def test_an_attempt_that_ends_kills_its_whole_session_but_not_a_session_it_started(
+    tmp_path: Path,
+) -> None:
+    """docs/plugins.md: however an attempt ends, what is left of it is killed; a process that must
+    outlive it starts a session of its own. Catches an end that kills the process group alone (a
+    grandchild in a group of its own ran on) and one that kills what ``setsid`` put out of reach."""
+    out = tmp_path / "pids"
+    req = request(py(SPAWNS, env={"OUT": str(out)}))
+    executor, toolbelt = ShellExecutor(state_dir=tmp_path / "state"), Toolbelt(req)
+    assert await executor.launch(req, toolbelt) == loom.Completed()
+    grouped, daemon = (int(pid) for pid in out.read_text().split())
+    try:
+        assert not running(grouped), "its own group kept it out of the attempt's end"
+        assert running(daemon), "a session of its own outlives the attempt"
+        # the next open's sweep of what ended attempts left running (their environment names them)
+        assert req.execution_id in await executor.lingering()
+        assert toolbelt.pinned is not None
+        with trio.fail_after(DEADLINE_S):
+            await executor.end_lingering(req.execution_id, toolbelt.pinned, {"grace_s": 1})
+        assert running(daemon), "nor does the next open stop it"
+    finally:
+        os.kill(daemon, 9)
 
 
 async def test_exit_zero_completes(tmp_path: Path) -> None:

@@ -244,15 +244,39 @@ def _reap(pid: int) -> None:
         pass
 
 
-def _end_group(pid: int) -> None:
-    """The wrapper ``pid`` has exited: kill what is left of its process group (the grandchildren the
-    command started: ``work & sleep 600``), then reap it. Its own child is reaped only after, so its pid
-    (the group's id) cannot be reused meanwhile."""
+def session_of(pid: int) -> int | None:
+    """The session id of the process ``pid`` (``/proc/<pid>/stat`` field 6), or ``None`` when there is
+    no such process (or it is not this user's to read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        return int(stat[stat.rindex(")") + 2 :].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _end_session(pid: int) -> None:
+    """The wrapper ``pid`` has exited: kill what is left of its process group and of its session (the
+    grandchildren the command started: ``work & sleep 600``, and those that took a group of their own,
+    as ``timeout`` or a shell's job control do; one that started a session of its own, ``setsid``, is
+    left), then reap it. Its own child is reaped only after, so its pid (the group's and the session's
+    id) cannot be reused meanwhile."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and entry.name != str(pid) and session_of(int(entry.name)) == pid:
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     _reap(pid)
+
+
+async def end_group(pid: int) -> None:
+    """`_end_session`, in a worker thread (it reads ``/proc``)."""
+    await trio.to_thread.run_sync(_end_session, pid)
 
 
 def end_left_group(pid: int, execution_id: str) -> None:
@@ -262,16 +286,12 @@ def end_left_group(pid: int, execution_id: str) -> None:
     by now: the group alone does not prove a process is the attempt's."""
     mark = f"LOOM_EXECUTION_ID={execution_id}".encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or session_of(int(entry.name)) != pid:
             continue
         try:
-            stat = (entry / "stat").read_text()
-            # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-            session = int(stat[stat.rindex(")") + 2 :].split()[3])
-            if session != pid or mark not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            os.kill(int(entry.name), signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
             continue  # it ended meanwhile, or it is not this user's to read
 
 
@@ -333,14 +353,17 @@ def _attempt_environment(entry: Path) -> tuple[str, str] | None:
     return (execution_id, directory) if execution_id and directory else None
 
 
-def processes_under(root: Path) -> dict[str, set[tuple[int, str]]]:
+def processes_under(root: Path, session: object = None) -> dict[str, set[tuple[int, str]]]:
     """Every process of this machine run for an attempt whose directory is under ``root`` (its
-    ``LOOM_DIR``), by execution id: ``(pid, directory)`` each. One scan of ``/proc``; this process is
-    never among them."""
+    ``LOOM_DIR``), by execution id: ``(pid, directory)`` each; with ``session`` (an attempt's wrapper's
+    pid), only those still in its session (one that started a session of its own, ``setsid``, was
+    meant to outlive the attempt). One scan of ``/proc``; this process is never among them."""
     found: dict[str, set[tuple[int, str]]] = {}
     own = os.getpid()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == own:
+            continue
+        if isinstance(session, int) and session_of(int(entry.name)) != session:
             continue
         named = _attempt_environment(entry)
         if named is not None and Path(named[1]).parent == root:

@@ -63,7 +63,6 @@ from ._manager import hookimpl
 from ._shell_config import DEFAULT_GRACE_S, ShellConfig, parse_config, read_config
 from ._shell_process import (
     StateDirRefused,
-    _end_group,
     _inbox_ids,
     _open_pidfd,
     _outcome,
@@ -73,6 +72,7 @@ from ._shell_process import (
     _write_new,
     append_own,
     boot_id,
+    end_group,
     end_left_group,
     end_processes,
     inheritable_descriptors,
@@ -240,7 +240,7 @@ class ShellExecutor:
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._stop(running, pidfd)
-                    _end_group(pid)
+                    await end_group(pid)
                 raise
             try:
                 await _wait_exit(pidfd)
@@ -248,9 +248,9 @@ class ShellExecutor:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _end_group(pid)
+                        await end_group(pid)
                 raise  # otherwise it goes on; the next open adopts it
-            _end_group(pid)
+            await end_group(pid)
             return await self._finish(running)
         finally:
             os.close(pidfd)
@@ -321,7 +321,7 @@ class ShellExecutor:
         """SIGTERM to the attempt's whole process group (the command and whatever it started; the wrapper
         stays to record how the command ended), SIGKILL to the group after the grace period; until the
         wrapper has exited (watched on ``pidfd`` by the caller's own task, or through the task watching
-        it, which then kills what is left of the group: `_end_group`)."""
+        it, which then kills what is left of the group: `end_group`)."""
         try:
             os.killpg(running.pid, signal.SIGTERM)
         except ProcessLookupError:
@@ -419,13 +419,13 @@ class ShellExecutor:
             self._running[request.execution_id] = running
             try:
                 await _wait_exit(pidfd)
-                _end_group(pid)
+                await end_group(pid)
                 return await self._finish(running)
             except trio.Cancelled:
                 if config.stop_on_close:
                     with trio.CancelScope(shield=True):
                         await self._stop(running, pidfd)
-                        _end_group(pid)
+                        await end_group(pid)
                 raise
             finally:
                 running.exited.set()
@@ -454,7 +454,7 @@ class ShellExecutor:
             grace_s = read_config(config).grace_s
         except InvalidRequest:
             grace_s = DEFAULT_GRACE_S
-        found = await trio.to_thread.run_sync(processes_under, self._root())
+        found = await trio.to_thread.run_sync(processes_under, self._root(), metadata.get("pid"))
         pids = [pid for pid, where in found.get(execution_id, ()) if where == directory]
         if await end_processes(pids, execution_id, directory, grace_s):
             log.info(
