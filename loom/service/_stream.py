@@ -22,7 +22,6 @@ from starlette.responses import Response, StreamingResponse
 from ..records.errors import NotFound
 from ..records.notices import Committed, Lagged, StoreChanged, WorkChanged
 from ..records.validation import check_text, validate_scope
-from ..records.work import Work
 from ..runtime import Runtime
 from ._ops import Call, Service, Watches
 from ._wire import query_int, query_text, to_data
@@ -36,10 +35,13 @@ def sse(kind: str, data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
-def _wanted(work: Work, scope: str | None, work_id: str | None) -> bool:
-    if work_id is not None and work.id != work_id:
-        return False
-    return scope is None or work.scope == scope or work.scope.startswith(scope + "/")
+SCOPES_KEPT = 4096
+"""Works' scopes a scope-filtered watch keeps (a Work's scope never changes), so that it reads only the
+Works it sends, not every Work that changes."""
+
+
+def _in_scope(work_scope: str, scope: str | None) -> bool:
+    return scope is None or work_scope == scope or work_scope.startswith(scope + "/")
 
 
 async def changes(
@@ -52,6 +54,7 @@ async def changes(
     async with rt.watch(capacity=WATCH_CAPACITY) as notices:
         yield b": watching loom Work changes\n\n"
         changed: dict[str, None] = {}
+        scopes: dict[str, str] = {}
         iterator = notices.__aiter__()
         while sent < limit and not watches.ended():
             notice = None
@@ -68,11 +71,18 @@ async def changes(
                 changed[notice.work_id] = None
             elif isinstance(notice, Committed) and changed:
                 for work_id_changed in list(changed):
+                    if (work_id is not None and work_id_changed != work_id) or not _in_scope(
+                        scopes.get(work_id_changed, scope or ""), scope
+                    ):
+                        continue  # (not one this watch sends: no read)
                     try:
                         work = await rt.work(work_id_changed)
                     except NotFound:
                         continue
-                    if _wanted(work, scope, work_id):
+                    if len(scopes) >= SCOPES_KEPT:
+                        scopes.clear()
+                    scopes[work_id_changed] = work.scope
+                    if _in_scope(work.scope, scope):
                         yield sse("work", {"work": to_data(work), "at_ms": notice.at_ms})
                         sent += 1
                         if sent >= limit:
