@@ -671,7 +671,7 @@ host(
 )
 host("timers_due", after=cursor, limit=limit)
 host("schedules", after_id=(st.just(""), hostile_text), limit=limit)
-host("history", work_id=(ident("work"), hostile_text))
+host("history", work_id=(ident("work"), hostile_text), newest=(opt(st.sampled_from([1, 200])), hostile_int))
 host("result", work_id=(ident("work", "work2"), hostile_text))
 host("check", schedules=(st.booleans(), st.sampled_from([None, "yes", 1])))
 hostile_seconds = st.one_of(hostile_int, st.sampled_from([-0.5, float("nan"), float("inf"), "1", True]))
@@ -720,7 +720,11 @@ host(
     after_id=(st.just(""), hostile_text),
     limit=limit,
 )
-host("firings", timer_id=(ident("timer", "due_timer"), hostile_text))
+host(
+    "firings",
+    timer_id=(ident("timer", "due_timer"), hostile_text),
+    newest=(opt(st.sampled_from([1, 200])), hostile_int),
+)
 host("arm", spec=(timer_spec(), st.sampled_from([None, "timer", Opaque()])))
 host("arm", spec=(cron_timer, st.sampled_from([None, {}])))
 ENTRIES["arm_cron"] = ENTRIES.pop("arm")

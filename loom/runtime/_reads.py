@@ -19,7 +19,7 @@ from ..records.timers import Firing, Timer, TimerState
 from ..records.validation import MAX_SEQ, check_int, validate_scope
 from ..records.waits import Wait
 from ..records.work import Checkpoint, Execution, Intent, Work, WorkState
-from ._base import RuntimeBase, after, check_limit, lookup, member
+from ._base import MAX_LIMIT, RuntimeBase, after, check_limit, lookup, member
 
 GAUGE_CAP = 1_000_000
 UNROUTED_WINDOW = 100_000
@@ -101,13 +101,16 @@ class Reads(RuntimeBase):
             scope=scope,
         )
 
-    async def history(self, work_id: str) -> WorkHistory:
-        """The Work with its checkpoints (in the order they were committed) and attempts (in attempt order)."""
+    async def history(self, work_id: str, *, newest: int | None = None) -> WorkHistory:
+        """The Work with its checkpoints (in the order they were committed) and attempts (in attempt
+        order); ``newest``: only the last so many of each (a standing Work's may be many)."""
+        if newest is not None:
+            check_int("newest", newest, 1, MAX_LIMIT)
         work = await self.work(work_id)
         return WorkHistory(
             work=work,
-            checkpoints=tuple(await self._p.reader.checkpoints_of_work(work_id)),
-            executions=tuple(await self._p.reader.executions_of_work(work_id)),
+            checkpoints=tuple(await self._p.reader.checkpoints_of_work(work_id, newest)),
+            executions=tuple(await self._p.reader.executions_of_work(work_id, newest)),
         )
 
     async def waits(self, work_id: str) -> list[Wait]:
@@ -207,7 +210,9 @@ class Reads(RuntimeBase):
         entry = await self._p.reader.kv_get(TIME_NAMESPACE, FLOOR)
         return int(entry.value["now_ms"]) if entry is not None else None
 
-    async def firings(self, timer_id: str) -> list[Firing]:
-        """The timer's firing ledger, in commit order."""
+    async def firings(self, timer_id: str, *, newest: int | None = None) -> list[Firing]:
+        """The timer's firing ledger, in commit order; ``newest``: only its last so many entries."""
         lookup("timer_id", timer_id)
-        return await self._p.reader.firings_of_timer(timer_id)
+        if newest is not None:
+            check_int("newest", newest, 1, MAX_LIMIT)
+        return await self._p.reader.firings_of_timer(timer_id, newest)

@@ -30,7 +30,7 @@ from ._web_html import (
     when,
     work_link,
 )
-from ._web_pages import timer_rows
+from ._web_pages import HISTORY_SHOWN, timer_rows
 from ._wire import query_int, query_limit, query_text
 
 POLL_S = 5
@@ -177,7 +177,7 @@ async def timer_list(rt: Runtime, ctx: PageContext, params: Mapping[str, str]) -
 
 async def timer_page(rt: Runtime, ctx: PageContext, timer_id: str) -> Any:
     timer = await rt.timer(timer_id)
-    firings = await rt.firings(timer.id)
+    firings = await rt.firings(timer.id, newest=HISTORY_SHOWN + 1)  # (one more: are there more?)
     now = ctx.now_ms
     armed = timer.state == TimerState.ARMED
     action = ""
@@ -226,10 +226,13 @@ async def timer_page(rt: Runtime, ctx: PageContext, timer_id: str) -> Any:
                 text(f.detail),
                 when(f.at_ms, now),
             )
-            for f in reversed(firings)
+            for f in reversed(firings[-HISTORY_SHOWN:])
         ],
         table_id="firings",
         empty="Not fired yet.",
+        note=f"the newest {HISTORY_SHOWN} (GET /timers/{{id}} has them all)"
+        if len(firings) > HISTORY_SHOWN
+        else "",
     )
     content = action + about + (("<h2>Schedule</h2>" + spec) if spec else "")
     content += "<h2>Firings</h2>" + ledger + "<h2>Payload</h2>" + pretty_json(dict(timer.payload))

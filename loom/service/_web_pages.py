@@ -277,7 +277,7 @@ def _diagnostic_rows(diagnostics: Sequence[Diagnostic], now_ms: int) -> list[tup
 
 
 async def work_page(rt: Runtime, ctx: PageContext, work_id: str) -> Any:
-    history = await rt.history(work_id)
+    history = await rt.history(work_id, newest=HISTORY_SHOWN + 1)  # (one more: are there more?)
     work = history.work
     waits = await rt.waits(work.id)
     wait = next((w for w in waits if w.id == work.wait_id), None)
@@ -339,7 +339,7 @@ async def work_page(rt: Runtime, ctx: PageContext, work_id: str) -> Any:
             _attempt_rows(history.executions, now),
             table_id="attempts",
             empty="No attempts yet.",
-            note=shown.format(len(history.executions)) if len(history.executions) > HISTORY_SHOWN else "",
+            note=shown.format(work.attempts) if len(history.executions) > HISTORY_SHOWN else "",
         ),
         "<h2>Waits</h2>",
         table(
@@ -362,7 +362,9 @@ async def work_page(rt: Runtime, ctx: PageContext, work_id: str) -> Any:
             _history_rows(history.checkpoints, now),
             table_id="history",
             empty="No routed events.",
-            note=shown.format(len(history.checkpoints)) if len(history.checkpoints) > HISTORY_SHOWN else "",
+            note=f"the newest {HISTORY_SHOWN} (GET /work/{{id}} has them all)"
+            if len(history.checkpoints) > HISTORY_SHOWN
+            else "",
         ),
         "<h2>Diagnostics</h2>",
         table(

@@ -59,6 +59,13 @@ PROGRESS_STEPS = 10_000
 (``set_progress_handler``): a cancelled read stops within about a millisecond of work."""
 
 
+def _newest(sql: str, params: tuple[Any, ...], newest: int | None) -> tuple[str, tuple[Any, ...]]:
+    """``sql`` (ending ``ORDER BY <column>``) as it is, or for its last ``newest`` rows, newest first."""
+    if newest is None:
+        return sql, params
+    return f"{sql} DESC LIMIT ?", (*params, newest)
+
+
 class Reader(BrowseReads):
     """Read-only queries on a file database, on one connection in a thread of the reader's own.
 
@@ -267,16 +274,20 @@ class Reader(BrowseReads):
         rows = await self._all(_sql.CHECKPOINT_BY_EVENT, (event_id,))
         return _sql.checkpoint_from_row(rows[0]) if rows else None
 
-    async def checkpoints_of_work(self, work_id: str) -> list[Checkpoint]:
-        return [_sql.checkpoint_from_row(r) for r in await self._all(_sql.CHECKPOINTS_OF_WORK, (work_id,))]
+    async def checkpoints_of_work(self, work_id: str, newest: int | None = None) -> list[Checkpoint]:
+        """The Work's checkpoints in commit order; ``newest``: only the last so many (one bounded read
+        of the index, however many it has)."""
+        rows = await self._all(*_newest(_sql.CHECKPOINTS_OF_WORK, (work_id,), newest))
+        return [_sql.checkpoint_from_row(r) for r in (rows if newest is None else reversed(rows))]
 
     async def execution(self, execution_id: str) -> Execution | None:
         rows = await self._all(_sql.EXECUTION_BY_ID, (execution_id,))
         return _sql.execution_from_row(rows[0]) if rows else None
 
-    async def executions_of_work(self, work_id: str) -> list[Execution]:
-        rows = await self._all(f"{_sql.EXECUTION_SELECT} WHERE work_id = ? ORDER BY attempt", (work_id,))
-        return [_sql.execution_from_row(r) for r in rows]
+    async def executions_of_work(self, work_id: str, newest: int | None = None) -> list[Execution]:
+        sql = f"{_sql.EXECUTION_SELECT} WHERE work_id = ? ORDER BY attempt"
+        rows = await self._all(*_newest(sql, (work_id,), newest))
+        return [_sql.execution_from_row(r) for r in (rows if newest is None else reversed(rows))]
 
     async def intents_of_execution(self, execution_id: str) -> list[Intent]:
         rows = await self._all(f"{_sql.INTENT_SELECT} WHERE execution_id = ? ORDER BY id", (execution_id,))
@@ -363,8 +374,9 @@ class Reader(BrowseReads):
         rows = await self._all(f"{SUBSCRIPTION_SELECT} WHERE namespace = ? AND id = ?", (namespace, id))
         return subscription_from_row(rows[0]) if rows else None
 
-    async def firings_of_timer(self, timer_id: str) -> list[Firing]:
-        return [_sql.firing_from_row(r) for r in await self._all(_sql.FIRINGS_OF_TIMER, (timer_id,))]
+    async def firings_of_timer(self, timer_id: str, newest: int | None = None) -> list[Firing]:
+        rows = await self._all(*_newest(_sql.FIRINGS_OF_TIMER, (timer_id,), newest))
+        return [_sql.firing_from_row(r) for r in (rows if newest is None else reversed(rows))]
 
     size_sql = SQLITE.size_sql
 
