@@ -286,4 +286,5 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             unlaunched=p.unlaunched,
             held=p.held,
             draining=p.draining,
+            lingering=p.lingering,
         )
