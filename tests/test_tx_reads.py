@@ -545,7 +545,6 @@ async def a_none_forced_where_one_exists_fails(
 
 async def launched_attempt(driver: Driver) -> tuple[str, Lease]:
     """A Work's first attempt, launched (and held) by the fake executor: the Work's id and the lease."""
-    await driver.runtime.wait_idle()  # (the start has looked for what a dead loom left: routing starts it)
     await driver.runtime.publish(EventIn(source="t", delivery_id="d-1", type="w.go", scope="acme", key="k"))
     work_id = work_id_for_key("acme", "k")
 

@@ -75,7 +75,8 @@ class LeaseRecoverer:
                 self._s.activity.bind(nursery)
                 task_status.started(self)
                 self._s.activity.enter()  # (busy until it has looked: `wait_idle` waits for it)
-                nursery.start_soon(self.end_lingering, nursery)
+                # before any recovery: a relaunch waits for what an ended attempt of its Work left
+                await self.end_lingering(nursery)
                 while True:
                     self._passing = True
                     self._signal()
@@ -215,8 +216,7 @@ class LeaseRecoverer:
         executors = self._s.extensions.executors
         name = recovery.lease.request.executor or ""
         work_id = recovery.lease.request.work_id
-        lingering = self._s.lingering
-        if recovery.relaunch and name in executors and (lingering.holding() or work_id in lingering.works):
+        if recovery.relaunch and name in executors and work_id in self._s.lingering.works:
             self._s.activity.spawn(self._relaunch_after, recovery, name)  # (its lease outlasts a grace)
         elif name in executors:
             self.attempts.start(

@@ -8,7 +8,6 @@ each notice to the part it concerns. At start, and whenever the feed lags, it re
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import partial
 
 import trio
@@ -117,17 +116,10 @@ class RouterPool:
         storage, activity = self._s.storage, self._s.activity
         feed = storage.feed(concerns=self.concerned_by)
         storage.routing = True
-        added: list[Callable[[], None]] = []
         try:
             async with trio.open_nursery() as nursery:
                 activity.bind(nursery)
-
-                def kick() -> None:  # what the start's sweep held back may start now, while this runs
-                    if not nursery.cancel_scope.cancel_called:
-                        self.starter.kick()
-
-                self._s.lingering.kicks.append(kick)
-                added.append(kick)
+                self._s.lingering.kicks.append(self.starter.kick)  # (what it held back may start now)
                 await self._resync()
                 self._accepting = True
                 task_status.started(self)
@@ -162,7 +154,8 @@ class RouterPool:
         except* trio.EndOfChannel:
             pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
-            self._s.lingering.kicks[:] = [k for k in self._s.lingering.kicks if k not in added]
+            if self.starter.kick in self._s.lingering.kicks:
+                self._s.lingering.kicks.remove(self.starter.kick)
             self._accepting = False
             storage.routing = False
             storage.unsubscribe(feed)

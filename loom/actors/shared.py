@@ -90,9 +90,8 @@ class Lingering:
             kick()
 
     async def cleared(self, work_id: str) -> None:
-        """Return once the sweep has looked and no ended attempt of ``work_id`` has processes being
-        stopped."""
-        while self.holding() or work_id in self.works:
+        """Return once no ended attempt of ``work_id`` has processes being stopped."""
+        while work_id in self.works:
             if self._changed is None or self._changed.is_set():
                 self._changed = trio.Event()
             await self._changed.wait()
