@@ -9,17 +9,14 @@ executor's own processes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
 import trio
 import trio.testing
 
 import loom
-from loom.service.serve import open_service
 from loom.testing import T0_MS, FakeExecutor, RecoverAnswer
 from loom.testing.internals import storage_of
 
@@ -127,23 +124,12 @@ async def test_an_executor_failing_to_name_what_lingers_leaves_the_runtime_up(tm
         assert [launch.request.work_id for launch in fake.launches] == [(await rt.work_for_key("job/9")).id]
 
 
-@asynccontextmanager
-async def served(
-    db: str, clock: loom.ManualClock, plugins: tuple[object, ...]
-) -> AsyncIterator[loom.Runtime]:
-    async with open_service(
-        db, config=CONFIG, test_clock=clock, plugins=plugins, load_entry_points=False
-    ) as service:
-        yield service.runtime
-
-
 def noop(tx: Any, now_ms: int) -> None:
     """A write request: it commits after every batch submitted before it."""
 
 
-@pytest.mark.parametrize("opened", ["embedded", "served"])
 async def test_a_work_whose_ended_attempt_lingers_starts_again_only_once_its_processes_are_stopped(
-    tmp_path: Path, opened: str
+    tmp_path: Path,
 ) -> None:
     """docs/recovery.md: an executor keeps a replacement from overlapping what it replaces. Catches an
     open that starts a Work's next attempt (its retry came due while loom was down) while the processes
@@ -173,15 +159,10 @@ async def test_a_work_whose_ended_attempt_lingers_starts_again_only_once_its_pro
             await super().end_lingering(execution_id, metadata, config)
 
     slow = Slow(names=[first.id])
-    later = loom.ManualClock(start_ms=T0_MS + HOUR_MS)
-    plugins = (slow, FakeExecutor("other"))
-    # (`loom serve` starts its actors one by one, after the open: its recoverer first)
-    opening = (
-        loom.open_runtime(db, clock=later, config=CONFIG, plugins=list(plugins))
-        if opened == "embedded"
-        else served(str(db), later, plugins)
-    )
-    async with opening as rt:
+    async with loom.open_runtime(
+        db, clock=loom.ManualClock(start_ms=T0_MS + HOUR_MS), config=CONFIG,
+        plugins=[slow, FakeExecutor("other")],
+    ) as rt:  # fmt: skip
         await asked.wait()
         retry = f"retry:{work.id}:1"
         while not await rt.firings(retry):  # the retry came due while loom was down: it fires now

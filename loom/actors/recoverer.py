@@ -75,8 +75,7 @@ class LeaseRecoverer:
                 self._s.activity.bind(nursery)
                 task_status.started(self)
                 self._s.activity.enter()  # (busy until it has looked: `wait_idle` waits for it)
-                # before any recovery: a relaunch waits for what an ended attempt of its Work left
-                await self.end_lingering(nursery)
+                nursery.start_soon(self.end_lingering, nursery)
                 while True:
                     self._passing = True
                     self._signal()
@@ -215,21 +214,12 @@ class LeaseRecoverer:
     async def _hand_over(self, recovery: Recovery) -> None:
         executors = self._s.extensions.executors
         name = recovery.lease.request.executor or ""
-        work_id = recovery.lease.request.work_id
-        if recovery.relaunch and name in executors and work_id in self._s.lingering.works:
-            self._s.activity.spawn(self._relaunch_after, recovery, name)  # (its lease outlasts a grace)
-        elif name in executors:
+        if name in executors:
             self.attempts.start(
                 recovery.lease, name, metadata=None if recovery.relaunch else recovery.metadata
             )
         else:
             await self._not_installed(recovery.lease, name)
-
-    async def _relaunch_after(self, recovery: Recovery, name: str) -> None:
-        """Launch a recovered attempt never handed to its executor once what an ended attempt of its
-        Work left running is gone (it would run beside it)."""
-        await self._s.lingering.cleared(recovery.lease.request.work_id)
-        self.attempts.start(recovery.lease, name)
 
     async def _not_installed(self, lease: Lease, name: str) -> None:
         """No executor here can verify the attempt (none is named, or it is not installed): it is not

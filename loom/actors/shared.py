@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -58,18 +58,9 @@ class Lingering:
     works: dict[str, int] = attrs.Factory(dict)
     """Work id: how many of its ended attempts' processes are being stopped."""
     kicks: list[Callable[[], None]] = attrs.Factory(list)
-    _changed: trio.Event | None = None
 
     def holding(self) -> bool:
         return self.required and not self.looked
-
-    def expect(self, executors: Mapping[str, object]) -> None:
-        """A recoverer will sweep: until it has looked, start nothing (if any executor can linger)."""
-        if not self.looked:
-            self.required = any(
-                hasattr(executor, "lingering") and hasattr(executor, "end_lingering")
-                for executor in executors.values()
-            )
 
     def stopping(self, work_id: str) -> None:
         """The processes of an ended attempt of ``work_id`` are being stopped."""
@@ -84,17 +75,8 @@ class Lingering:
             return
         else:
             self.works.pop(work_id, None)
-        if self._changed is not None:
-            self._changed.set()
         for kick in self.kicks:
             kick()
-
-    async def cleared(self, work_id: str) -> None:
-        """Return once no ended attempt of ``work_id`` has processes being stopped."""
-        while work_id in self.works:
-            if self._changed is None or self._changed.is_set():
-                self._changed = trio.Event()
-            await self._changed.wait()
 
 
 @attrs.frozen(kw_only=True)

@@ -204,8 +204,11 @@ async def open_runtime(
                         lease_ms=lease_ms,
                         unlaunched=unlaunched,
                     )
-                    if "recovery" in chosen:  # (its sweep comes before any start: the router is first)
-                        parts.lingering.expect(extensions.executors)
+                    # a start that looks for what a loom that died left running starts nothing before
+                    parts.lingering.required = "recovery" in chosen and any(
+                        hasattr(executor, "lingering") and hasattr(executor, "end_lingering")
+                        for executor in extensions.executors.values()
+                    )
                     runtime = Runtime(parts)
                     async with trio.open_nursery() as actors_nursery:
                         for name in chosen:

@@ -229,8 +229,6 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             raise InvalidRequest(f"unknown actor {name!r}; expected one of: {', '.join(ACTORS)}")
         if getattr(p, name) is not None:
             raise InvalidRequest(f"the {name} actor is already running in this runtime")
-        if name == "recovery":
-            p.lingering.expect(p.extensions.executors)  # (a router started after it waits for its sweep)
         # A lost connection to a shared database (a server restart) stops the actor with
         # `StorageUnavailable`: it starts again from the store, which holds everything it needs,
         # while the storage actor reconnects. Any other storage failure stops the runtime.

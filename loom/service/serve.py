@@ -78,9 +78,8 @@ class Service:
     _nursery: trio.Nursery
 
     async def start_actors(self) -> None:
-        """Start every background actor (once), in the service's nursery: the recoverer first, so that
-        nothing starts before it has looked for what a loom that died left running."""
-        for name in sorted(ACTORS, key=lambda name: name != "recovery"):
+        """Start every background actor (once), in the service's nursery."""
+        for name in ACTORS:
             await self._nursery.start(self.runtime.run_actor, name)
 
 
