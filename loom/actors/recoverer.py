@@ -192,7 +192,7 @@ class LeaseRecoverer:
                     and execution.state not in LIVE
                 ):
                     self._s.activity.enter()  # busy until its processes are gone: `wait_idle` waits
-                    self._s.lingering.stopping(execution.work_id)  # its next attempt waits for it
+                    self._s.lingering.works.add(execution.work_id)  # its next attempt waits for it
                     nursery.start_soon(self._end, name, end, execution)
 
     async def _end(self, name: str, end: Callable[..., Awaitable[object]], execution: Execution) -> None:

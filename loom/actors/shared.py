@@ -55,26 +55,18 @@ class Lingering:
 
     required: bool = False
     looked: bool = False
-    works: dict[str, int] = attrs.Factory(dict)
-    """Work id: how many of its ended attempts' processes are being stopped."""
+    works: set[str] = attrs.Factory(set)
     kicks: list[Callable[[], None]] = attrs.Factory(list)
 
     def holding(self) -> bool:
         return self.required and not self.looked
 
-    def stopping(self, work_id: str) -> None:
-        """The processes of an ended attempt of ``work_id`` are being stopped."""
-        self.works[work_id] = self.works.get(work_id, 0) + 1
-
     def done(self, work_id: str | None = None) -> None:
-        """The sweep has looked (``None``), or one of ``work_id``'s ended attempts' processes are gone."""
+        """The sweep has looked (``None``), or ``work_id``'s lingering processes are gone."""
         if work_id is None:
             self.looked = True
-        elif self.works.get(work_id, 0) > 1:
-            self.works[work_id] -= 1
-            return
         else:
-            self.works.pop(work_id, None)
+            self.works.discard(work_id)
         for kick in self.kicks:
             kick()
 

@@ -41,7 +41,7 @@ def admit_request(shared: Shared, *, limit: int = 1, skip: frozenset[str] = froz
     are being stopped is passed by (`Lingering`)."""
     extensions, lingering = shared.extensions, shared.lingering
     if lingering.works:
-        skip = skip | lingering.works.keys()
+        skip = skip | lingering.works
     return AdmitRequest(
         config=shared.config(),
         owner=shared.owner,
