@@ -13,14 +13,8 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import trio
-import trio.testing
-
 import loom
-from loom.testing import T0_MS, FakeExecutor, RecoverAnswer
-from loom.testing.internals import storage_of
-
-HOUR_MS = 3_600_000
+from loom.testing import FakeExecutor, RecoverAnswer
 
 CONFIG = loom.Config.from_dict({
     "scopes": {"ops": {
@@ -122,56 +116,3 @@ async def test_an_executor_failing_to_name_what_lingers_leaves_the_runtime_up(tm
         await rt.publish(job(9))
         await rt.wait_idle()
         assert [launch.request.work_id for launch in fake.launches] == [(await rt.work_for_key("job/9")).id]
-
-
-def noop(tx: Any, now_ms: int) -> None:
-    """A write request: it commits after every batch submitted before it."""
-
-
-async def test_a_work_whose_ended_attempt_lingers_starts_again_only_once_its_processes_are_stopped(
-    tmp_path: Path,
-) -> None:
-    """docs/recovery.md: an executor keeps a replacement from overlapping what it replaces. Catches an
-    open that starts a Work's next attempt (its retry came due while loom was down) while the processes
-    of its ended attempt, which a loom stopped inside their grace left running, are still being stopped
-    (seen with the shell executor: both ran side by side for the grace period)."""
-    db = tmp_path / "loom.db"
-    first_run = FakeExecutor()
-    first_run.pin = {"dir": "d"}
-    async with loom.open_runtime(
-        db, clock=loom.ManualClock(start_ms=T0_MS), config=CONFIG, plugins=[first_run, FakeExecutor("other")]
-    ) as rt:
-        await rt.publish(job(1))
-        await rt.wait_idle()
-        work = await rt.work_for_key("job/1")
-        first_run.finish(work.id, loom.Failed(error="it broke"))
-        await rt.wait_idle()
-        (first,) = (await rt.history(work.id)).executions
-        assert first.state == "failed"
-    go, asked = trio.Event(), trio.Event()
-
-    class Slow(Lingering):
-        async def end_lingering(
-            self, execution_id: str, metadata: Mapping[str, Any], config: Mapping[str, Any]
-        ) -> None:
-            asked.set()
-            await go.wait()  # (its processes take their grace to stop)
-            await super().end_lingering(execution_id, metadata, config)
-
-    slow = Slow(names=[first.id])
-    async with loom.open_runtime(
-        db, clock=loom.ManualClock(start_ms=T0_MS + HOUR_MS), config=CONFIG,
-        plugins=[slow, FakeExecutor("other")],
-    ) as rt:  # fmt: skip
-        await asked.wait()
-        retry = f"retry:{work.id}:1"
-        while not await rt.firings(retry):  # the retry came due while loom was down: it fires now
-            await trio.testing.wait_all_tasks_blocked()
-        for _ in range(3):  # what the firing set going (a route, a pass) has committed
-            await trio.testing.wait_all_tasks_blocked()
-            await storage_of(rt).submit(noop)
-        assert slow.launches == [], "its next attempt waited for the ended one's processes"
-        go.set()
-        await rt.wait_idle()
-        assert [launch.request.attempt for launch in slow.launches] == [2]
-        assert [e[0] for e in slow.ended] == [first.id]

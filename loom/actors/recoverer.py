@@ -159,7 +159,6 @@ class LeaseRecoverer:
         try:
             await self._end_lingering(nursery)
         finally:
-            self._s.lingering.done()
             self._s.activity.leave()
 
     async def _end_lingering(self, nursery: trio.Nursery) -> None:
@@ -192,7 +191,6 @@ class LeaseRecoverer:
                     and execution.state not in LIVE
                 ):
                     self._s.activity.enter()  # busy until its processes are gone: `wait_idle` waits
-                    self._s.lingering.works.add(execution.work_id)  # its next attempt waits for it
                     nursery.start_soon(self._end, name, end, execution)
 
     async def _end(self, name: str, end: Callable[..., Awaitable[object]], execution: Execution) -> None:
@@ -202,7 +200,6 @@ class LeaseRecoverer:
             reason = f"stopping what a loom that died left running failed: {describe(exc)}"
             await self._contain(name, "end_lingering", execution.id, reason, exc)
         finally:
-            self._s.lingering.done(execution.work_id)
             self._s.activity.leave()
 
     async def _contain(self, plugin: str, hook: str, item: str, reason: str, exc: BaseException) -> None:

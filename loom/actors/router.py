@@ -119,7 +119,6 @@ class RouterPool:
         try:
             async with trio.open_nursery() as nursery:
                 activity.bind(nursery)
-                self._s.lingering.kicks.append(self.starter.kick)  # (what it held back may start now)
                 await self._resync()
                 self._accepting = True
                 task_status.started(self)
@@ -154,8 +153,6 @@ class RouterPool:
         except* trio.EndOfChannel:
             pass  # the storage actor stopped: the runtime is going down (the rest, if any, goes on)
         finally:
-            if self.starter.kick in self._s.lingering.kicks:
-                self._s.lingering.kicks.remove(self.starter.kick)
             self._accepting = False
             storage.routing = False
             storage.unsubscribe(feed)

@@ -45,32 +45,6 @@ class Draining:
             await self._changed.wait()
 
 
-@attrs.define(eq=False)
-class Lingering:
-    """The start's sweep of what a loom that died left running (`LeaseRecoverer.end_lingering`): until
-    it has looked (when a recoverer runs: ``required``), the runtime's admission requests start
-    nothing, and until the processes of a Work's ended attempt are gone, that Work is passed by
-    (``works``), so that its next attempt never runs beside them. ``kicks`` (the starters') are called
-    when either ends."""
-
-    required: bool = False
-    looked: bool = False
-    works: set[str] = attrs.Factory(set)
-    kicks: list[Callable[[], None]] = attrs.Factory(list)
-
-    def holding(self) -> bool:
-        return self.required and not self.looked
-
-    def done(self, work_id: str | None = None) -> None:
-        """The sweep has looked (``None``), or ``work_id``'s lingering processes are gone."""
-        if work_id is None:
-            self.looked = True
-        else:
-            self.works.discard(work_id)
-        for kick in self.kicks:
-            kick()
-
-
 @attrs.frozen(kw_only=True)
 class Shared:
     storage: StorageActor
@@ -95,5 +69,3 @@ class Shared:
     ended and stops what still runs of it, not at its next renewal. Shared like ``unlaunched``."""
     draining: Draining = attrs.Factory(Draining)
     """The runtime's drain (one, kept by the runtime, shared like ``unlaunched``)."""
-    lingering: Lingering = attrs.Factory(Lingering)
-    """The start's sweep of what a loom that died left running (one, kept like ``draining``)."""

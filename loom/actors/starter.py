@@ -36,17 +36,13 @@ PASS_LIMIT = 64
 def admit_request(shared: Shared, *, limit: int = 1, skip: frozenset[str] = frozenset()) -> AdmitRequest:
     """What this runtime's admission passes (and the starts that commit with a route or a completion)
     claim with: its owner and lease length, the executors it launches, whether start gates are asked.
-    A draining runtime (`Draining`) starts nothing: its requests' limit is 0; nor does one whose start
-    has not looked for what a loom that died left running, and a Work whose ended attempt's processes
-    are being stopped is passed by (`Lingering`)."""
-    extensions, lingering = shared.extensions, shared.lingering
-    if lingering.works:
-        skip = skip | lingering.works
+    A draining runtime (`Draining`) starts nothing: its requests' limit is 0."""
+    extensions = shared.extensions
     return AdmitRequest(
         config=shared.config(),
         owner=shared.owner,
         lease_ms=shared.lease_ms,
-        limit=0 if shared.draining.on or lingering.holding() else limit,
+        limit=0 if shared.draining.on else limit,
         token_seed=token_seed(),
         advertised=extensions.advertised(),
         executors=frozenset(extensions.executors),

@@ -309,8 +309,8 @@ def start_at_once_in_tx(
     here and no start gate must be asked first. ``None``: the ready queue decides, as for any Work
     (a refusal for its budget holds it, as the pass would). ``index``: this start's place among those
     one procedure makes with ``req`` (each lease token differs); none with a ``limit`` below 1 (a
-    draining runtime's), nor of a Work ``req`` passes by (``skip``)."""
-    if req.limit < 1 or work_id in req.skip:
+    draining runtime's)."""
+    if req.limit < 1:
         return None
     work = tx.kept_work(work_id)  # kept when this transaction just wrote it (a wake, a completion)
     if work is not None:

@@ -14,7 +14,7 @@ from ..actors.ingress import IngressActor
 from ..actors.reconciler import SubscriptionReconciler
 from ..actors.recoverer import LeaseRecoverer
 from ..actors.router import RouterPool
-from ..actors.shared import Draining, Lingering
+from ..actors.shared import Draining
 from ..actors.timers import TimerActor
 from ..config import Config, ConfigHolder
 from ..plugins.registry import Extensions
@@ -57,8 +57,6 @@ class Parts:
     """The attempts the runtime's runners hold the lease of (`Shared.held`)."""
     draining: Draining = attrs.Factory(Draining)
     """The runtime's drain (`Shared.draining`, `Runtime.drain`)."""
-    lingering: Lingering = attrs.Factory(Lingering)
-    """The start's sweep of what a loom that died left running (`Shared.lingering`)."""
     readmit: bool = False
     """The configuration changed with no router running: the next host admission pass first lets the
     Work passed over for capacity or a missing binding be looked at again."""

@@ -204,11 +204,6 @@ async def open_runtime(
                         lease_ms=lease_ms,
                         unlaunched=unlaunched,
                     )
-                    # a start that looks for what a loom that died left running starts nothing before
-                    parts.lingering.required = "recovery" in chosen and any(
-                        hasattr(executor, "lingering") and hasattr(executor, "end_lingering")
-                        for executor in extensions.executors.values()
-                    )
                     runtime = Runtime(parts)
                     async with trio.open_nursery() as actors_nursery:
                         for name in chosen:

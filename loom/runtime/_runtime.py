@@ -286,5 +286,4 @@ class Runtime(Reads, Results, Checks, Browse, Host, Passes, Subscriptions):
             unlaunched=p.unlaunched,
             held=p.held,
             draining=p.draining,
-            lingering=p.lingering,
         )
