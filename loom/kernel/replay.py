@@ -25,8 +25,8 @@ def replay_in_tx(
 ) -> Event:
     """An operator replays an Event that stayed ``unrouted``: a ``core.replay.requested`` control Event
     records the request (naming the Event and the checkpoint it replaces), and the Event is routed again,
-    once, after what was routed meanwhile. Repeating a request returns its control Event; any other checkpoint is
-    final (`Conflict`)."""
+    once, after what was routed meanwhile. Repeating a request returns its control Event; any other
+    checkpoint is final (`Conflict`)."""
     check_text("event_id", event_id)
     check_text("request_id", request_id)
     check_reason("reason", reason)
